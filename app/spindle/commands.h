@@ -1,0 +1,16 @@
+#pragma once
+// Each subcommand registers itself on the root CLI::App and runs from its callback.
+// Errors: subcommands throw spindle::Error; main() prints "spindle: error: <message>" and
+// exits 1. Stdout carries only the command's result (ids, text); logs go to stderr.
+
+namespace CLI {
+class App;
+}
+
+namespace spindle::cli {
+
+void register_generate(CLI::App& app);
+void register_convert(CLI::App& app);
+void register_tokenize(CLI::App& app);
+
+}  // namespace spindle::cli

@@ -1,0 +1,27 @@
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <exception>
+
+#include "commands.h"
+#include "spindle/core/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"spindle: train and serve many LoRA policies over one resident base model"};
+  app.require_subcommand(1);
+  spindle::cli::register_generate(app);
+  spindle::cli::register_convert(app);
+  spindle::cli::register_tokenize(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const spindle::Error& e) {
+    std::fprintf(stderr, "spindle: error (%s): %s\n", spindle::error_code_name(e.code()), e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "spindle: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,58 @@
+#pragma once
+// Error policy (STYLE.md 8): inside the backend every failure is a spindle::Error exception
+// carrying a code and a message that names what was wrong (file, tensor, field, limit).
+// Library code never aborts. Status codes appear only across the C ABI and the wire.
+
+#include <fmt/format.h>
+
+#include <stdexcept>
+#include <string>
+
+namespace spindle {
+
+enum class ErrorCode {
+  invalid_argument,  // caller passed something malformed or out of range
+  not_found,         // a file, tensor, token or slot that does not exist
+  format,            // a file or message whose bytes do not follow its format
+  unsupported,       // well-formed, but a feature Spindle does not implement
+  io,                // the operating system refused a read or write
+  resource,          // a fixed pool or limit is exhausted (slots, KV blocks)
+  internal,          // a broken invariant: a bug in Spindle
+};
+
+const char* error_code_name(ErrorCode code);
+
+class Error : public std::runtime_error {
+ public:
+  Error(ErrorCode code, const std::string& message)
+      : std::runtime_error(message), code_(code) {}
+  ErrorCode code() const { return code_; }
+
+ private:
+  ErrorCode code_;
+};
+
+}  // namespace spindle
+
+// SPINDLE_CHECK(cond, code, "fmt {}", args...) throws spindle::Error(code, message) when cond
+// is false. Use for input validation; the message must say what was wrong and what was expected.
+#define SPINDLE_CHECK(cond, code, ...)                                              \
+  do {                                                                              \
+    if (!(cond)) [[unlikely]] {                                                     \
+      throw ::spindle::Error((::spindle::ErrorCode::code), fmt::format(__VA_ARGS__)); \
+    }                                                                               \
+  } while (0)
+
+// SPINDLE_THROW(code, "fmt {}", args...) throws unconditionally.
+#define SPINDLE_THROW(code, ...) \
+  throw ::spindle::Error((::spindle::ErrorCode::code), fmt::format(__VA_ARGS__))
+
+// SPINDLE_ASSERT guards internal invariants (bugs, not bad input); records where.
+#define SPINDLE_ASSERT(cond)                                                          \
+  do {                                                                                \
+    if (!(cond)) [[unlikely]] {                                                       \
+      throw ::spindle::Error(::spindle::ErrorCode::internal,                          \
+                             fmt::format("internal invariant '{}' failed at {}:{}", #cond, \
+                                         __FILE__, __LINE__));                        \
+    }                                                                                 \
+  } while (0)

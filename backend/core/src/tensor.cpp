@@ -1,0 +1,65 @@
+#include "spindle/core/tensor.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "spindle/core/error.h"
+
+namespace spindle {
+
+std::string shape_str(const Shape& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+int64_t shape_numel(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    SPINDLE_CHECK(d >= 0, invalid_argument, "negative dimension in shape {}", shape_str(shape));
+    SPINDLE_CHECK(d == 0 || n <= (int64_t(1) << 40) / d, invalid_argument,
+                  "shape {} has more than 2^40 elements", shape_str(shape));
+    n *= d;
+  }
+  return n;
+}
+
+void Tensor::Free::operator()(float* p) const { std::free(p); }
+
+Tensor::Tensor(Shape shape) : shape_(std::move(shape)), numel_(shape_numel(shape_)) {
+  const size_t bytes = std::max<size_t>(64, (size_t(numel_) * sizeof(float) + 63) / 64 * 64);
+  void* p = std::aligned_alloc(64, bytes);
+  SPINDLE_CHECK(p != nullptr, resource, "out of memory allocating tensor {} ({} bytes)",
+                shape_str(shape_), bytes);
+  data_.reset(static_cast<float*>(p));
+}
+
+Tensor Tensor::zeros(Shape shape) {
+  Tensor t(std::move(shape));
+  t.fill(0.0f);
+  return t;
+}
+
+Tensor Tensor::from(Shape shape, std::span<const float> values) {
+  Tensor t(std::move(shape));
+  SPINDLE_CHECK(size_t(t.numel()) == values.size(), invalid_argument,
+                "Tensor::from: shape {} needs {} values, got {}", shape_str(t.shape()), t.numel(),
+                values.size());
+  std::copy(values.begin(), values.end(), t.data());
+  return t;
+}
+
+Tensor Tensor::clone() const {
+  if (!data_) return Tensor();
+  Tensor t(shape_);
+  if (numel_) std::memcpy(t.data(), data(), bytes());
+  return t;
+}
+
+void Tensor::fill(float value) { std::fill_n(data_.get(), numel_, value); }
+
+}  // namespace spindle

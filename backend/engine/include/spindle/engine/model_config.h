@@ -1,0 +1,55 @@
+#pragma once
+// Architecture hyper-parameters of a Llama-family decoder (Llama, Qwen3 dense). Loaders fill
+// this from HF config.json or a llama2.c header; the model and the slot pool size from it.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "spindle/kernels/rope.h"
+
+namespace spindle::engine {
+
+enum class Arch : uint8_t {
+  llama,  // RMSNorm, RoPE, GQA, SwiGLU
+  qwen3,  // llama + per-head RMSNorm on q and k before RoPE
+  // qwen3_moe: a later issue (routed experts replace the MLP; see model.h's MLP seam)
+};
+
+const char* arch_name(Arch arch);
+
+// Llama 3 style RoPE frequency scaling (config.json "rope_scaling": {"rope_type": "llama3"}).
+struct RopeScaling {
+  float factor = 8.0f;
+  float low_freq_factor = 1.0f;
+  float high_freq_factor = 4.0f;
+  int64_t original_max_position = 8192;
+};
+
+struct ModelConfig {
+  Arch arch = Arch::llama;
+  int64_t dim = 0;          // hidden size
+  int64_t hidden_dim = 0;   // MLP intermediate size
+  int64_t n_layers = 0;
+  int64_t n_heads = 0;
+  int64_t n_kv_heads = 0;
+  int64_t head_dim = 0;     // usually dim / n_heads; Qwen3 sets it explicitly
+  int64_t vocab_size = 0;
+  int64_t max_seq_len = 0;
+  float rope_theta = 10000.0f;
+  std::optional<RopeScaling> rope_scaling;
+  float rms_eps = 1e-5f;
+  bool tie_embeddings = true;
+  int32_t bos_id = 1;
+  int32_t eos_id = 2;
+  std::string name;  // informational (e.g. path or HF name_or_path)
+
+  int64_t q_dim() const { return n_heads * head_dim; }
+  int64_t kv_dim() const { return n_kv_heads * head_dim; }
+
+  // Throws spindle::Error(invalid_argument) naming the first inconsistent field
+  // (non-positive sizes, n_heads % n_kv_heads != 0, odd head_dim, ...). `source` names the file.
+  void validate(const std::string& source) const;
+};
+
+}  // namespace spindle::engine

@@ -1,0 +1,34 @@
+#include "spindle/kernels/matmul.h"
+
+#include <cblas.h>
+
+#include "spindle/kernels/kernel_error.h"
+
+namespace spindle::kernels {
+
+void linear(const float* x, int64_t ldx, int64_t T, int64_t k, const float* W, int64_t n, float* y,
+            int64_t ldy, float beta) {
+  SPINDLE_KERNEL_REQUIRE(T >= 0 && k > 0 && n > 0, "linear", "T >= 0, k > 0, n > 0");
+  SPINDLE_KERNEL_REQUIRE(ldx >= k && ldy >= n, "linear", "ldx >= k and ldy >= n");
+  if (T == 0) return;
+  if (T == 1) {
+    // y = W·x: a batch-1 decode streams W once; gemv is the bandwidth-bound form.
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, blasint(n), blasint(k), 1.0f, W, blasint(k), x, 1,
+                beta, y, 1);
+    return;
+  }
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, blasint(T), blasint(n), blasint(k), 1.0f, x,
+              blasint(ldx), W, blasint(k), beta, y, blasint(ldy));
+}
+
+void gemm(Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+          const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
+          int64_t ldc) {
+  SPINDLE_KERNEL_REQUIRE(M >= 0 && N >= 0 && K >= 0, "gemm", "non-negative sizes");
+  if (M == 0 || N == 0) return;
+  cblas_sgemm(CblasRowMajor, trans_a == Trans::yes ? CblasTrans : CblasNoTrans,
+              trans_b == Trans::yes ? CblasTrans : CblasNoTrans, blasint(M), blasint(N),
+              blasint(K), alpha, A, blasint(lda), B, blasint(ldb), beta, C, blasint(ldc));
+}
+
+}  // namespace spindle::kernels

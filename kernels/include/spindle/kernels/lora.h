@@ -1,0 +1,43 @@
+#pragma once
+// LoRA through the SGMV contract (Punica / S-LoRA): the rows of a batch are grouped into
+// segments of consecutive rows that use one adapter slot; every slot has its own rank.
+//
+//   shrink: h[t, 0:r_s]  = x[t, :] · A_sᵀ                  A_s = [r_s, d_in]
+//   expand: y[t, off + j] += scale_s · Σ_i h[t, i] · B_s[j, i]  B_s = [d_out, r_s]
+//
+// so y = x·Wᵀ + s·(x·Aᵀ)·Bᵀ with the base GEMM done once for all rows. Slot storage is a fixed
+// pool for one (layer, module): A = [max_slots, max_rank, d_in], B = [max_slots, d_out, max_rank];
+// a slot of rank r_s uses A rows [0, r_s) and B columns [0, r_s). Rank 0 = module not adapted
+// in that slot (the segment is skipped). Segments with slot < 0 (base only) are skipped.
+
+#include <cstdint>
+#include <span>
+
+namespace spindle::kernels {
+
+struct LoraSegment {
+  int64_t row_begin = 0;  // rows [row_begin, row_end) of x / h / y
+  int64_t row_end = 0;
+  int32_t slot = -1;
+};
+
+struct LoraSlots {
+  const float* A = nullptr;      // [max_slots, max_rank, d_in]
+  const float* B = nullptr;      // [max_slots, d_out, max_rank]
+  const int32_t* rank = nullptr;  // [max_slots], 0 <= rank <= max_rank
+  const float* scale = nullptr;  // [max_slots]
+  int64_t max_slots = 0;
+  int64_t max_rank = 0;
+  int64_t d_in = 0;
+  int64_t d_out = 0;
+};
+
+// x: [T, d_in] row stride ld_x; h: [T, max_rank] dense. Writes h[t, 0:r_s] for adapted rows.
+void lora_shrink(const float* x, int64_t ld_x, const LoraSlots& slots,
+                 std::span<const LoraSegment> segments, float* h);
+
+// h: [T, max_rank] dense; y: row stride ld_y; adds into columns [col_offset, col_offset + d_out).
+void lora_expand(const float* h, const LoraSlots& slots, std::span<const LoraSegment> segments,
+                 float* y, int64_t ld_y, int64_t col_offset);
+
+}  // namespace spindle::kernels

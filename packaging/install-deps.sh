@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs everything Spindle's build and tests need on Debian 12 (run as root).
+# Idempotent: packages already present are left alone; apt only.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config ccache git
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libopenblas-dev libpcre2-dev nlohmann-json3-dev libspdlog-dev libcli11-dev
+  libsqlite3-dev libzmq3-dev cppzmq-dev libcereal-dev
+  python3 python3-numpy
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if [ "${#missing[@]}" -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "install-deps: missing ${missing[*]}; run as root (apt-get)" >&2
+  exit 1
+fi
+
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}"
+echo "install-deps: installed ${missing[*]}"
