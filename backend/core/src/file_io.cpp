@@ -1,0 +1,190 @@
+#include "spindle/core/file_io.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "spindle/core/error.h"
+
+namespace spindle {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string errno_text(int err) { return std::strerror(err); }
+
+// Opens a regular file read-only and returns (fd, size). The caller owns the fd.
+std::pair<int, uint64_t> open_regular(const fs::path& path) {
+  int fd;
+  do {
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) {
+    const int err = errno;
+    SPINDLE_CHECK(err != ENOENT && err != ENOTDIR, not_found, "{}: no such file", path.string());
+    SPINDLE_THROW(io, "{}: cannot open: {}", path.string(), errno_text(err));
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    SPINDLE_THROW(io, "{}: cannot stat: {}", path.string(), errno_text(err));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    SPINDLE_THROW(invalid_argument, "{}: not a regular file", path.string());
+  }
+  return {fd, uint64_t(st.st_size)};
+}
+
+void fsync_or_throw(int fd, const fs::path& what) {
+  int rc;
+  do {
+    rc = ::fsync(fd);
+  } while (rc != 0 && errno == EINTR);
+  // Some filesystems refuse fsync on directories (EINVAL); the rename is still atomic there.
+  if (rc != 0 && errno != EINVAL) {
+    SPINDLE_THROW(io, "{}: fsync failed: {}", what.string(), errno_text(errno));
+  }
+}
+
+}  // namespace
+
+std::string read_file_to_string(const fs::path& path, size_t max_bytes) {
+  FileReader reader(path);
+  SPINDLE_CHECK(reader.size() <= max_bytes, invalid_argument,
+                "{}: file is {} bytes, more than the {} bytes allowed for this kind of file",
+                path.string(), reader.size(), max_bytes);
+  std::string text(size_t(reader.size()), '\0');
+  reader.read_at(0, text.data(), text.size());
+  return text;
+}
+
+FileReader::FileReader(const fs::path& path) : path_(path) {
+  auto [fd, size] = open_regular(path);
+  fd_ = fd;
+  size_ = size;
+}
+
+FileReader::~FileReader() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+FileReader::FileReader(FileReader&& other) noexcept
+    : path_(std::move(other.path_)), fd_(other.fd_), size_(other.size_) {
+  other.fd_ = -1;
+  other.size_ = 0;
+}
+
+FileReader& FileReader::operator=(FileReader&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    path_ = std::move(other.path_);
+    fd_ = other.fd_;
+    size_ = other.size_;
+    other.fd_ = -1;
+    other.size_ = 0;
+  }
+  return *this;
+}
+
+void FileReader::read_at(uint64_t offset, void* dst, size_t n) const {
+  SPINDLE_CHECK(fd_ >= 0, invalid_argument, "{}: read from a closed FileReader", path_.string());
+  SPINDLE_CHECK(offset <= size_ && n <= size_ - offset, format,
+                "{}: read of {} bytes at offset {} goes past the end of the file ({} bytes); "
+                "the file is truncated",
+                path_.string(), n, offset, size_);
+  auto* out = static_cast<char*>(dst);
+  size_t done = 0;
+  while (done < n) {
+    // Linux caps a single read at ~2 GiB; larger tensors take several calls.
+    const size_t chunk = std::min<size_t>(n - done, size_t(1) << 30);
+    const ssize_t got = ::pread(fd_, out + done, chunk, off_t(offset + done));
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      SPINDLE_THROW(io, "{}: read of {} bytes at offset {} failed: {}", path_.string(), chunk,
+                    offset + done, errno_text(errno));
+    }
+    SPINDLE_CHECK(got > 0, io,
+                  "{}: unexpected end of file at offset {} (file was {} bytes when opened; "
+                  "was it modified while loading?)",
+                  path_.string(), offset + done, size_);
+    done += size_t(got);
+  }
+}
+
+void FileSink::write(const void* data, size_t n) {
+  const auto* p = static_cast<const char*>(data);
+  size_t done = 0;
+  while (done < n) {
+    const size_t chunk = std::min<size_t>(n - done, size_t(1) << 30);
+    const ssize_t put = ::write(fd_, p + done, chunk);
+    if (put < 0) {
+      if (errno == EINTR) continue;
+      SPINDLE_THROW(io, "{}: write of {} bytes at offset {} failed: {}", path_.string(), chunk,
+                    written_, errno_text(errno));
+    }
+    done += size_t(put);
+    written_ += uint64_t(put);
+  }
+}
+
+void write_file_atomic(const fs::path& path, const std::function<void(FileSink&)>& writer) {
+  SPINDLE_CHECK(path.has_filename(), invalid_argument, "write_file_atomic: '{}' names no file",
+                path.string());
+  const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
+  std::string tmpl = (dir / ("." + path.filename().string() + ".tmp-XXXXXX")).string();
+  std::vector<char> name(tmpl.begin(), tmpl.end());
+  name.push_back('\0');
+  const int fd = ::mkostemp(name.data(), O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    SPINDLE_CHECK(err != ENOENT, not_found, "{}: directory {} does not exist", path.string(),
+                  dir.string());
+    SPINDLE_THROW(io, "{}: cannot create a temp file in {}: {}", path.string(), dir.string(),
+                  errno_text(err));
+  }
+  const fs::path tmp(name.data());
+  try {
+    ::fchmod(fd, 0644);  // mkostemp creates 0600; published files are world-readable
+    FileSink sink(fd, path);
+    writer(sink);
+    fsync_or_throw(fd, tmp);
+  } catch (...) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  if (::close(fd) != 0 && errno != EINTR) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    SPINDLE_THROW(io, "{}: close of temp file failed: {}", path.string(), errno_text(err));
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    SPINDLE_THROW(io, "{}: rename from {} failed: {}", path.string(), tmp.string(),
+                  errno_text(err));
+  }
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  SPINDLE_CHECK(dfd >= 0, io, "{}: cannot open directory {} to fsync it: {}", path.string(),
+                dir.string(), errno_text(errno));
+  try {
+    fsync_or_throw(dfd, dir);
+  } catch (...) {
+    ::close(dfd);
+    throw;
+  }
+  ::close(dfd);
+}
+
+void write_file_atomic(const fs::path& path, std::string_view bytes) {
+  write_file_atomic(path, [&](FileSink& sink) { sink.write(bytes); });
+}
+
+}  // namespace spindle

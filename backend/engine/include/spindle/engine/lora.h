@@ -1,0 +1,106 @@
+#pragma once
+// LoRA adapters over a resident base: y = x·Wᵀ + s·(x·Aᵀ)·Bᵀ, s = alpha/r (rsLoRA: alpha/√r).
+//
+// LoraWeights is one adapter in host memory, as PEFT files hold it. LoraSlotPool is the fixed
+// pool of adapter slots the forward pass reads through the SGMV kernels (kernels/lora.h):
+// sized once by max_slots × max_rank, so memory is known up front (and on a GPU, preallocated).
+// Loading an adapter into a slot copies its tensors into the pool; the base is never touched.
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "spindle/core/tensor.h"
+#include "spindle/engine/model_config.h"
+#include "spindle/kernels/lora.h"
+
+namespace spindle::engine {
+
+// Adaptable projections. Order is part of the slot pool's layout, not of any file format.
+enum class LoraTarget : uint8_t { q, k, v, o, gate, up, down, lm_head };
+inline constexpr int kLoraTargetCount = 8;
+inline constexpr std::array<LoraTarget, kLoraTargetCount> kAllLoraTargets = {
+    LoraTarget::q,    LoraTarget::k,  LoraTarget::v,    LoraTarget::o,
+    LoraTarget::gate, LoraTarget::up, LoraTarget::down, LoraTarget::lm_head};
+
+// PEFT module name: "q_proj", ..., "down_proj", "lm_head".
+const char* lora_target_name(LoraTarget target);
+// Accepts PEFT names ("q_proj") and short names ("q", "gate", "lm_head").
+std::optional<LoraTarget> lora_target_from_name(std::string_view name);
+// (d_in, d_out) of a target's base projection.
+std::pair<int64_t, int64_t> lora_target_dims(const ModelConfig& config, LoraTarget target);
+bool lora_target_per_layer(LoraTarget target);  // false only for lm_head
+
+struct LoraPair {
+  Tensor A;  // [r, d_in]
+  Tensor B;  // [d_out, r]
+  bool empty() const { return A.empty(); }
+};
+
+// One adapter. modules[layer][target] (lm_head lives at layer 0); empty pairs = not adapted.
+struct LoraWeights {
+  int64_t rank = 0;
+  float alpha = 0.0f;
+  bool use_rslora = false;
+  std::vector<std::array<LoraPair, kLoraTargetCount>> modules;  // [n_layers]
+
+  float scale() const;
+  // Random adapter for tests and benches: A ~ U(-a, a), B ~ U(-b, b) from a seed.
+  static LoraWeights random(const ModelConfig& config, int64_t rank, float alpha,
+                            std::span<const LoraTarget> targets, uint64_t seed, float a_range,
+                            float b_range);
+  // Checks layer count, ranks and every tensor's shape against the base; throws naming the
+  // module ("layers.3.q_proj lora_B: shape [..] expected [..] (hint: maybe wrong base model?)").
+  void validate(const ModelConfig& config, const std::string& source) const;
+};
+
+struct LoraPoolOptions {
+  int32_t max_slots = 8;
+  int32_t max_rank = 16;
+  // Targets the pool allocates storage for; loading an adapter touching others fails.
+  std::vector<LoraTarget> targets = {kAllLoraTargets.begin(), kAllLoraTargets.end()};
+};
+
+// Thread-safety: load/clear must not run concurrently with a forward pass that reads the slot
+// (the residency layer serialises them; eviction never takes a slot an in-flight batch uses).
+class LoraSlotPool {
+ public:
+  LoraSlotPool(const ModelConfig& config, LoraPoolOptions options);
+
+  int32_t max_slots() const { return options_.max_slots; }
+  int32_t max_rank() const { return options_.max_rank; }
+  const ModelConfig& config() const { return config_; }
+
+  // Copies `adapter` into `slot` (validated first; nothing changes on error).
+  void load(int32_t slot, const LoraWeights& adapter);
+  void clear(int32_t slot);
+  bool occupied(int32_t slot) const;
+  std::optional<int32_t> first_free() const;
+
+  // The SGMV view of one (layer, target); nullopt if the pool has no storage for the target.
+  std::optional<kernels::LoraSlots> view(int64_t layer, LoraTarget target) const;
+  size_t bytes() const;
+
+ private:
+  struct Module {
+    Tensor A;                    // [max_slots, max_rank, d_in]
+    Tensor B;                    // [max_slots, d_out, max_rank]
+    std::vector<int32_t> rank;   // [max_slots]
+    std::vector<float> scale;    // [max_slots]
+    int64_t d_in = 0, d_out = 0;
+  };
+  Module* module(int64_t layer, LoraTarget target);
+  const Module* module(int64_t layer, LoraTarget target) const;
+  void check_slot(int32_t slot) const;
+
+  ModelConfig config_;
+  LoraPoolOptions options_;
+  std::vector<std::array<std::optional<Module>, kLoraTargetCount>> modules_;  // [n_layers]
+  std::vector<bool> occupied_;
+};
+
+}  // namespace spindle::engine

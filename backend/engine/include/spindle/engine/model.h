@@ -1,0 +1,113 @@
+#pragma once
+// The decoder forward pass over a ragged, heterogeneous batch.
+//
+// Every sequence in a batch brings its new tokens, its KV-cache sequence and its adapter slot
+// (−1 = base only). All rows of all sequences share one base GEMM per projection; the LoRA path
+// runs through the SGMV kernels with rows grouped into per-slot segments. Base weights are read
+// only; the adapter pool is read only during a forward.
+//
+// Seam for Qwen3-MoE (a later issue): the MLP block is one function (mlp_forward) whose dense
+// SwiGLU body is what a routed-experts body replaces per layer.
+//
+// Backward (next issue): with ForwardOptions::keep_activations every layer's intermediate
+// tensors stay in ForwardState::layers, which is everything the backward pass reads.
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "spindle/core/tensor.h"
+#include "spindle/engine/kv_cache.h"
+#include "spindle/engine/lora.h"
+#include "spindle/engine/weights.h"
+
+namespace spindle::engine {
+
+struct BatchSequence {
+  SeqId seq = -1;                   // KV-cache sequence; its length is where tokens start
+  std::span<const int32_t> tokens;  // new tokens (>= 1)
+  int32_t slot = -1;                // adapter slot, −1 = base only
+};
+
+enum class LogitsFor : uint8_t {
+  last_token,  // one row per sequence (sampling)
+  all_tokens,  // one row per new token (scoring, training)
+};
+
+struct ForwardOptions {
+  LogitsFor logits = LogitsFor::last_token;
+  bool keep_activations = false;  // keep per-layer intermediates for a backward pass
+};
+
+// Intermediates of one decoder layer over the batch's T rows.
+struct LayerActivations {
+  Tensor x_in;      // [T, dim] residual stream entering the layer
+  Tensor xn_attn;   // [T, dim] after attn_norm
+  Tensor inv_rms_attn;  // [T]
+  Tensor q;         // [T, q_dim] after (q_norm and) RoPE
+  Tensor k;         // [T, kv_dim] after (k_norm and) RoPE
+  Tensor v;         // [T, kv_dim]
+  Tensor attn;      // [T, q_dim] attention output before o_proj
+  Tensor x_mid;     // [T, dim] residual after attention
+  Tensor xn_mlp;    // [T, dim] after ffn_norm
+  Tensor inv_rms_mlp;   // [T]
+  Tensor gate;      // [T, hidden]
+  Tensor up;        // [T, hidden]
+  Tensor act;       // [T, hidden] silu(gate)·up
+};
+
+// Everything a forward produced. Reused across calls to avoid reallocation.
+struct ForwardState {
+  int64_t T = 0;                        // rows (new tokens) in the batch
+  std::vector<int32_t> positions;       // [T]
+  std::vector<int64_t> cache_slots;     // [T]
+  std::vector<kernels::LoraSegment> segments;       // over all T rows
+  std::vector<kernels::LoraSegment> out_segments;   // over the logits rows
+  std::vector<kernels::AttnSeq> attn_seqs;
+  std::vector<LayerActivations> layers;  // n_layers if keep_activations, else 1 (reused)
+  Tensor x_final;                       // [rows_out, dim] after the final norm
+  Tensor logits;                        // [rows_out, vocab]
+  Tensor lora_h;                        // [T, max_rank] SGMV scratch
+};
+
+class Model {
+ public:
+  // `weights` must outlive the Model; it is never modified.
+  explicit Model(const ModelWeights& weights);
+
+  const ModelConfig& config() const { return weights_.config; }
+  const ModelWeights& weights() const { return weights_; }
+
+  // Runs the batch, appending each sequence's new K/V to `cache`, and leaves logits in
+  // state.logits: [n_sequences, vocab] (last_token) or [T, vocab] (all_tokens, rows in batch
+  // order). `lora` may be null when every slot is −1. Validates the batch (token ids < vocab,
+  // slots in range and occupied, context <= max_seq_len, KV blocks available) before
+  // touching the cache; on error nothing is appended.
+  void forward(std::span<const BatchSequence> batch, KvCache& cache, const LoraSlotPool* lora,
+               ForwardState& state, const ForwardOptions& options = {}) const;
+
+ private:
+  void validate(std::span<const BatchSequence> batch, const KvCache& cache,
+                const LoraSlotPool* lora) const;
+  void attention_block(int64_t layer, KvCache& cache, const LoraSlotPool* lora,
+                       ForwardState& st, LayerActivations& a, Tensor& x) const;
+  void mlp_forward(int64_t layer, const LoraSlotPool* lora, ForwardState& st,
+                   LayerActivations& a, Tensor& x) const;
+  // y[:, col_offset:] += LoRA(x) for one (layer, target) over `segments`.
+  void lora_add(const LoraSlotPool* lora, int64_t layer, LoraTarget target, const float* x,
+                int64_t ld_x, std::span<const kernels::LoraSegment> segments, float* y,
+                int64_t ld_y, ForwardState& st) const;
+  // y = x·Wᵀ + LoRA(x)
+  void project(const LoraSlotPool* lora, int64_t layer, LoraTarget target, const Tensor& x,
+               const Tensor& W, std::span<const kernels::LoraSegment> segments, Tensor& y,
+               ForwardState& st) const;
+
+  const ModelWeights& weights_;
+  std::vector<float> inv_freq_;  // [head_dim/2], with rope_scaling applied
+};
+
+// RoPE inverse frequencies for a config: theta^(−2i/head_dim), computed in float like
+// llama2.c and HF, with Llama 3 rope_scaling applied when configured.
+std::vector<float> rope_inv_freq(const ModelConfig& config);
+
+}  // namespace spindle::engine
