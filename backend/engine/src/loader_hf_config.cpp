@@ -1,0 +1,273 @@
+// Hugging Face config.json <-> ModelConfig for the Llama family ("llama", "qwen3").
+// Defaults follow transformers' LlamaConfig / Qwen3Config where a field is optional there.
+
+#include <charconv>
+#include <cmath>
+#include <limits>
+
+#include "loader_hf_config.h"
+#include "spindle/core/error.h"
+#include "spindle/engine/loader.h"
+
+namespace spindle::engine {
+namespace {
+
+using json = nlohmann::json;
+
+// Typed access to config.json fields; JSON null counts as absent (HF writes null for unset).
+class ConfigFields {
+ public:
+  ConfigFields(const json& j, const std::string& source) : j_(j), source_(source) {}
+
+  const json* get(const char* key) const {
+    auto it = j_.find(key);
+    return it == j_.end() || it->is_null() ? nullptr : &*it;
+  }
+
+  std::optional<int64_t> opt_int(const char* key) const {
+    const json* v = get(key);
+    if (!v) return std::nullopt;
+    SPINDLE_CHECK(v->is_number_integer(), format, "{}: field '{}' must be an integer, got {} ({})", source_, key,
+                  v->dump(), v->type_name());
+    SPINDLE_CHECK(!v->is_number_unsigned() || v->get<uint64_t>() <= uint64_t(INT64_MAX), format,
+                  "{}: field '{}' = {} is out of range", source_, key, v->dump());
+    return v->get<int64_t>();
+  }
+
+  int64_t req_int(const char* key) const {
+    auto v = opt_int(key);
+    SPINDLE_CHECK(v.has_value(), format, "{}: missing required field '{}'", source_, key);
+    return *v;
+  }
+
+  std::optional<double> opt_num(const char* key) const {
+    const json* v = get(key);
+    if (!v) return std::nullopt;
+    SPINDLE_CHECK(v->is_number(), format, "{}: field '{}' must be a number, got {} ({})", source_,
+                  key, v->dump(), v->type_name());
+    const double d = v->get<double>();
+    SPINDLE_CHECK(std::isfinite(d) && std::fabs(d) < 3e38, format,
+                  "{}: field '{}' = {} is out of range", source_, key, v->dump());
+    return d;
+  }
+
+  std::optional<bool> opt_bool(const char* key) const {
+    const json* v = get(key);
+    if (!v) return std::nullopt;
+    SPINDLE_CHECK(v->is_boolean(), format, "{}: field '{}' must be true or false, got {}", source_,
+                  key, v->dump());
+    return v->get<bool>();
+  }
+
+  std::optional<std::string> opt_str(const char* key) const {
+    const json* v = get(key);
+    if (!v) return std::nullopt;
+    SPINDLE_CHECK(v->is_string(), format, "{}: field '{}' must be a string, got {}", source_, key,
+                  v->dump());
+    return v->get<std::string>();
+  }
+
+  // bos/eos: an int, or a list of ints (Llama 3 lists several eos ids; the first is used).
+  std::optional<int32_t> opt_token_id(const char* key) const {
+    const json* v = get(key);
+    if (!v) return std::nullopt;
+    if (v->is_array()) {
+      if (v->empty()) return std::nullopt;
+      v = &(*v)[0];
+    }
+    SPINDLE_CHECK(v->is_number_unsigned() && v->get<uint64_t>() <= uint64_t(INT32_MAX),
+                  format, "{}: field '{}' must be a token id (non-negative integer) or a list of "
+                  "them, got {}", source_, key, v->dump());
+    return int32_t(v->get<uint64_t>());
+  }
+
+ private:
+  const json& j_;
+  const std::string& source_;
+};
+
+Arch parse_arch(const ConfigFields& f, const std::string& source) {
+  if (auto mt = f.opt_str("model_type")) {
+    if (*mt == "llama") return Arch::llama;
+    if (*mt == "qwen3") return Arch::qwen3;
+    SPINDLE_THROW(unsupported, "{}: model_type '{}' is not supported (supported: llama, qwen3){}",
+                  source, *mt,
+                  *mt == "qwen3_moe" ? "; Qwen3-MoE support is planned" : "");
+  }
+  const json* arch = f.get("architectures");
+  SPINDLE_CHECK(arch != nullptr, format,
+                "{}: neither 'model_type' nor 'architectures' says which model this is", source);
+  SPINDLE_CHECK(arch->is_array() && !arch->empty() && (*arch)[0].is_string(), format,
+                "{}: 'architectures' must be a list of class names, got {}", source, arch->dump());
+  const std::string name = (*arch)[0].get<std::string>();
+  if (name == "LlamaForCausalLM") return Arch::llama;
+  if (name == "Qwen3ForCausalLM") return Arch::qwen3;
+  SPINDLE_THROW(unsupported,
+                "{}: architecture '{}' is not supported (supported: LlamaForCausalLM, "
+                "Qwen3ForCausalLM)",
+                source, name);
+}
+
+std::optional<RopeScaling> parse_rope_scaling(const json& j, const std::string& source) {
+  auto it = j.find("rope_scaling");
+  if (it == j.end() || it->is_null()) return std::nullopt;
+  SPINDLE_CHECK(it->is_object(), format, "{}: 'rope_scaling' must be an object or null, got {}",
+                source, it->dump());
+  const std::string where = source + " rope_scaling";
+  ConfigFields f(*it, where);
+  auto type = f.opt_str("rope_type");
+  if (!type) type = f.opt_str("type");
+  SPINDLE_CHECK(type.has_value(), format, "{}: missing 'rope_type'", where);
+  if (*type == "default") return std::nullopt;
+  SPINDLE_CHECK(*type == "llama3", unsupported,
+                "{}: rope scaling type '{}' is not supported (supported: llama3, default)", where,
+                *type);
+  auto req = [&](const char* key) {
+    auto v = f.opt_num(key);
+    SPINDLE_CHECK(v.has_value(), format, "{}: llama3 scaling needs field '{}'", where, key);
+    return *v;
+  };
+  RopeScaling s;
+  s.factor = float(req("factor"));
+  s.low_freq_factor = float(req("low_freq_factor"));
+  s.high_freq_factor = float(req("high_freq_factor"));
+  auto orig = f.opt_int("original_max_position_embeddings");
+  SPINDLE_CHECK(orig.has_value(), format,
+                "{}: llama3 scaling needs field 'original_max_position_embeddings'", where);
+  s.original_max_position = *orig;
+  SPINDLE_CHECK(s.factor > 0 && s.low_freq_factor > 0 && s.high_freq_factor > s.low_freq_factor &&
+                    s.original_max_position > 0,
+                format,
+                "{}: llama3 scaling needs factor > 0, 0 < low_freq_factor < high_freq_factor and "
+                "original_max_position_embeddings > 0; got factor {}, low {}, high {}, original {}",
+                where, s.factor, s.low_freq_factor, s.high_freq_factor, s.original_max_position);
+  return s;
+}
+
+// The shortest decimal that reads back as the same float, as a JSON number: 1e-5f is
+// written "1e-05", not "9.999999747378752e-06".
+double json_float(float v) {
+  char buf[32];
+  auto res = std::to_chars(buf, buf + sizeof buf, v);
+  double d = v;
+  std::from_chars(buf, res.ptr, d);
+  return d;
+}
+
+}  // namespace
+
+ModelConfig parse_hf_config(const std::string& json_text, const std::string& source) {
+  json j;
+  try {
+    j = json::parse(json_text);
+  } catch (const json::exception& ex) {
+    SPINDLE_THROW(format, "{}: not valid JSON: {}", source, ex.what());
+  }
+  SPINDLE_CHECK(j.is_object(), format, "{}: config must be a JSON object, got {}", source,
+                j.type_name());
+  ConfigFields f(j, source);
+
+  ModelConfig c;
+  c.arch = parse_arch(f, source);
+  c.dim = f.req_int("hidden_size");
+  c.hidden_dim = f.req_int("intermediate_size");
+  c.n_layers = f.req_int("num_hidden_layers");
+  c.n_heads = f.req_int("num_attention_heads");
+  c.n_kv_heads = f.opt_int("num_key_value_heads").value_or(c.n_heads);
+  if (auto hd = f.opt_int("head_dim")) {
+    c.head_dim = *hd;
+  } else {
+    SPINDLE_CHECK(c.n_heads > 0 && c.dim % c.n_heads == 0, format,
+                  "{}: hidden_size {} is not a multiple of num_attention_heads {}, and head_dim "
+                  "is not given",
+                  source, c.dim, c.n_heads);
+    c.head_dim = c.dim / c.n_heads;
+  }
+  c.vocab_size = f.req_int("vocab_size");
+  c.max_seq_len = f.opt_int("max_position_embeddings")
+                      .value_or(c.arch == Arch::qwen3 ? 32768 : 2048);
+  c.rope_theta = float(f.opt_num("rope_theta").value_or(10000.0));
+  c.rope_scaling = parse_rope_scaling(j, source);
+  c.rms_eps = float(f.opt_num("rms_norm_eps").value_or(1e-6));
+  c.tie_embeddings = f.opt_bool("tie_word_embeddings").value_or(false);
+
+  const std::string act = f.opt_str("hidden_act").value_or("silu");
+  SPINDLE_CHECK(act == "silu", unsupported,
+                "{}: hidden_act '{}' is not supported (Llama-family SwiGLU needs silu)", source, act);
+  SPINDLE_CHECK(!f.opt_bool("attention_bias").value_or(false), unsupported,
+                "{}: attention_bias true (biases on q/k/v/o projections) is not supported", source);
+  SPINDLE_CHECK(!f.opt_bool("mlp_bias").value_or(false), unsupported,
+                "{}: mlp_bias true (biases on MLP projections) is not supported", source);
+  SPINDLE_CHECK(!f.opt_bool("use_sliding_window").value_or(false), unsupported,
+                "{}: use_sliding_window true is not supported", source);
+
+  // Missing ids keep the defaults, clamped into tiny vocabularies; given ids must fit.
+  const int64_t last_id = std::max<int64_t>(c.vocab_size - 1, 0);
+  c.bos_id = f.opt_token_id("bos_token_id")
+                 .value_or(int32_t(std::min<int64_t>(c.bos_id, last_id)));
+  c.eos_id = f.opt_token_id("eos_token_id")
+                 .value_or(int32_t(std::min<int64_t>(c.eos_id, last_id)));
+
+  auto name = f.opt_str("_name_or_path");
+  c.name = name && !name->empty() ? *name : source;
+  c.validate(source);
+  return c;
+}
+
+namespace detail {
+
+json hf_config_object(const ModelConfig& c) {
+  const bool qwen = c.arch == Arch::qwen3;
+  json j = {
+      {"architectures", {qwen ? "Qwen3ForCausalLM" : "LlamaForCausalLM"}},
+      {"model_type", arch_name(c.arch)},
+      {"_name_or_path", c.name},
+      {"hidden_size", c.dim},
+      {"intermediate_size", c.hidden_dim},
+      {"num_hidden_layers", c.n_layers},
+      {"num_attention_heads", c.n_heads},
+      {"num_key_value_heads", c.n_kv_heads},
+      {"head_dim", c.head_dim},
+      {"vocab_size", c.vocab_size},
+      {"max_position_embeddings", c.max_seq_len},
+      {"rope_theta", json_float(c.rope_theta)},
+      {"rms_norm_eps", json_float(c.rms_eps)},
+      {"tie_word_embeddings", c.tie_embeddings},
+      {"bos_token_id", c.bos_id},
+      {"eos_token_id", c.eos_id},
+      {"hidden_act", "silu"},
+      {"attention_bias", false},
+      {"mlp_bias", false},
+      {"rope_scaling", nullptr},
+  };
+  if (c.rope_scaling) {
+    const RopeScaling& s = *c.rope_scaling;
+    j["rope_scaling"] = {{"rope_type", "llama3"},
+                         {"factor", json_float(s.factor)},
+                         {"low_freq_factor", json_float(s.low_freq_factor)},
+                         {"high_freq_factor", json_float(s.high_freq_factor)},
+                         {"original_max_position_embeddings", s.original_max_position}};
+  }
+  return j;
+}
+
+const char* hf_torch_dtype(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return "float32";
+    case DType::f16: return "float16";
+    case DType::bf16: return "bfloat16";
+    default: break;
+  }
+  SPINDLE_THROW(invalid_argument, "dtype {} is not a floating dtype for model weights",
+                dtype_name(dtype));
+}
+
+}  // namespace detail
+
+std::string hf_config_json(const ModelConfig& config) {
+  // Paths in _name_or_path need not be UTF-8; invalid bytes become U+FFFD rather than throw.
+  return detail::hf_config_object(config).dump(2, ' ', false, json::error_handler_t::replace) +
+         "\n";
+}
+
+}  // namespace spindle::engine

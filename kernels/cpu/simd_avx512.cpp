@@ -1,0 +1,66 @@
+// AVX-512F table of the simd.h primitives (short-row gemv uses 256-bit AVX2+FMA inside it).
+// simd.cpp hands this table out only when the CPU reports avx512f, avx2 and fma.
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "simd.h"
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,avx512f")
+
+namespace spindle::kernels::simd {
+namespace {
+
+struct V {
+  using R = __m512;
+  using Ri = __m512i;
+  static constexpr int64_t W = 16;
+
+  static R zero() { return _mm512_setzero_ps(); }
+  static R set1(float a) { return _mm512_set1_ps(a); }
+  static R load(const float* p) { return _mm512_loadu_ps(p); }
+  static void store(float* p, R v) { _mm512_storeu_ps(p, v); }
+  static __mmask16 mask(int64_t n) {  // lanes [0, n) set, n in [0, 16]
+    return static_cast<__mmask16>((1u << n) - 1u);
+  }
+  static R load_n(const float* p, int64_t n) { return _mm512_maskz_loadu_ps(mask(n), p); }
+  static void store_n(float* p, R v, int64_t n) { _mm512_mask_storeu_ps(p, mask(n), v); }
+  static R keep_n(R v, int64_t n) { return _mm512_maskz_mov_ps(mask(n), v); }
+
+  static R add(R a, R b) { return _mm512_add_ps(a, b); }
+  static R sub(R a, R b) { return _mm512_sub_ps(a, b); }
+  static R mul(R a, R b) { return _mm512_mul_ps(a, b); }
+  static R div(R a, R b) { return _mm512_div_ps(a, b); }
+  static R fma(R a, R b, R c) { return _mm512_fmadd_ps(a, b, c); }    // a·b + c
+  static R fnma(R a, R b, R c) { return _mm512_fnmadd_ps(a, b, c); }  // c - a·b
+  static R max(R a, R b) { return _mm512_max_ps(a, b); }
+  static R min(R a, R b) { return _mm512_min_ps(a, b); }
+  static R round(R x) {
+    return _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  }
+  static R select_gt(R x, R c, R then_v, R else_v) {
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, c, _CMP_GT_OQ), else_v, then_v);
+  }
+
+  static Ri cvt_i(R x) { return _mm512_cvtps_epi32(x); }
+  static Ri srai1(Ri x) { return _mm512_srai_epi32(x, 1); }
+  static Ri sub_i(Ri a, Ri b) { return _mm512_sub_epi32(a, b); }
+  static R pow2(Ri k) {  // 2^k for k in [-126, 127]
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(k, _mm512_set1_epi32(127)), 23));
+  }
+
+  static float hsum(R v) { return _mm512_reduce_add_ps(v); }
+  static float hmax(R v) { return _mm512_reduce_max_ps(v); }
+};
+
+#include "simd_impl.h"
+
+}  // namespace
+
+const Ops& avx512_ops() noexcept { return make_ops(); }
+
+}  // namespace spindle::kernels::simd
+
+#pragma GCC pop_options

@@ -1,0 +1,198 @@
+#pragma once
+// Small random models and an independent reference forward for engine tests.
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "spindle/engine/lora.h"
+#include "spindle/engine/weights.h"
+
+namespace spindle::testing {
+
+inline engine::ModelConfig tiny_config(engine::Arch arch) {
+  engine::ModelConfig c;
+  c.arch = arch;
+  c.dim = 48;
+  c.hidden_dim = 80;
+  c.n_layers = 2;
+  c.n_heads = 6;
+  c.n_kv_heads = 2;
+  c.head_dim = arch == engine::Arch::qwen3 ? 12 : 8;  // qwen3: head_dim decoupled from dim
+  c.vocab_size = 97;
+  c.max_seq_len = 64;
+  c.rope_theta = arch == engine::Arch::qwen3 ? 1000000.0f : 10000.0f;
+  c.rms_eps = 1e-6f;
+  c.tie_embeddings = arch == engine::Arch::llama;
+  c.bos_id = 1;
+  c.eos_id = 2;
+  return c;
+}
+
+inline engine::ModelWeights random_weights(const engine::ModelConfig& c, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  auto fill = [&](Shape shape, float lo, float hi) {
+    Tensor t(std::move(shape));
+    std::uniform_real_distribution<float> u(lo, hi);
+    for (float& x : t.span()) x = u(rng);
+    return t;
+  };
+  engine::ModelWeights w;
+  w.config = c;
+  w.tok_emb = fill({c.vocab_size, c.dim}, -1.0f, 1.0f);
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    engine::LayerWeights L;
+    const float a = 1.0f / std::sqrt(float(c.dim));
+    L.attn_norm = fill({c.dim}, 0.8f, 1.2f);
+    L.wq = fill({c.q_dim(), c.dim}, -a, a);
+    L.wk = fill({c.kv_dim(), c.dim}, -a, a);
+    L.wv = fill({c.kv_dim(), c.dim}, -a, a);
+    L.wo = fill({c.dim, c.q_dim()}, -a, a);
+    if (c.arch == engine::Arch::qwen3) {
+      L.q_norm = fill({c.head_dim}, 0.8f, 1.2f);
+      L.k_norm = fill({c.head_dim}, 0.8f, 1.2f);
+    }
+    L.ffn_norm = fill({c.dim}, 0.8f, 1.2f);
+    L.w_gate = fill({c.hidden_dim, c.dim}, -a, a);
+    L.w_up = fill({c.hidden_dim, c.dim}, -a, a);
+    L.w_down = fill({c.dim, c.hidden_dim}, -a, a);
+    w.layers.push_back(std::move(L));
+  }
+  w.final_norm = fill({c.dim}, 0.8f, 1.2f);
+  if (!c.tie_embeddings) w.lm_head = fill({c.vocab_size, c.dim}, -0.5f, 0.5f);
+  w.validate("random test model");
+  return w;
+}
+
+// Independent reference: a plain, token-at-a-time, double-precision decoder with an optional
+// LoRA adapter merged into copies of the weights (W' = W + s·B·A). Returns logits per token.
+class ReferenceModel {
+ public:
+  ReferenceModel(const engine::ModelWeights& w, const engine::LoraWeights* adapter) : c_(w.config) {
+    auto merged = [&](const Tensor& W, int64_t layer, engine::LoraTarget t) {
+      std::vector<double> out(W.span().begin(), W.span().end());
+      if (adapter) {
+        const engine::LoraPair& p =
+            adapter->modules[size_t(engine::lora_target_per_layer(t) ? layer : 0)][size_t(t)];
+        if (!p.empty()) {
+          const int64_t r = adapter->rank, n = W.dim(0), k = W.dim(1);
+          const double s = adapter->scale();
+          for (int64_t i = 0; i < n; ++i)
+            for (int64_t j = 0; j < k; ++j) {
+              double acc = 0;
+              for (int64_t q = 0; q < r; ++q) acc += double(p.B.data()[i * r + q]) * p.A.data()[q * k + j];
+              out[size_t(i * k + j)] += s * acc;
+            }
+        }
+      }
+      return out;
+    };
+    auto vec = [](const Tensor& t) { return std::vector<double>(t.span().begin(), t.span().end()); };
+    emb_ = vec(w.tok_emb);
+    for (int64_t l = 0; l < c_.n_layers; ++l) {
+      const auto& L = w.layers[size_t(l)];
+      Layer R;
+      R.attn_norm = vec(L.attn_norm);
+      R.ffn_norm = vec(L.ffn_norm);
+      R.wq = merged(L.wq, l, engine::LoraTarget::q);
+      R.wk = merged(L.wk, l, engine::LoraTarget::k);
+      R.wv = merged(L.wv, l, engine::LoraTarget::v);
+      R.wo = merged(L.wo, l, engine::LoraTarget::o);
+      R.wg = merged(L.w_gate, l, engine::LoraTarget::gate);
+      R.wu = merged(L.w_up, l, engine::LoraTarget::up);
+      R.wd = merged(L.w_down, l, engine::LoraTarget::down);
+      if (!L.q_norm.empty()) {
+        R.q_norm = vec(L.q_norm);
+        R.k_norm = vec(L.k_norm);
+      }
+      layers_.push_back(std::move(R));
+      k_cache_.emplace_back();
+      v_cache_.emplace_back();
+    }
+    final_norm_ = vec(w.final_norm);
+    head_ = merged(w.unembedding(), 0, engine::LoraTarget::lm_head);
+  }
+
+  // Feeds one token at the next position; returns logits [vocab].
+  std::vector<double> step(int32_t token) {
+    const int64_t D = c_.dim, hd = c_.head_dim, pos = pos_++;
+    std::vector<double> x(emb_.begin() + token * D, emb_.begin() + (token + 1) * D);
+    for (int64_t l = 0; l < c_.n_layers; ++l) {
+      Layer& L = layers_[size_t(l)];
+      auto xn = rms(x, L.attn_norm);
+      auto q = matvec(L.wq, xn, c_.q_dim()), k = matvec(L.wk, xn, c_.kv_dim()),
+           v = matvec(L.wv, xn, c_.kv_dim());
+      for (int64_t h = 0; h < c_.n_heads; ++h) head_op(q, h, L.q_norm, pos);
+      for (int64_t h = 0; h < c_.n_kv_heads; ++h) head_op(k, h, L.k_norm, pos);
+      k_cache_[size_t(l)].push_back(k);
+      v_cache_[size_t(l)].push_back(v);
+      std::vector<double> att(size_t(c_.q_dim()), 0.0);
+      const int64_t group = c_.n_heads / c_.n_kv_heads;
+      for (int64_t h = 0; h < c_.n_heads; ++h) {
+        const int64_t kvh = h / group;
+        std::vector<double> sc;
+        for (auto& kk : k_cache_[size_t(l)]) {
+          double d = 0;
+          for (int64_t i = 0; i < hd; ++i) d += q[size_t(h * hd + i)] * kk[size_t(kvh * hd + i)];
+          sc.push_back(d / std::sqrt(double(hd)));
+        }
+        double m = *std::max_element(sc.begin(), sc.end()), z = 0;
+        for (double& s : sc) z += (s = std::exp(s - m));
+        for (size_t j = 0; j < sc.size(); ++j)
+          for (int64_t i = 0; i < hd; ++i)
+            att[size_t(h * hd + i)] += sc[j] / z * v_cache_[size_t(l)][j][size_t(kvh * hd + i)];
+      }
+      auto o = matvec(L.wo, att, D);
+      for (int64_t i = 0; i < D; ++i) x[size_t(i)] += o[size_t(i)];
+      auto xn2 = rms(x, L.ffn_norm);
+      auto g = matvec(L.wg, xn2, c_.hidden_dim), u = matvec(L.wu, xn2, c_.hidden_dim);
+      for (size_t i = 0; i < g.size(); ++i) g[i] = g[i] / (1 + std::exp(-g[i])) * u[i];
+      auto dn = matvec(L.wd, g, D);
+      for (int64_t i = 0; i < D; ++i) x[size_t(i)] += dn[size_t(i)];
+    }
+    return matvec(head_, rms(x, final_norm_), c_.vocab_size);
+  }
+
+ private:
+  struct Layer {
+    std::vector<double> attn_norm, ffn_norm, wq, wk, wv, wo, wg, wu, wd, q_norm, k_norm;
+  };
+  std::vector<double> rms(const std::vector<double>& x, const std::vector<double>& w) const {
+    double ss = 0;
+    for (double v : x) ss += v * v;
+    const double inv = 1.0 / std::sqrt(ss / double(x.size()) + c_.rms_eps);
+    std::vector<double> y(x.size());
+    for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] * inv * w[i];
+    return y;
+  }
+  static std::vector<double> matvec(const std::vector<double>& W, const std::vector<double>& x,
+                                    int64_t n) {
+    std::vector<double> y(size_t(n), 0.0);
+    const size_t k = x.size();
+    for (int64_t i = 0; i < n; ++i)
+      for (size_t j = 0; j < k; ++j) y[size_t(i)] += W[size_t(i) * k + j] * x[j];
+    return y;
+  }
+  // Optional per-head RMSNorm (Qwen3), then HF rotate-half RoPE with theta^(-2i/hd).
+  void head_op(std::vector<double>& v, int64_t h, const std::vector<double>& norm, int64_t pos) {
+    const int64_t hd = c_.head_dim;
+    std::vector<double> seg(v.begin() + h * hd, v.begin() + (h + 1) * hd);
+    if (!norm.empty()) seg = rms(seg, norm);
+    for (int64_t i = 0; i < hd / 2; ++i) {
+      const double f = 1.0 / std::pow(double(c_.rope_theta), double(2 * i) / double(hd));
+      const double a = double(pos) * f, c = std::cos(a), s = std::sin(a);
+      const double x0 = seg[size_t(i)], x1 = seg[size_t(i + hd / 2)];
+      seg[size_t(i)] = x0 * c - x1 * s;
+      seg[size_t(i + hd / 2)] = x0 * s + x1 * c;
+    }
+    std::copy(seg.begin(), seg.end(), v.begin() + h * hd);
+  }
+
+  engine::ModelConfig c_;
+  std::vector<double> emb_, final_norm_, head_;
+  std::vector<Layer> layers_;
+  std::vector<std::vector<std::vector<double>>> k_cache_, v_cache_;
+  int64_t pos_ = 0;
+};
+
+}  // namespace spindle::testing
