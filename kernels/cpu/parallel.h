@@ -10,6 +10,8 @@ namespace spindle::kernels::cpu {
 
 inline constexpr int64_t kParallelMinWork = int64_t{1} << 18;
 
-inline bool worth_parallel(int64_t work) { return work >= kParallelMinWork; }
+inline bool worth_parallel(int64_t work) {
+  return work >= kParallelMinWork;
+}
 
 }  // namespace spindle::kernels::cpu

@@ -67,9 +67,9 @@ void axpy_rows_scalar(const float* a, const float* rows, int64_t ld, int64_t m, 
   for (int64_t i = 0; i < m; ++i) axpy_scalar(a[i], rows + i * ld, y, n);
 }
 
-constexpr Ops kScalarOps{dot_scalar,     axpy_scalar,     scale_scalar,
+constexpr Ops kScalarOps{dot_scalar,         axpy_scalar, scale_scalar,
                          sum_squares_scalar, max_scalar,  exp_sum_scalar,
-                         silu_mul_scalar, gemv_scalar,    axpy_rows_scalar};
+                         silu_mul_scalar,    gemv_scalar, axpy_rows_scalar};
 
 SimdLevel detect() noexcept {
   __builtin_cpu_init();
@@ -81,9 +81,12 @@ SimdLevel detect() noexcept {
 
 const Ops& table_for(SimdLevel level) noexcept {
   switch (level) {
-    case SimdLevel::avx512: return avx512_ops();
-    case SimdLevel::avx2: return avx2_ops();
-    case SimdLevel::scalar: break;
+    case SimdLevel::avx512:
+      return avx512_ops();
+    case SimdLevel::avx2:
+      return avx2_ops();
+    case SimdLevel::scalar:
+      break;
   }
   return scalar_ops();
 }
@@ -100,11 +103,14 @@ const Ops* resolve() noexcept {
 
 }  // namespace
 
-const Ops& scalar_ops() noexcept { return kScalarOps; }
+const Ops& scalar_ops() noexcept {
+  return kScalarOps;
+}
 
 const Ops& ops() noexcept {
   const Ops* p = g_active.load(std::memory_order_acquire);
-  if (p == nullptr) [[unlikely]] p = resolve();
+  if (p == nullptr) [[unlikely]]
+    p = resolve();
   return *p;
 }
 
@@ -123,9 +129,12 @@ SimdLevel simd_level() noexcept {
 
 const char* simd_level_name(SimdLevel level) noexcept {
   switch (level) {
-    case SimdLevel::avx512: return "avx512";
-    case SimdLevel::avx2: return "avx2";
-    case SimdLevel::scalar: break;
+    case SimdLevel::avx512:
+      return "avx512";
+    case SimdLevel::avx2:
+      return "avx2";
+    case SimdLevel::scalar:
+      break;
   }
   return "scalar";
 }

@@ -37,8 +37,7 @@ struct Ops {
   void (*gemv)(const float* A, int64_t lda, int64_t m, int64_t n, const float* x, float alpha,
                float beta, float* y);
   // y[0:n] += Σ_{i<m} a[i]·rows[i·ld, 0:n]  (attention's p·V over one block).
-  void (*axpy_rows)(const float* a, const float* rows, int64_t ld, int64_t m, int64_t n,
-                    float* y);
+  void (*axpy_rows)(const float* a, const float* rows, int64_t ld, int64_t m, int64_t n, float* y);
 };
 
 // The table in use (see cpu_features.h for how it is chosen).
@@ -49,11 +48,21 @@ const Ops& scalar_ops() noexcept;
 const Ops& avx2_ops() noexcept;
 const Ops& avx512_ops() noexcept;
 
-inline float dot(const float* a, const float* b, int64_t n) { return ops().dot(a, b, n); }
-inline void axpy(float a, const float* x, float* y, int64_t n) { ops().axpy(a, x, y, n); }
-inline void scale(float a, float* x, int64_t n) { ops().scale(a, x, n); }
-inline float sum_squares(const float* x, int64_t n) { return ops().sum_squares(x, n); }
-inline float max(const float* x, int64_t n) { return ops().max(x, n); }
+inline float dot(const float* a, const float* b, int64_t n) {
+  return ops().dot(a, b, n);
+}
+inline void axpy(float a, const float* x, float* y, int64_t n) {
+  ops().axpy(a, x, y, n);
+}
+inline void scale(float a, float* x, int64_t n) {
+  ops().scale(a, x, n);
+}
+inline float sum_squares(const float* x, int64_t n) {
+  return ops().sum_squares(x, n);
+}
+inline float max(const float* x, int64_t n) {
+  return ops().max(x, n);
+}
 inline float exp_sum(const float* x, float shift, float* y, int64_t n) {
   return ops().exp_sum(x, shift, y, n);
 }

@@ -68,7 +68,9 @@ struct V {
 
 }  // namespace
 
-const Ops& avx2_ops() noexcept { return make_ops(); }
+const Ops& avx2_ops() noexcept {
+  return make_ops();
+}
 
 }  // namespace spindle::kernels::simd
 

@@ -1,6 +1,11 @@
 // AVX-512F table of the simd.h primitives (short-row gemv uses 256-bit AVX2+FMA inside it).
 // simd.cpp hands this table out only when the CPU reports avx512f, avx2 and fma.
 
+// GCC 12's _mm512_undefined_ps() (`__m512 __Y = __Y;`) trips -W(maybe-)uninitialized when
+// AVX-512 is enabled by a target pragma instead of -mavx512f (GCC PR 105593).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 #include <immintrin.h>
 
 #include <cstdint>
@@ -51,15 +56,32 @@ struct V {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(k, _mm512_set1_epi32(127)), 23));
   }
 
-  static float hsum(R v) { return _mm512_reduce_add_ps(v); }
-  static float hmax(R v) { return _mm512_reduce_max_ps(v); }
+  // Own reductions: GCC 12's _mm512_reduce_*_ps trip -Wmaybe-uninitialized.
+  static float hsum(R v) {
+    v = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(1, 0, 3, 2)));
+    v = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(2, 3, 0, 1)));
+    __m128 h = _mm512_castps512_ps128(v);
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_movehdup_ps(h));
+    return _mm_cvtss_f32(h);
+  }
+  static float hmax(R v) {
+    v = _mm512_max_ps(v, _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(1, 0, 3, 2)));
+    v = _mm512_max_ps(v, _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(2, 3, 0, 1)));
+    __m128 h = _mm512_castps512_ps128(v);
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    return _mm_cvtss_f32(h);
+  }
 };
 
 #include "simd_impl.h"
 
 }  // namespace
 
-const Ops& avx512_ops() noexcept { return make_ops(); }
+const Ops& avx512_ops() noexcept {
+  return make_ops();
+}
 
 }  // namespace spindle::kernels::simd
 

@@ -156,7 +156,7 @@ inline float gemv_finish(float s, float alpha, float beta, const float* y) {
   return beta == 0.0f ? alpha * s : alpha * s + beta * *y;
 }
 
-// gemv for long rows (n > 32): four rows share each load of x.
+// gemv for long rows (n > 128): four rows share each load of x.
 inline void gemv_long_v(const float* A, int64_t lda, int64_t m, int64_t n, const float* x,
                         float alpha, float beta, float* y) {
   constexpr int64_t W = V::W;
@@ -208,8 +208,9 @@ inline __m256i mask8(int64_t n) {  // lanes [0, n) set, n in [0, 8]
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(k + 8 - n));
 }
 
-// gemv for short rows (n <= 32, NC = ceil(n / 8) chunks): x lives in registers; eight rows are
-// reduced together by one hadd tree, so a row costs about NC loads and FMAs.
+// gemv for short rows (n <= 128, NC = ceil(n / 8) chunks of 8 lanes): eight rows are reduced
+// together by one hadd tree, so a row costs about NC loads and FMAs plus 1/8 of the tree. Used
+// for LoRA expand (n = rank) and attention scores (n = head_dim).
 template <int NC>
 inline void gemv_short_v(const float* A, int64_t lda, int64_t m, int64_t n, const float* x,
                          float alpha, float beta, float* y) {
@@ -219,11 +220,11 @@ inline void gemv_short_v(const float* A, int64_t lda, int64_t m, int64_t n, cons
   for (int c = 0; c < NC - 1; ++c) xs[c] = _mm256_loadu_ps(x + 8 * c);
   xs[NC - 1] = _mm256_maskload_ps(x + 8 * (NC - 1), tail);
   const auto row_acc = [&](const float* row) {
-    __m256 acc = _mm256_mul_ps(
-        NC == 1 ? _mm256_maskload_ps(row, tail) : _mm256_loadu_ps(row), xs[0]);
+    __m256 acc =
+        _mm256_mul_ps(NC == 1 ? _mm256_maskload_ps(row, tail) : _mm256_loadu_ps(row), xs[0]);
     for (int c = 1; c < NC; ++c) {
-      const __m256 v = c == NC - 1 ? _mm256_maskload_ps(row + 8 * c, tail)
-                                   : _mm256_loadu_ps(row + 8 * c);
+      const __m256 v =
+          c == NC - 1 ? _mm256_maskload_ps(row + 8 * c, tail) : _mm256_loadu_ps(row + 8 * c);
       acc = _mm256_fmadd_ps(v, xs[c], acc);
     }
     return acc;
@@ -246,24 +247,33 @@ inline void gemv_short_v(const float* A, int64_t lda, int64_t m, int64_t n, cons
   }
 }
 
+constexpr int kShortChunksMax = 16;  // rows up to 128 floats take the short path
+
+template <int NC>
+inline void gemv_short_dispatch(int64_t n_chunks, const float* A, int64_t lda, int64_t m, int64_t n,
+                                const float* x, float alpha, float beta, float* y) {
+  if constexpr (NC < kShortChunksMax) {
+    if (n_chunks != NC) {
+      gemv_short_dispatch<NC + 1>(n_chunks, A, lda, m, n, x, alpha, beta, y);
+      return;
+    }
+  }
+  gemv_short_v<NC>(A, lda, m, n, x, alpha, beta, y);
+}
+
 inline void gemv_v(const float* A, int64_t lda, int64_t m, int64_t n, const float* x, float alpha,
                    float beta, float* y) {
   if (n <= 0) {
     for (int64_t i = 0; i < m; ++i) y[i] = gemv_finish(0.0f, alpha, beta, y + i);
-  } else if (n <= 8) {
-    gemv_short_v<1>(A, lda, m, n, x, alpha, beta, y);
-  } else if (n <= 16) {
-    gemv_short_v<2>(A, lda, m, n, x, alpha, beta, y);
-  } else if (n <= 24) {
-    gemv_short_v<3>(A, lda, m, n, x, alpha, beta, y);
-  } else if (n <= 32) {
-    gemv_short_v<4>(A, lda, m, n, x, alpha, beta, y);
+  } else if (n <= 8 * kShortChunksMax) {
+    gemv_short_dispatch<1>((n + 7) / 8, A, lda, m, n, x, alpha, beta, y);
   } else {
     gemv_long_v(A, lda, m, n, x, alpha, beta, y);
   }
 }
 
-// y[0:n] += Σ a[i]·rows[i]: y stays in registers, 4·W columns at a time.
+// y[0:n] += Σ a[i]·rows[i]: 4·W columns at a time stay in registers, in two accumulator sets
+// (even and odd rows) so consecutive FMAs do not wait on each other.
 inline void axpy_rows_v(const float* a, const float* rows, int64_t ld, int64_t m, int64_t n,
                         float* y) {
   constexpr int64_t W = V::W;
@@ -271,30 +281,51 @@ inline void axpy_rows_v(const float* a, const float* rows, int64_t ld, int64_t m
   for (; c + 4 * W <= n; c += 4 * W) {
     auto y0 = V::load(y + c), y1 = V::load(y + c + W);
     auto y2 = V::load(y + c + 2 * W), y3 = V::load(y + c + 3 * W);
-    for (int64_t i = 0; i < m; ++i) {
+    auto z0 = V::zero(), z1 = V::zero(), z2 = V::zero(), z3 = V::zero();
+    int64_t i = 0;
+    for (; i + 2 <= m; i += 2) {
       const float* p = rows + i * ld + c;
-      const auto av = V::set1(a[i]);
-      y0 = V::fma(av, V::load(p), y0);
-      y1 = V::fma(av, V::load(p + W), y1);
-      y2 = V::fma(av, V::load(p + 2 * W), y2);
-      y3 = V::fma(av, V::load(p + 3 * W), y3);
+      const float* q = p + ld;
+      const auto ap = V::set1(a[i]);
+      const auto aq = V::set1(a[i + 1]);
+      y0 = V::fma(ap, V::load(p), y0);
+      y1 = V::fma(ap, V::load(p + W), y1);
+      y2 = V::fma(ap, V::load(p + 2 * W), y2);
+      y3 = V::fma(ap, V::load(p + 3 * W), y3);
+      z0 = V::fma(aq, V::load(q), z0);
+      z1 = V::fma(aq, V::load(q + W), z1);
+      z2 = V::fma(aq, V::load(q + 2 * W), z2);
+      z3 = V::fma(aq, V::load(q + 3 * W), z3);
     }
-    V::store(y + c, y0);
-    V::store(y + c + W, y1);
-    V::store(y + c + 2 * W, y2);
-    V::store(y + c + 3 * W, y3);
+    if (i < m) {
+      const float* p = rows + i * ld + c;
+      const auto ap = V::set1(a[i]);
+      y0 = V::fma(ap, V::load(p), y0);
+      y1 = V::fma(ap, V::load(p + W), y1);
+      y2 = V::fma(ap, V::load(p + 2 * W), y2);
+      y3 = V::fma(ap, V::load(p + 3 * W), y3);
+    }
+    V::store(y + c, V::add(y0, z0));
+    V::store(y + c + W, V::add(y1, z1));
+    V::store(y + c + 2 * W, V::add(y2, z2));
+    V::store(y + c + 3 * W, V::add(y3, z3));
   }
   for (; c < n; c += W) {
     const int64_t w = n - c < W ? n - c : W;
-    auto yv = V::load_n(y + c, w);
-    for (int64_t i = 0; i < m; ++i)
-      yv = V::fma(V::set1(a[i]), V::load_n(rows + i * ld + c, w), yv);
-    V::store_n(y + c, yv, w);
+    auto y0 = V::load_n(y + c, w);
+    auto z0 = V::zero();
+    int64_t i = 0;
+    for (; i + 2 <= m; i += 2) {
+      y0 = V::fma(V::set1(a[i]), V::load_n(rows + i * ld + c, w), y0);
+      z0 = V::fma(V::set1(a[i + 1]), V::load_n(rows + (i + 1) * ld + c, w), z0);
+    }
+    if (i < m) y0 = V::fma(V::set1(a[i]), V::load_n(rows + i * ld + c, w), y0);
+    V::store_n(y + c, V::add(y0, z0), w);
   }
 }
 
 inline const Ops& make_ops() {
-  static constexpr Ops table{dot_v,    axpy_v,     scale_v, sum_squares_v, max_v,
+  static constexpr Ops table{dot_v,     axpy_v,     scale_v, sum_squares_v, max_v,
                              exp_sum_v, silu_mul_v, gemv_v,  axpy_rows_v};
   return table;
 }

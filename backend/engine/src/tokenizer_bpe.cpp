@@ -127,6 +127,16 @@ BpeTokenizer::BpeTokenizer(BpeSpec spec)
   raw_matcher_ = AddedTokenMatcher(std::move(raw_patterns), std::move(raw_tokens));
   normalized_matcher_ = AddedTokenMatcher(std::move(norm_patterns), std::move(norm_tokens));
 
+  if (single_template_) {
+    for (const auto& piece : *single_template_) {
+      for (const int32_t id : piece.ids) {
+        SPINDLE_CHECK(id < vocab_size_ && id_known_[id], format,
+                      "{}: post_processor template uses token id {}, which is not in the vocab",
+                      source_, id);
+      }
+    }
+  }
+
   // bos/eos: tokenizer_config.json when it names them; else what the files make evident.
   const auto resolve = [&](const std::optional<std::string>& name, const char* field) {
     std::optional<int32_t> id;

@@ -23,15 +23,9 @@
 #include "bpe_added_tokens.h"
 #include "bpe_pretokenize.h"
 #include "spindle/engine/tokenizer.h"
+#include "tokenizer_token_map.h"
 
 namespace spindle::engine {
-
-// Heterogeneous-lookup string map (find(std::string_view) without allocating).
-struct StringHash {
-  using is_transparent = void;
-  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-};
-using TokenMap = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
 
 // One item of a TemplateProcessing `single` template: the input sequence or fixed ids.
 struct TemplatePiece {

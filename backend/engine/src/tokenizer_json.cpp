@@ -53,11 +53,14 @@ class Reader {
                   key, v->type_name());
     return v->get<bool>();
   }
+  // Ids are bounded so a hostile file cannot make the id tables huge (cf. ModelConfig).
+  static constexpr int64_t kMaxId = int64_t(1) << 22;
+  static bool is_id(const json& v) {
+    return v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() < kMaxId;
+  }
   int32_t id(const json& v, const std::string& where) const {
-    SPINDLE_CHECK(v.is_number_integer() && v.get<int64_t>() >= 0 &&
-                      v.get<int64_t>() < (int64_t(1) << 30),
-                  format, "{}: {} must be a token id (integer in [0, 2^30)), got {}", file_, where,
-                  v.dump());
+    SPINDLE_CHECK(is_id(v), format, "{}: {} must be a token id (integer in [0, 2^22)), got {}",
+                  file_, where, v.dump());
     return static_cast<int32_t>(v.get<int64_t>());
   }
   std::string type(const json& obj, const std::string& where) const {
@@ -101,7 +104,9 @@ void parse_model(const Reader& r, const json& model, BpeSpec& spec) {
                 vocab.type_name());
   spec.vocab.reserve(vocab.size());
   for (const auto& [piece, id] : vocab.items()) {
-    spec.vocab.emplace(piece, r.id(id, "model.vocab['" + piece + "']"));
+    // The message is only built for a bad entry: vocabs have 10^5 entries.
+    const int32_t value = Reader::is_id(id) ? id.get<int32_t>() : r.id(id, "model.vocab['" + piece + "']");
+    spec.vocab.emplace(piece, value);
   }
 
   const json& merges = r.array(r.required(model, "merges", w), "model.merges");

@@ -6,11 +6,13 @@
 // Thread-safety: immutable after load.
 
 #include <filesystem>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "spindle/engine/tokenizer.h"
-#include "tokenizer_bpe.h"  // TokenMap
+#include "tokenizer_token_map.h"
 
 namespace spindle::engine {
 
@@ -35,8 +37,6 @@ class Llama2cTokenizer final : public Tokenizer {
   std::optional<int32_t> bos_id() const override { return kBos; }
   std::optional<int32_t> eos_id() const override { return kEos; }
   std::optional<int32_t> token_id(std::string_view piece) const override;
-
-  float score(int32_t id) const { return scores_.at(static_cast<size_t>(id)); }
 
  private:
   Llama2cTokenizer() = default;

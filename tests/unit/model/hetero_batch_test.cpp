@@ -65,9 +65,12 @@ void check_hetero(const ModelWeights& base, float tolerance) {
     // Every row gets a different adapter; a few leave some modules unadapted.
     std::vector<LoraTarget> targets(std::begin(kEveryTarget), std::end(kEveryTarget));
     if (i % 5 == 3) targets = {LoraTarget::q, LoraTarget::v, LoraTarget::down};
-    adapters.push_back(LoraWeights::random(c, ranks[i], 2.0f * float(ranks[i]), targets,
-                                           /*seed=*/1000 + i, 0.3f, 0.3f));
-    adapters.back().use_rslora = i % 4 == 1;
+    // Trained-adapter magnitudes: scale 2 (alpha = 2r, or 2√r under rsLoRA), |A|, |B| <= 0.1.
+    const bool rslora = i % 4 == 1;
+    const float alpha = rslora ? 2.0f * std::sqrt(float(ranks[i])) : 2.0f * float(ranks[i]);
+    adapters.push_back(
+        LoraWeights::random(c, ranks[i], alpha, targets, /*seed=*/1000 + i, 0.1f, 0.1f));
+    adapters.back().use_rslora = rslora;
   }
   LoraPoolOptions opts{.max_slots = kRows, .max_rank = 64};
   LoraSlotPool hetero_pool(c, opts);
@@ -88,6 +91,13 @@ void check_hetero(const ModelWeights& base, float tolerance) {
   ForwardState st;
   model.forward(batch, cache, &hetero_pool, st, {.logits = LogitsFor::all_tokens});
 
+  // The adapters must matter: compare against the base alone.
+  KvCache base_cache(c, {.block_size = 4, .n_blocks = 0, .max_seqs = kRows});
+  std::vector<BatchSequence> base_batch;
+  for (int i = 0; i < kRows; ++i) base_batch.push_back({base_cache.create(), prompts[size_t(i)], -1});
+  ForwardState base_st;
+  model.forward(base_batch, base_cache, nullptr, base_st, {.logits = LogitsFor::all_tokens});
+
   int64_t row = 0;
   for (int i = 0; i < kRows; ++i) {
     const ModelWeights merged = merged_copy(base, adapters[size_t(i)]);
@@ -96,13 +106,15 @@ void check_hetero(const ModelWeights& base, float tolerance) {
     ForwardState st1;
     const BatchSequence one{cache1.create(), prompts[size_t(i)], -1};
     alone.forward({&one, 1}, cache1, nullptr, st1, {.logits = LogitsFor::all_tokens});
-    float worst = 0;
+    float worst = 0, effect = 0;
     for (int64_t t = 0; t < int64_t(prompts[size_t(i)].size()); ++t) {
       for (int64_t v = 0; v < c.vocab_size; ++v) {
         worst = std::max(worst, std::abs(st.logits.row(row + t)[v] - st1.logits.row(t)[v]));
+        effect = std::max(effect, std::abs(st.logits.row(row + t)[v] - base_st.logits.row(row + t)[v]));
       }
     }
     EXPECT_LE(worst, tolerance) << "row " << i << " rank " << ranks[i];
+    EXPECT_GT(effect, 100 * tolerance) << "row " << i << ": adapter has no visible effect";
     row += int64_t(prompts[size_t(i)].size());
   }
 }

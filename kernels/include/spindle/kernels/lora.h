@@ -9,6 +9,8 @@
 // pool for one (layer, module): A = [max_slots, max_rank, d_in], B = [max_slots, d_out, max_rank];
 // a slot of rank r_s uses A rows [0, r_s) and B columns [0, r_s). Rank 0 = module not adapted
 // in that slot (the segment is skipped). Segments with slot < 0 (base only) are skipped.
+// Segments are in row order and do not overlap (empty segments and rows in no segment are
+// allowed; such rows are left untouched). All checks run before any write.
 
 #include <cstdint>
 #include <span>

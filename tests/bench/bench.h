@@ -1,0 +1,70 @@
+#pragma once
+// Shared pieces of spindle-bench: timing, the random Qwen3-0.6B-shaped model, the read
+// bandwidth probe and the engine benchmark entry point.
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "spindle/engine/weights.h"
+
+namespace spindle::bench {
+
+using Clock = std::chrono::steady_clock;
+
+inline double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Median of a non-empty sample (mean of the middle two for even sizes).
+inline double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// ---- bench_model.cpp --------------------------------------------------------------------
+
+// Qwen3-0.6B's shape (hidden 1024, 16 heads / 8 KV heads of 128, intermediate 3072, vocab
+// 151936, tied embeddings); `n_layers` is 28 for the real shape, fewer for --quick.
+engine::ModelConfig qwen3_0_6b_config(int64_t n_layers);
+
+// Weights uniform in small ranges (projections ±1/√d_in, norms in [0.9, 1.1], embedding ±0.5) so
+// activations stay finite and far from denormals. Filled with xorshift in parallel (OpenMP);
+// the values depend on `seed` only, not on the thread count.
+engine::ModelWeights fast_random_weights(const engine::ModelConfig& config, uint64_t seed);
+
+// ---- bench_bandwidth.cpp ----------------------------------------------------------------
+
+struct Bandwidth {
+  double bytes_per_s = 0;  // best pass
+  std::string isa;         // "avx512", "avx2" or "scalar"
+  int threads = 0;
+  size_t buffer_bytes = 0;
+  int passes = 0;
+};
+
+// Streaming read bandwidth: `threads` OpenMP threads each sum their contiguous share of one
+// `buffer_bytes` buffer with the widest vector loads the CPU has (several independent
+// accumulators), best of `passes` timed passes after one untimed pass. No stores, no memcpy.
+Bandwidth measure_read_bandwidth(size_t buffer_bytes, int threads, int passes);
+
+// Bytes one batch-1 decode step reads: every layer's projections and norms, the final norm, the
+// unembedding, the token's embedding row, and K and V of `context` cached tokens per layer.
+double decode_bytes_per_token(const engine::ModelWeights& weights, double context);
+
+// ---- bench_engine.cpp -------------------------------------------------------------------
+
+struct EngineBenchOptions {
+  std::filesystem::path model;       // empty: stories260K from shared_dir
+  std::filesystem::path shared_dir;  // holds models/stories260K/stories260K.bin
+  bool quick = false;
+  int threads = 0;  // OpenBLAS and OpenMP threads (set by the caller)
+};
+
+void run_engine_bench(const EngineBenchOptions& options);
+
+}  // namespace spindle::bench

@@ -1,0 +1,64 @@
+// spindle-bench: speed programs. Every subcommand prints human-readable lines plus exact ratio
+// lines ("hetero/single = 0.97") computed from measurements taken in the same run, so the
+// ratios mean something on a noisy, shared machine where absolute numbers do not.
+
+#include <CLI/CLI.hpp>
+#include <cblas.h>
+#include <omp.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+
+#include "bench.h"
+#include "spindle/core/error.h"
+
+namespace {
+
+// Default fixtures folder: $SPINDLE_SHARED_DIR, else ../shared relative to the current dir.
+std::filesystem::path default_shared_dir() {
+  if (const char* env = std::getenv("SPINDLE_SHARED_DIR"); env && *env) return env;
+  return std::filesystem::path("..") / "shared";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"spindle-bench: engine speed, reported as ratios measured in one run"};
+  app.require_subcommand(1);
+
+  spindle::bench::EngineBenchOptions engine_opts;
+  std::string shared;
+  CLI::App* engine = app.add_subcommand(
+      "engine", "decode/prefill tokens/s, LoRA and heterogeneous-batch cost, bandwidth bound");
+  engine->add_option("--model", engine_opts.model,
+                     "model (a): llama2.c .bin or HF dir (default: stories260K under --shared)");
+  engine->add_option("--shared", shared, "fixtures folder (default: $SPINDLE_SHARED_DIR or ../shared)");
+  engine->add_flag("--quick", engine_opts.quick, "smoke run: 4-layer Qwen3 shape, fewer steps");
+  engine->add_option("--threads", engine_opts.threads,
+                     "OpenBLAS and OpenMP threads (default: OpenBLAS's own default)")
+      ->check(CLI::Range(1, 1024));
+
+  try {
+    app.parse(argc, argv);
+    if (engine->parsed()) {
+      engine_opts.shared_dir = shared.empty() ? default_shared_dir() : std::filesystem::path(shared);
+      // Decode runs its GEMV/GEMM in OpenBLAS and the rest in OpenMP kernels; both use the
+      // same thread count, and so does the bandwidth probe.
+      if (engine_opts.threads > 0) openblas_set_num_threads(engine_opts.threads);
+      engine_opts.threads = openblas_get_num_threads();
+      omp_set_num_threads(engine_opts.threads);
+      spindle::bench::run_engine_bench(engine_opts);
+    }
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const spindle::Error& e) {
+    std::fprintf(stderr, "spindle-bench: error (%s): %s\n", spindle::error_code_name(e.code()),
+                 e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "spindle-bench: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

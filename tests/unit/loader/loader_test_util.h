@@ -1,0 +1,187 @@
+#pragma once
+// Helpers for loader tests: temp dirs, error capture, tiny random models, raw file edits.
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <random>
+#include <string>
+
+#include "spindle/core/error.h"
+#include "spindle/engine/weights.h"
+
+namespace spindle::loader_test {
+
+namespace fs = std::filesystem;
+
+// A fresh directory under the system temp dir, removed with everything in it on destruction.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& tag) {
+    static std::atomic<int> counter{0};
+    path_ = fs::temp_directory_path() /
+            ("spindle_loader_" + tag + "_" + std::to_string(::getpid()) + "_" +
+             std::to_string(counter++));
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const fs::path& path() const { return path_; }
+  fs::path operator/(const std::string& name) const { return path_ / name; }
+
+ private:
+  fs::path path_;
+};
+
+struct Caught {
+  bool thrown = false;
+  ErrorCode code = ErrorCode::internal;
+  std::string message;
+  bool has(const std::string& s) const { return message.find(s) != std::string::npos; }
+};
+
+// Runs f; captures a spindle::Error. Any other exception escapes and fails the test.
+inline Caught catch_error(const std::function<void()>& f) {
+  Caught c;
+  try {
+    f();
+  } catch (const Error& e) {
+    c.thrown = true;
+    c.code = e.code();
+    c.message = e.what();
+  }
+  return c;
+}
+
+// Expects f to throw a spindle::Error whose message contains every string in `needles`.
+#define EXPECT_SPINDLE_ERROR(expr, ...)                                                    \
+  do {                                                                                     \
+    const auto caught_ = ::spindle::loader_test::catch_error([&] { (void)(expr); });      \
+    EXPECT_TRUE(caught_.thrown) << #expr " did not throw";                                 \
+    for (const std::string& needle_ : std::initializer_list<std::string>{__VA_ARGS__}) {   \
+      EXPECT_TRUE(caught_.has(needle_)) << "message lacks '" << needle_                     \
+                                        << "': " << caught_.message;                        \
+    }                                                                                      \
+  } while (0)
+
+inline engine::ModelConfig tiny_llama() {
+  engine::ModelConfig c;
+  c.arch = engine::Arch::llama;
+  c.dim = 16;
+  c.hidden_dim = 40;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.head_dim = 4;
+  c.vocab_size = 32;
+  c.max_seq_len = 64;
+  c.rope_theta = 10000.0f;
+  c.rms_eps = 1e-5f;
+  c.tie_embeddings = true;
+  c.name = "tiny-llama";
+  return c;
+}
+
+inline engine::ModelConfig tiny_qwen3() {
+  engine::ModelConfig c = tiny_llama();
+  c.arch = engine::Arch::qwen3;
+  c.head_dim = 6;  // decoupled from dim / n_heads, as Qwen3 does
+  c.rope_theta = 1000000.0f;
+  c.rms_eps = 1e-6f;
+  c.tie_embeddings = false;
+  c.bos_id = 0;
+  c.eos_id = 3;
+  c.name = "tiny-qwen3";
+  return c;
+}
+
+// Random weights with every tensor the config asks for. Values are spread over several
+// binades so that f16/bf16 rounding is exercised.
+inline engine::ModelWeights random_model(const engine::ModelConfig& c, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> e(-8, 2);
+  auto fill = [&](Shape shape) {
+    Tensor t(std::move(shape));
+    for (float& x : t.span()) x = std::ldexp(u(rng), e(rng));
+    return t;
+  };
+  engine::ModelWeights w;
+  w.config = c;
+  w.tok_emb = fill({c.vocab_size, c.dim});
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    engine::LayerWeights L;
+    L.attn_norm = fill({c.dim});
+    L.wq = fill({c.q_dim(), c.dim});
+    L.wk = fill({c.kv_dim(), c.dim});
+    L.wv = fill({c.kv_dim(), c.dim});
+    L.wo = fill({c.dim, c.q_dim()});
+    if (c.arch == engine::Arch::qwen3) {
+      L.q_norm = fill({c.head_dim});
+      L.k_norm = fill({c.head_dim});
+    }
+    L.ffn_norm = fill({c.dim});
+    L.w_gate = fill({c.hidden_dim, c.dim});
+    L.w_up = fill({c.hidden_dim, c.dim});
+    L.w_down = fill({c.dim, c.hidden_dim});
+    w.layers.push_back(std::move(L));
+  }
+  w.final_norm = fill({c.dim});
+  if (!c.tie_embeddings) w.lm_head = fill({c.vocab_size, c.dim});
+  return w;
+}
+
+// Every tensor of `got` equals `want` after `round` (identity for fp32), bit for bit.
+inline void expect_same_weights(const engine::ModelWeights& want, const engine::ModelWeights& got,
+                                const std::function<float(float)>& round = {}) {
+  std::vector<std::pair<std::string, const Tensor*>> a, b;
+  engine::for_each_hf_tensor(want, [&](const std::string& n, const Tensor& t) { a.push_back({n, &t}); });
+  engine::for_each_hf_tensor(got, [&](const std::string& n, const Tensor& t) { b.push_back({n, &t}); });
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(a[i].first, b[i].first);
+    ASSERT_EQ(a[i].second->shape(), b[i].second->shape()) << a[i].first;
+    const float* x = a[i].second->data();
+    const float* y = b[i].second->data();
+    size_t mismatches = 0;
+    for (int64_t j = 0; j < a[i].second->numel(); ++j) {
+      const float w = round ? round(x[j]) : x[j];
+      uint32_t wb, yb;
+      std::memcpy(&wb, &w, 4);
+      std::memcpy(&yb, &y[j], 4);
+      mismatches += wb != yb;
+    }
+    EXPECT_EQ(mismatches, 0u) << a[i].first;
+  }
+}
+
+inline std::string read_bytes(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+inline void write_bytes(const fs::path& p, const std::string& bytes) {
+  std::ofstream out(p, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), std::streamsize(bytes.size()));
+}
+
+// A safetensors file from raw header JSON (unpadded) and `data_bytes` zero bytes of data.
+inline std::string safetensors_bytes(const std::string& header_json, size_t data_bytes) {
+  std::string out(8, '\0');
+  const uint64_t n = header_json.size();
+  for (int i = 0; i < 8; ++i) out[size_t(i)] = char(uint8_t(n >> (8 * i)));
+  return out + header_json + std::string(data_bytes, '\0');
+}
+
+}  // namespace spindle::loader_test
