@@ -2,8 +2,8 @@
 // model.safetensors, and the model's tokenizer), so `spindle generate --model DIR` and
 // transformers both load it. Prints one summary line to stderr; nothing on stdout.
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include <cstdio>
 #include <filesystem>
@@ -49,7 +49,8 @@ std::optional<fs::path> find_tokenizer(const fs::path& model) {
 // Copies the tokenizer to where default_tokenizer_path(dir) looks: tokenizer.json stays
 // tokenizer.json; a llama2.c tokenizer (tok512.bin, tokenizer.bin) becomes tokenizer.bin.
 fs::path copy_tokenizer(const fs::path& src, const fs::path& dir) {
-  const fs::path dst = dir / (src.filename() == "tokenizer.json" ? "tokenizer.json" : "tokenizer.bin");
+  const fs::path dst =
+      dir / (src.filename() == "tokenizer.json" ? "tokenizer.json" : "tokenizer.bin");
   std::error_code ec;
   if (fs::exists(dst, ec) && fs::equivalent(src, dst, ec)) return dst;  // converting in place
   write_file_atomic(dst, read_file_to_string(src, size_t(1) << 30));
@@ -72,8 +73,8 @@ void run_convert(const ConvertArgs& args) {
   std::fprintf(stderr, "%s\n",
                fmt::format("spindle convert: {} -> {}: {} with {} layers, dim {}, vocab {}, {} "
                            "parameters as {} ({:.1f} MiB); {}",
-                           from.string(), to.string(), engine::arch_name(c.arch), c.n_layers,
-                           c.dim, c.vocab_size, params, dtype_name(dtype),
+                           from.string(), to.string(), engine::arch_name(c.arch), c.n_layers, c.dim,
+                           c.vocab_size, params, dtype_name(dtype),
                            double(params * dtype_size(dtype)) / (1 << 20), tok_note)
                    .c_str());
 }

@@ -7,6 +7,7 @@
 // in machine load hits both alike; each reports the median over its timed repetitions.
 
 #include <cstdio>
+#include <cstdlib>
 
 #include "bench.h"
 #include "spindle/engine/generator.h"
@@ -37,7 +38,8 @@ constexpr int64_t kBlockSize = 16;
 // Step counts per model. A timed repetition runs clamp(rep_seconds / step time, 2, max_steps)
 // steps, the step time measured on the last warm-up step.
 struct Plan {
-  int64_t prompt = 16;  // prompt tokens of every decode sequence
+  int64_t prompt = 16;      // prompt tokens of every batch-1 decode sequence
+  int64_t b64_prompt = 16;  // prompt tokens of every batch-64 decode sequence
   int warmup = 4;       // untimed decode steps per run
   double b1_rep_seconds = 0.5;
   int b1_max_steps = 64, b1_reps = 5;
@@ -45,12 +47,14 @@ struct Plan {
   int b64_max_steps = 32, b64_reps = 5;
   int64_t prefill_seqs = 8, prefill_len = 256;
   int prefill_reps = 5;
+  bool prefill_warmup = true;  // one untimed prefill per run first
   int gen_tokens = 64;  // generator batch-1 new tokens
 };
 
 Plan qwen_plan(bool quick) {
   Plan p;
   p.prompt = 8;
+  p.b64_prompt = 4;
   p.warmup = 2;
   p.b1_rep_seconds = quick ? 0.5 : 1.5;
   p.b1_max_steps = 16;
@@ -61,6 +65,7 @@ Plan qwen_plan(bool quick) {
   p.prefill_seqs = 4;
   p.prefill_len = 128;  // 512 tokens
   p.prefill_reps = quick ? 2 : 3;
+  p.prefill_warmup = quick;  // a full-size prefill is seconds long: warm-up noise is small
   p.gen_tokens = quick ? 4 : 8;
   return p;
 }
@@ -207,10 +212,14 @@ void bench_model(const std::string& name, const ModelWeights& weights, const Pla
   Clock::time_point start = Clock::now();
   LoraSlotPool pool(c, {.max_slots = kSlots, .max_rank = kRank,
                         .targets = {std::begin(kSevenTargets), std::end(kSevenTargets)}});
+  std::vector<engine::LoraWeights> adapters(kSlots);
+#pragma omp parallel for schedule(dynamic, 1)
   for (int32_t s = 0; s < kSlots; ++s) {
-    pool.load(s, engine::LoraWeights::random(c, kRank, /*alpha=*/16.0f, kSevenTargets,
-                                             /*seed=*/1000 + uint64_t(s), 0.02f, 0.02f));
+    adapters[size_t(s)] = engine::LoraWeights::random(c, kRank, /*alpha=*/16.0f, kSevenTargets,
+                                                     /*seed=*/1000 + uint64_t(s), 0.02f, 0.02f);
   }
+  for (int32_t s = 0; s < kSlots; ++s) pool.load(s, adapters[size_t(s)]);
+  adapters.clear();
   std::printf("adapter pool: %d slots, rank %lld, q,k,v,o,gate,up,down, %.3f GB (%.1f s to fill)\n",
               kSlots, (long long)kRank, double(pool.bytes()) / 1e9, seconds_since(start));
 
@@ -252,9 +261,9 @@ void bench_model(const std::string& name, const ModelWeights& weights, const Pla
     const int64_t budget = decode_budget(plan, plan.b64_max_steps, plan.b64_reps);
     std::vector<int32_t> single(kSlots, 0), hetero(kSlots), none(kSlots, -1);
     for (int32_t s = 0; s < kSlots; ++s) hetero[size_t(s)] = s;
-    DecodeRun run_single(model, &pool, single, plan.prompt, budget);
-    DecodeRun run_hetero(model, &pool, hetero, plan.prompt, budget);
-    DecodeRun run_base(model, &pool, none, plan.prompt, budget);
+    DecodeRun run_single(model, &pool, single, plan.b64_prompt, budget);
+    DecodeRun run_hetero(model, &pool, hetero, plan.b64_prompt, budget);
+    DecodeRun run_base(model, &pool, none, plan.b64_prompt, budget);
     int steps = 0;
     const auto tps = interleaved_decode({&run_single, &run_hetero, &run_base}, plan,
                                         plan.b64_rep_seconds, plan.b64_max_steps, plan.b64_reps,
@@ -272,8 +281,10 @@ void bench_model(const std::string& name, const ModelWeights& weights, const Pla
   {
     PrefillRun base(model, &pool, -1, plan.prefill_seqs, plan.prefill_len);
     PrefillRun lora(model, &pool, 0, plan.prefill_seqs, plan.prefill_len);
-    base.run();  // warm-up: first-touch of activations
-    lora.run();
+    if (plan.prefill_warmup) {  // first touch of activation buffers
+      base.run();
+      lora.run();
+    }
     std::vector<double> b, l;
     for (int rep = 0; rep < plan.prefill_reps; ++rep) {
       b.push_back(base.run());
@@ -315,6 +326,11 @@ void run_engine_bench(const EngineBenchOptions& opts) {
   std::printf("spindle-bench engine%s: %d threads (OpenBLAS and OpenMP), kernels use %s\n",
               opts.quick ? " --quick" : "", opts.threads,
               kernels::simd_level_name(kernels::simd_level()));
+  // Thread wait policies change the results (spinning OpenMP workers compete with OpenBLAS's
+  // threads for the cores); say which were in force.
+  for (const char* var : {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OPENBLAS_NUM_THREADS"}) {
+    if (const char* v = std::getenv(var)) std::printf("  %s=%s\n", var, v);
+  }
 
   // (a) stories260K, or the model given with --model.
   const std::filesystem::path path =

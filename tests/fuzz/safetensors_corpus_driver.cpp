@@ -5,10 +5,10 @@
 // Exit 0 when every input was either accepted or refused with spindle::Error; anything else
 // escapes or aborts inside the entry point.
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
@@ -44,11 +44,35 @@ std::vector<std::string> seeds() {
 }
 
 const char* kTokens[] = {
-    "1e400",  "-1",   "18446744073709551616", "18446744073709551615", "9223372036854775808",
-    "4294967296", "0.5", "-0", "1E2", "null", "[]", "{}", "\"x\"", "true", "0", "1",
-    "[0,0]", "[1,0]", "[-1,-1]", "[0,4294967296]", "\"F32\"", "\"F4\"", "\"BF16\"", "\"I32\"",
-    "{\"dtype\":\"F32\"}", "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]",
-    "\"\\u0000\"", "\"\\ud800\"", "\"\xc3\x28\"",
+    "1e400",
+    "-1",
+    "18446744073709551616",
+    "18446744073709551615",
+    "9223372036854775808",
+    "4294967296",
+    "0.5",
+    "-0",
+    "1E2",
+    "null",
+    "[]",
+    "{}",
+    "\"x\"",
+    "true",
+    "0",
+    "1",
+    "[0,0]",
+    "[1,0]",
+    "[-1,-1]",
+    "[0,4294967296]",
+    "\"F32\"",
+    "\"F4\"",
+    "\"BF16\"",
+    "\"I32\"",
+    "{\"dtype\":\"F32\"}",
+    "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]",
+    "\"\\u0000\"",
+    "\"\\ud800\"",
+    "\"\xc3\x28\"",
 };
 
 uint64_t length_field(const std::string& f) {
@@ -81,16 +105,24 @@ std::string mutate(const std::string& seed, std::mt19937_64& rng) {
     switch (rng() % 7) {
       case 0: {  // bit flips anywhere
         const int flips = 1 + int(rng() % 4);
-        for (int i = 0; i < flips && !f.empty(); ++i) f[rng() % f.size()] ^= char(1u << (rng() % 8));
+        for (int i = 0; i < flips && !f.empty(); ++i)
+          f[rng() % f.size()] ^= char(1u << (rng() % 8));
         break;
       }
       case 1:  // truncation
         f.resize(f.empty() ? 0 : rng() % f.size());
         break;
       case 2: {  // length-field edits
-        const uint64_t choices[] = {0, 1, header_len - 1, header_len + 1, header_len + 8,
-                                    uint64_t(100) << 20, (uint64_t(100) << 20) + 1, ~uint64_t(0),
-                                    uint64_t(f.size()), rng()};
+        const uint64_t choices[] = {0,
+                                    1,
+                                    header_len - 1,
+                                    header_len + 1,
+                                    header_len + 8,
+                                    uint64_t(100) << 20,
+                                    (uint64_t(100) << 20) + 1,
+                                    ~uint64_t(0),
+                                    uint64_t(f.size()),
+                                    rng()};
         const uint64_t n = choices[rng() % std::size(choices)];
         if (f.size() < 8) f.resize(8);
         for (int i = 0; i < 8; ++i) f[size_t(i)] = char(uint8_t(n >> (8 * i)));
@@ -109,8 +141,10 @@ std::string mutate(const std::string& seed, std::mt19937_64& rng) {
       case 5: {  // insert or delete a byte
         if (f.empty()) break;
         const size_t at = rng() % f.size();
-        if (rng() % 2) f.erase(at, 1);
-        else f.insert(at, 1, "{}[]\",:0-e\\ "[rng() % 12]);
+        if (rng() % 2)
+          f.erase(at, 1);
+        else
+          f.insert(at, 1, "{}[]\",:0-e\\ "[rng() % 12]);
         break;
       }
       case 6: {  // duplicate a slice of the header (often a whole entry)

@@ -16,7 +16,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string errno_text(int err) { return std::strerror(err); }
+std::string errno_text(int err) {
+  return std::strerror(err);
+}
 
 // Opens a regular file read-only and returns (fd, size). The caller owns the fd.
 std::pair<int, uint64_t> open_regular(const fs::path& path) {

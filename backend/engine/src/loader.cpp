@@ -14,8 +14,8 @@ ModelWeights load_model(const std::filesystem::path& path) {
   if (fs::is_directory(st)) return load_hf_dir(path);
   if (fs::is_regular_file(st)) {
     const std::string name = path.filename().string();
-    SPINDLE_CHECK(path.extension() != ".safetensors" && !name.ends_with(".safetensors.index.json") &&
-                      name != "config.json",
+    SPINDLE_CHECK(path.extension() != ".safetensors" &&
+                      !name.ends_with(".safetensors.index.json") && name != "config.json",
                   invalid_argument,
                   "{}: a Hugging Face model loads from its directory; pass {} instead",
                   path.string(), path.parent_path().empty() ? "." : path.parent_path().string());

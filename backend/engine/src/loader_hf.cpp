@@ -32,6 +32,11 @@ bool is_dir(const fs::path& p) {
   return fs::is_directory(p, ec);
 }
 
+// Tensor names from a file go into messages clipped: a hostile header may hold huge keys.
+std::string clip(const std::string& name) {
+  return name.size() <= 120 ? name : name.substr(0, 120) + "...";
+}
+
 struct Located {
   const SafetensorsFile* file;
   const SafetensorsEntry* entry;
@@ -48,8 +53,9 @@ struct Checkpoint {
     const SafetensorsFile& f = files.emplace_back(path);
     for (const auto& e : f.entries()) {
       auto [it, inserted] = tensors.emplace(e.name, Located{&f, &e});
-      SPINDLE_CHECK(inserted, format, "{}: tensor '{}' appears in both {} and {}", where, e.name,
-                    it->second.file->path().filename().string(), path.filename().string());
+      SPINDLE_CHECK(inserted, format, "{}: tensor '{}' appears in both {} and {}", where,
+                    clip(e.name), it->second.file->path().filename().string(),
+                    path.filename().string());
     }
   }
 };
@@ -69,13 +75,13 @@ Checkpoint open_index(const fs::path& dir, const fs::path& index_path) {
   std::map<std::string, std::string> placement;  // tensor -> shard file name
   for (const auto& [tensor, shard] : map.items()) {
     SPINDLE_CHECK(shard.is_string(), format, "{}: weight_map['{}'] must be a file name, got {}",
-                  ck.where, tensor, shard.dump());
+                  ck.where, clip(tensor), clip(shard.dump()));
     const std::string file = shard.get<std::string>();
     const fs::path rel(file);
-    SPINDLE_CHECK(!file.empty() && rel.has_filename() && rel == rel.filename() && file != ".." &&
-                      file != ".",
-                  format, "{}: weight_map['{}'] = '{}' must name a file in the model directory",
-                  ck.where, tensor, file);
+    SPINDLE_CHECK(
+        !file.empty() && rel.has_filename() && rel == rel.filename() && file != ".." && file != ".",
+        format, "{}: weight_map['{}'] = '{}' must name a file in the model directory", ck.where,
+        clip(tensor), clip(file));
     placement.emplace(tensor, file);
   }
   SPINDLE_CHECK(!placement.empty(), format, "{}: weight_map is empty", ck.where);
@@ -84,8 +90,8 @@ Checkpoint open_index(const fs::path& dir, const fs::path& index_path) {
     if (shards.count(file)) continue;
     const fs::path p = dir / file;
     SPINDLE_CHECK(path_exists(p), not_found,
-                  "{}: shard '{}' (listed for tensor '{}') is missing: {} does not exist",
-                  ck.where, file, tensor, p.string());
+                  "{}: shard '{}' (listed for tensor '{}') is missing: {} does not exist", ck.where,
+                  clip(file), clip(tensor), p.string());
     ck.add_file(p);
     shards.emplace(file, &ck.files.back());
   }
@@ -93,7 +99,7 @@ Checkpoint open_index(const fs::path& dir, const fs::path& index_path) {
     auto it = ck.tensors.find(tensor);
     SPINDLE_CHECK(it != ck.tensors.end() && it->second.file == shards.at(file), format,
                   "{}: weight_map puts tensor '{}' in '{}', but that shard has no such tensor",
-                  ck.where, tensor, file);
+                  ck.where, clip(tensor), clip(file));
   }
   return ck;
 }
@@ -149,14 +155,15 @@ std::vector<Expected> expected_tensors(ModelWeights& w) {
 }
 
 std::string config_summary(const ModelConfig& c) {
-  return fmt::format("{}: hidden_size {}, intermediate_size {}, layers {}, heads {}, kv heads {}, "
-                     "head_dim {}, vocab {}",
-                     arch_name(c.arch), c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads,
-                     c.head_dim, c.vocab_size);
+  return fmt::format(
+      "{}: hidden_size {}, intermediate_size {}, layers {}, heads {}, kv heads {}, "
+      "head_dim {}, vocab {}",
+      arch_name(c.arch), c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim,
+      c.vocab_size);
 }
 
-void check_expected(const Checkpoint& ck, const std::vector<Expected>& want,
-                    const ModelConfig& c, const std::string& config_path) {
+void check_expected(const Checkpoint& ck, const std::vector<Expected>& want, const ModelConfig& c,
+                    const std::string& config_path) {
   size_t n_missing = 0;
   const Expected* first_missing = nullptr;
   for (const auto& e : want) {
@@ -170,7 +177,8 @@ void check_expected(const Checkpoint& ck, const std::vector<Expected>& want,
     if (first_missing->name == "lm_head.weight" && n_missing == 1) {
       hint = "hint: config.json says tie_word_embeddings is false; should it be true?";
     }
-    SPINDLE_THROW(not_found, "{}: tensor '{}' not found (expected shape {}); {} of {} expected "
+    SPINDLE_THROW(not_found,
+                  "{}: tensor '{}' not found (expected shape {}); {} of {} expected "
                   "tensors missing for {} ({}); {}",
                   ck.where, first_missing->name, shape_str(first_missing->shape), n_missing,
                   want.size(), config_path, config_summary(c), hint);
@@ -184,8 +192,8 @@ void check_expected(const Checkpoint& ck, const std::vector<Expected>& want,
     SPINDLE_CHECK(at.entry->shape == e.shape, format,
                   "{}: tensor '{}' has shape {}, expected {} from {} ({}); hint: maybe wrong base "
                   "model, or config.json does not belong to these weights?",
-                  at.file->path().string(), e.name, shape_str(at.entry->shape),
-                  shape_str(e.shape), config_path, config_summary(c));
+                  at.file->path().string(), e.name, shape_str(at.entry->shape), shape_str(e.shape),
+                  config_path, config_summary(c));
   }
 }
 
@@ -202,13 +210,14 @@ void check_unknown(const Checkpoint& ck, const std::vector<Expected>& want, cons
   }
   if (unknown.empty()) return;
   std::string list;
-  for (size_t i = 0; i < unknown.size() && i < 5; ++i) list += (i ? ", " : "") + unknown[i];
+  for (size_t i = 0; i < unknown.size() && i < 5; ++i) list += (i ? ", " : "") + clip(unknown[i]);
   if (unknown.size() > 5) list += fmt::format(", ... ({} more)", unknown.size() - 5);
-  SPINDLE_THROW(format, "{}: {} unexpected tensor(s) for a {} model: {}; hint: maybe wrong base "
-                "model or architecture?{}",
-                ck.where, unknown.size(), arch_name(c.arch), list,
-                has_qk_norm && c.arch == Arch::llama ? " (q_norm/k_norm suggest model_type qwen3)"
-                                                     : "");
+  SPINDLE_THROW(
+      format,
+      "{}: {} unexpected tensor(s) for a {} model: {}; hint: maybe wrong base "
+      "model or architecture?{}",
+      ck.where, unknown.size(), arch_name(c.arch), list,
+      has_qk_norm && c.arch == Arch::llama ? " (q_norm/k_norm suggest model_type qwen3)" : "");
 }
 
 }  // namespace
@@ -221,8 +230,8 @@ ModelWeights load_hf_dir(const fs::path& dir) {
                 "model.safetensors)",
                 dir.string());
   ModelWeights w;
-  w.config = parse_hf_config(read_file_to_string(config_path, kMaxConfigBytes),
-                             config_path.string());
+  w.config =
+      parse_hf_config(read_file_to_string(config_path, kMaxConfigBytes), config_path.string());
   w.config.name = dir.string();
   w.layers.resize(size_t(w.config.n_layers));
 

@@ -27,8 +27,8 @@ class ConfigFields {
   std::optional<int64_t> opt_int(const char* key) const {
     const json* v = get(key);
     if (!v) return std::nullopt;
-    SPINDLE_CHECK(v->is_number_integer(), format, "{}: field '{}' must be an integer, got {} ({})", source_, key,
-                  v->dump(), v->type_name());
+    SPINDLE_CHECK(v->is_number_integer(), format, "{}: field '{}' must be an integer, got {} ({})",
+                  source_, key, v->dump(), v->type_name());
     SPINDLE_CHECK(!v->is_number_unsigned() || v->get<uint64_t>() <= uint64_t(INT64_MAX), format,
                   "{}: field '{}' = {} is out of range", source_, key, v->dump());
     return v->get<int64_t>();
@@ -75,9 +75,10 @@ class ConfigFields {
       if (v->empty()) return std::nullopt;
       v = &(*v)[0];
     }
-    SPINDLE_CHECK(v->is_number_unsigned() && v->get<uint64_t>() <= uint64_t(INT32_MAX),
-                  format, "{}: field '{}' must be a token id (non-negative integer) or a list of "
-                  "them, got {}", source_, key, v->dump());
+    SPINDLE_CHECK(v->is_number_unsigned() && v->get<uint64_t>() <= uint64_t(INT32_MAX), format,
+                  "{}: field '{}' must be a token id (non-negative integer) or a list of "
+                  "them, got {}",
+                  source_, key, v->dump());
     return int32_t(v->get<uint64_t>());
   }
 
@@ -91,8 +92,7 @@ Arch parse_arch(const ConfigFields& f, const std::string& source) {
     if (*mt == "llama") return Arch::llama;
     if (*mt == "qwen3") return Arch::qwen3;
     SPINDLE_THROW(unsupported, "{}: model_type '{}' is not supported (supported: llama, qwen3){}",
-                  source, *mt,
-                  *mt == "qwen3_moe" ? "; Qwen3-MoE support is planned" : "");
+                  source, *mt, *mt == "qwen3_moe" ? "; Qwen3-MoE support is planned" : "");
   }
   const json* arch = f.get("architectures");
   SPINDLE_CHECK(arch != nullptr, format,
@@ -184,8 +184,8 @@ ModelConfig parse_hf_config(const std::string& json_text, const std::string& sou
     c.head_dim = c.dim / c.n_heads;
   }
   c.vocab_size = f.req_int("vocab_size");
-  c.max_seq_len = f.opt_int("max_position_embeddings")
-                      .value_or(c.arch == Arch::qwen3 ? 32768 : 2048);
+  c.max_seq_len =
+      f.opt_int("max_position_embeddings").value_or(c.arch == Arch::qwen3 ? 32768 : 2048);
   c.rope_theta = float(f.opt_num("rope_theta").value_or(10000.0));
   c.rope_scaling = parse_rope_scaling(j, source);
   c.rms_eps = float(f.opt_num("rms_norm_eps").value_or(1e-6));
@@ -193,7 +193,8 @@ ModelConfig parse_hf_config(const std::string& json_text, const std::string& sou
 
   const std::string act = f.opt_str("hidden_act").value_or("silu");
   SPINDLE_CHECK(act == "silu", unsupported,
-                "{}: hidden_act '{}' is not supported (Llama-family SwiGLU needs silu)", source, act);
+                "{}: hidden_act '{}' is not supported (Llama-family SwiGLU needs silu)", source,
+                act);
   SPINDLE_CHECK(!f.opt_bool("attention_bias").value_or(false), unsupported,
                 "{}: attention_bias true (biases on q/k/v/o projections) is not supported", source);
   SPINDLE_CHECK(!f.opt_bool("mlp_bias").value_or(false), unsupported,
@@ -203,10 +204,8 @@ ModelConfig parse_hf_config(const std::string& json_text, const std::string& sou
 
   // Missing ids keep the defaults, clamped into tiny vocabularies; given ids must fit.
   const int64_t last_id = std::max<int64_t>(c.vocab_size - 1, 0);
-  c.bos_id = f.opt_token_id("bos_token_id")
-                 .value_or(int32_t(std::min<int64_t>(c.bos_id, last_id)));
-  c.eos_id = f.opt_token_id("eos_token_id")
-                 .value_or(int32_t(std::min<int64_t>(c.eos_id, last_id)));
+  c.bos_id = f.opt_token_id("bos_token_id").value_or(int32_t(std::min<int64_t>(c.bos_id, last_id)));
+  c.eos_id = f.opt_token_id("eos_token_id").value_or(int32_t(std::min<int64_t>(c.eos_id, last_id)));
 
   auto name = f.opt_str("_name_or_path");
   c.name = name && !name->empty() ? *name : source;
@@ -253,10 +252,14 @@ json hf_config_object(const ModelConfig& c) {
 
 const char* hf_torch_dtype(DType dtype) {
   switch (dtype) {
-    case DType::f32: return "float32";
-    case DType::f16: return "float16";
-    case DType::bf16: return "bfloat16";
-    default: break;
+    case DType::f32:
+      return "float32";
+    case DType::f16:
+      return "float16";
+    case DType::bf16:
+      return "bfloat16";
+    default:
+      break;
   }
   SPINDLE_THROW(invalid_argument, "dtype {} is not a floating dtype for model weights",
                 dtype_name(dtype));

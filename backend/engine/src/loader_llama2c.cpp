@@ -26,7 +26,19 @@ struct Section {
 };
 
 enum SectionId {
-  kTokEmb, kRmsAtt, kWq, kWk, kWv, kWo, kRmsFfn, kW1, kW2, kW3, kRmsFinal, kFreqReal, kFreqImag,
+  kTokEmb,
+  kRmsAtt,
+  kWq,
+  kWk,
+  kWv,
+  kWo,
+  kRmsFfn,
+  kW1,
+  kW2,
+  kW3,
+  kRmsFinal,
+  kFreqReal,
+  kFreqImag,
   kWcls
 };
 

@@ -30,11 +30,11 @@ struct DtypeInfo {
 // Every safetensors dtype with a whole-byte element size. Sub-byte formats (F4, F6_*) are
 // refused as unsupported.
 constexpr DtypeInfo kDtypes[] = {
-    {"F32", 4, DType::f32},  {"F16", 2, DType::f16},     {"BF16", 2, DType::bf16},
-    {"I32", 4, DType::i32},  {"I64", 8, DType::i64},     {"U8", 1, DType::u8},
-    {"F64", 8, {}},          {"I8", 1, {}},              {"I16", 2, {}},
-    {"U16", 2, {}},          {"U32", 4, {}},             {"U64", 8, {}},
-    {"BOOL", 1, {}},         {"F8_E4M3", 1, {}},         {"F8_E5M2", 1, {}},
+    {"F32", 4, DType::f32}, {"F16", 2, DType::f16}, {"BF16", 2, DType::bf16},
+    {"I32", 4, DType::i32}, {"I64", 8, DType::i64}, {"U8", 1, DType::u8},
+    {"F64", 8, {}},         {"I8", 1, {}},          {"I16", 2, {}},
+    {"U16", 2, {}},         {"U32", 4, {}},         {"U64", 8, {}},
+    {"BOOL", 1, {}},        {"F8_E4M3", 1, {}},     {"F8_E5M2", 1, {}},
     {"F8_E8M0", 1, {}},
 };
 
@@ -107,8 +107,8 @@ class HeaderSax : public nlohmann::json_sax<json> {
 
 uint64_t as_u64(const json& v, const std::string& source, const std::string& where) {
   SPINDLE_CHECK(v.is_number_unsigned(), format,
-                "{}: {} must be a non-negative integer, got {} ({})", source, where,
-                clip(v.dump()), v.type_name());
+                "{}: {} must be a non-negative integer, got {} ({})", source, where, clip(v.dump()),
+                v.type_name());
   return v.get<uint64_t>();
 }
 
@@ -142,8 +142,8 @@ SafetensorsEntry parse_entry(const std::string& name, const json& v, uint64_t da
   bool overflow = false;
   for (size_t i = 0; i < shape.size(); ++i) {
     const uint64_t d = as_u64(shape[i], source, fmt::format("{}: shape[{}]", what, i));
-    SPINDLE_CHECK(d <= kMaxDim, format, "{}: {}: shape[{}] = {} is implausibly large", source,
-                  what, i, d);
+    SPINDLE_CHECK(d <= kMaxDim, format, "{}: {}: shape[{}] = {} is implausibly large", source, what,
+                  i, d);
     e.shape.push_back(int64_t(d));
     overflow = overflow || __builtin_mul_overflow(numel, d, &numel);
   }
@@ -180,13 +180,14 @@ SafetensorsEntry parse_entry(const std::string& name, const json& v, uint64_t da
 }  // namespace
 
 const SafetensorsEntry* SafetensorsHeader::find(std::string_view name) const {
-  auto it = std::lower_bound(entries.begin(), entries.end(), name,
-                             [](const SafetensorsEntry& e, std::string_view n) { return e.name < n; });
+  auto it =
+      std::lower_bound(entries.begin(), entries.end(), name,
+                       [](const SafetensorsEntry& e, std::string_view n) { return e.name < n; });
   return it != entries.end() && it->name == name ? &*it : nullptr;
 }
 
-SafetensorsHeader parse_safetensors_header(const uint8_t* bytes, size_t n_bytes,
-                                           uint64_t file_size, const std::string& source) {
+SafetensorsHeader parse_safetensors_header(const uint8_t* bytes, size_t n_bytes, uint64_t file_size,
+                                           const std::string& source) {
   SPINDLE_CHECK(bytes != nullptr || n_bytes == 0, invalid_argument,
                 "{}: parse_safetensors_header: null bytes", source);
   SPINDLE_CHECK(n_bytes <= file_size, invalid_argument,
@@ -231,8 +232,8 @@ SafetensorsHeader parse_safetensors_header(const uint8_t* bytes, size_t n_bytes,
   h.data_offset = 8 + n;
   for (const auto& [key, value] : doc.items()) {
     if (key == "__metadata__") {
-      SPINDLE_CHECK(value.is_object(), format, "{}: __metadata__ must be an object, got {}",
-                    source, value.type_name());
+      SPINDLE_CHECK(value.is_object(), format, "{}: __metadata__ must be an object, got {}", source,
+                    value.type_name());
       for (const auto& [mk, mv] : value.items()) {
         SPINDLE_CHECK(mv.is_string(), format,
                       "{}: __metadata__ value of '{}' must be a string, got {}", source, clip(mk),
@@ -257,8 +258,8 @@ SafetensorsHeader parse_safetensors_header(const uint8_t* bytes, size_t n_bytes,
     const auto* prev = by_offset[i - 1];
     const auto* cur = by_offset[i];
     SPINDLE_CHECK(cur->data_begin >= prev->data_end, format,
-                  "{}: tensors '{}' [{}, {}) and '{}' [{}, {}) overlap in the data section",
-                  source, clip(prev->name), prev->data_begin, prev->data_end, clip(cur->name),
+                  "{}: tensors '{}' [{}, {}) and '{}' [{}, {}) overlap in the data section", source,
+                  clip(prev->name), prev->data_begin, prev->data_end, clip(cur->name),
                   cur->data_begin, cur->data_end);
   }
   return h;

@@ -23,8 +23,10 @@ void convert_to_int(const float* src, Int* dst, size_t n, const std::string& nam
     const double r = std::nearbyint(double(src[i]));
     SPINDLE_CHECK(std::isfinite(r) && r >= double(std::numeric_limits<Int>::min()) &&
                       r <= double(std::numeric_limits<Int>::max()),
-                  invalid_argument, "write_safetensors: tensor '{}' value {} does not fit its "
-                  "integer dtype", name, src[i]);
+                  invalid_argument,
+                  "write_safetensors: tensor '{}' value {} does not fit its "
+                  "integer dtype",
+                  name, src[i]);
     dst[i] = Int(r);
   }
 }
@@ -33,10 +35,18 @@ void convert_chunk(DType dtype, const float* src, uint8_t* dst, size_t n, const 
   switch (dtype) {
     case DType::f32:
     case DType::f16:
-    case DType::bf16: convert_from_f32(dtype, src, dst, n); return;
-    case DType::i32: convert_to_int(src, reinterpret_cast<int32_t*>(dst), n, name); return;
-    case DType::i64: convert_to_int(src, reinterpret_cast<int64_t*>(dst), n, name); return;
-    case DType::u8: convert_to_int(src, dst, n, name); return;
+    case DType::bf16:
+      convert_from_f32(dtype, src, dst, n);
+      return;
+    case DType::i32:
+      convert_to_int(src, reinterpret_cast<int32_t*>(dst), n, name);
+      return;
+    case DType::i64:
+      convert_to_int(src, reinterpret_cast<int64_t*>(dst), n, name);
+      return;
+    case DType::u8:
+      convert_to_int(src, dst, n, name);
+      return;
   }
   SPINDLE_THROW(internal, "write_safetensors: unhandled dtype");
 }

@@ -120,8 +120,7 @@ TEST(HfConfig, DefaultsFollowTransformers) {
 }
 
 TEST(HfConfig, RoundTripsThroughJson) {
-  std::vector<ModelConfig> configs = {tiny_llama(), tiny_qwen3(),
-                                      parse_hf_config(kLlama32_1B, "a"),
+  std::vector<ModelConfig> configs = {tiny_llama(), tiny_qwen3(), parse_hf_config(kLlama32_1B, "a"),
                                       parse_hf_config(kQwen3_06B, "b")};
   ModelConfig odd = tiny_llama();
   odd.rope_theta = 12345.678f;
@@ -151,11 +150,14 @@ TEST(HfConfig, RefusesUnsupportedAndMalformedConfigs) {
       {base + R"(, "attention_bias": true})", ErrorCode::unsupported, {"attention_bias"}},
       {base + R"(, "mlp_bias": true})", ErrorCode::unsupported, {"mlp_bias"}},
       {base + R"(, "hidden_act": "gelu"})", ErrorCode::unsupported, {"hidden_act", "'gelu'"}},
-      {base + R"(, "rope_scaling": {"rope_type": "yarn", "factor": 4.0}})", ErrorCode::unsupported,
+      {base + R"(, "rope_scaling": {"rope_type": "yarn", "factor": 4.0}})",
+       ErrorCode::unsupported,
        {"'yarn'"}},
-      {base + R"(, "rope_scaling": {"type": "linear", "factor": 2.0}})", ErrorCode::unsupported,
+      {base + R"(, "rope_scaling": {"type": "linear", "factor": 2.0}})",
+       ErrorCode::unsupported,
        {"'linear'"}},
-      {base + R"(, "rope_scaling": {"rope_type": "llama3", "factor": 8.0}})", ErrorCode::format,
+      {base + R"(, "rope_scaling": {"rope_type": "llama3", "factor": 8.0}})",
+       ErrorCode::format,
        {"low_freq_factor"}},
       {base + R"(, "num_key_value_heads": 3})", ErrorCode::invalid_argument, {"n_kv_heads"}},
       {base + R"(, "hidden_size": "64"})", ErrorCode::format, {"'hidden_size'", "integer"}},
@@ -171,7 +173,8 @@ TEST(HfConfig, RefusesUnsupportedAndMalformedConfigs) {
       {R"({"model_type": "llama", "intermediate_size": 8})", ErrorCode::format, {"'hidden_size'"}},
       {R"({"model_type": "llama", "hidden_size": 10, "intermediate_size": 8, "num_hidden_layers": 1,
            "num_attention_heads": 4, "vocab_size": 8})",
-       ErrorCode::format, {"not a multiple"}},
+       ErrorCode::format,
+       {"not a multiple"}},
       {"{not json", ErrorCode::format, {"not valid JSON"}},
       {"[]", ErrorCode::format, {"JSON object"}},
   };

@@ -66,7 +66,8 @@ TEST_P(HfLoader, ShardedCheckpointLoadsAndMissingShardIsNamed) {
   TempDir dir("hf");
   const auto all = tensors_of(w, DType::bf16);
   write_file_atomic(dir / "config.json", engine::hf_config_json(w.config));
-  nlohmann::json index = {{"metadata", {{"total_size", 0}}}, {"weight_map", nlohmann::json::object()}};
+  nlohmann::json index = {{"metadata", {{"total_size", 0}}},
+                          {"weight_map", nlohmann::json::object()}};
   std::vector<SafetensorsTensorIn> shard[3];
   for (size_t i = 0; i < all.size(); ++i) {
     shard[i % 3].push_back(all[i]);
@@ -107,18 +108,20 @@ TEST_P(HfLoader, TensorProblemsAreNamedWithGotAndExpected) {
   const std::string q = "model.layers.1.self_attn.q_proj.weight";
 
   auto ts = tensors_of(w);
-  for (auto& t : ts) if (t.name == q) t.dtype = DType::i32;
+  for (auto& t : ts)
+    if (t.name == q) t.dtype = DType::i32;
   std::vector<float> ints(size_t(c.q_dim() * c.dim), 3.0f);
-  for (auto& t : ts) if (t.name == q) t.data = ints.data();
+  for (auto& t : ts)
+    if (t.name == q) t.data = ints.data();
   write_dir(dir.path(), c, ts);
   EXPECT_SPINDLE_ERROR(engine::load_hf_dir(dir.path()), "model.safetensors", q, "I32");
 
   ts = tensors_of(w);
-  for (auto& t : ts) if (t.name == q) t.shape = {c.q_dim(), c.dim / 2};
+  for (auto& t : ts)
+    if (t.name == q) t.shape = {c.q_dim(), c.dim / 2};
   write_dir(dir.path(), c, ts);
-  EXPECT_SPINDLE_ERROR(engine::load_hf_dir(dir.path()), q,
-                       shape_str({c.q_dim(), c.dim / 2}), shape_str({c.q_dim(), c.dim}),
-                       "wrong base model");
+  EXPECT_SPINDLE_ERROR(engine::load_hf_dir(dir.path()), q, shape_str({c.q_dim(), c.dim / 2}),
+                       shape_str({c.q_dim(), c.dim}), "wrong base model");
 
   ts = tensors_of(w);
   erase_tensor(ts, "model.layers.0.mlp.up_proj.weight");
@@ -132,8 +135,8 @@ TEST_P(HfLoader, TensorProblemsAreNamedWithGotAndExpected) {
   ts = tensors_of(w);
   std::vector<float> extra(64, 0.5f);
   for (int i = 0; i < 7; ++i) {
-    ts.push_back({fmt::format("model.layers.0.self_attn.extra{}.bias", i), DType::f32, {8},
-                  extra.data()});
+    ts.push_back(
+        {fmt::format("model.layers.0.self_attn.extra{}.bias", i), DType::f32, {8}, extra.data()});
   }
   ts.push_back({"model.layers.0.self_attn.rotary_emb.inv_freq", DType::f32, {2}, extra.data()});
   write_dir(dir.path(), c, ts);
@@ -149,7 +152,9 @@ TEST_P(HfLoader, TensorProblemsAreNamedWithGotAndExpected) {
 
 INSTANTIATE_TEST_SUITE_P(Arch, HfLoader,
                          ::testing::Values(engine::Arch::llama, engine::Arch::qwen3),
-                         [](const auto& info) { return std::string(engine::arch_name(info.param)); });
+                         [](const auto& info) {
+                           return std::string(engine::arch_name(info.param));
+                         });
 
 TEST(HfLoaderTies, StrayLmHeadIgnoredWhenTiedRequiredWhenUntied) {
   TempDir dir("hf");

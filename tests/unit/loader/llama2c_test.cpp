@@ -5,9 +5,9 @@
 #include <cmath>
 
 #include "loader_test_util.h"
+#include "shared_fixtures.h"
 #include "spindle/engine/loader.h"
 #include "spindle/kernels/rope.h"
-#include "shared_fixtures.h"
 
 namespace spindle::loader_test {
 namespace {
@@ -29,15 +29,17 @@ struct Llama2cFile {
 Llama2cFile synthetic(int32_t vocab) {
   Llama2cFile f{{8, 12, 2, 2, 1, vocab, 4}, {}};
   const int64_t dim = 8, hidden = 12, L = 2, kv_dim = 4, V = std::abs(vocab), seq = 4, hd = 4;
-  const int64_t n = V * dim + L * (dim + dim * dim + 2 * kv_dim * dim + dim * dim + dim +
-                                   3 * hidden * dim) +
+  const int64_t n = V * dim +
+                    L * (dim + dim * dim + 2 * kv_dim * dim + dim * dim + dim + 3 * hidden * dim) +
                     dim + 2 * seq * hd / 2 + (vocab < 0 ? V * dim : 0);
   for (int64_t i = 0; i < n; ++i) f.body.push_back(float(i) * 0.25f - 100.0f);
   return f;
 }
 
 // Float at element offset `at` of the body (file offset 28 + 4·at).
-float body_at(const Llama2cFile& f, int64_t at) { return f.body.at(size_t(at)); }
+float body_at(const Llama2cFile& f, int64_t at) {
+  return f.body.at(size_t(at));
+}
 
 TEST(Llama2c, SyntheticFileLandsInTheRightTensorsWithQkPermuted) {
   for (int32_t vocab : {10, -10}) {
@@ -71,7 +73,8 @@ TEST(Llama2c, SyntheticFileLandsInTheRightTensorsWithQkPermuted) {
       for (int64_t h = 0; h < 2; ++h) {
         for (int64_t i = 0; i < 2; ++i) {
           for (int64_t col = 0; col < 8; ++col) {
-            EXPECT_EQ(wq.row(h * 4 + i)[col], body_at(f, wq_off + l * 64 + (h * 4 + 2 * i) * 8 + col));
+            EXPECT_EQ(wq.row(h * 4 + i)[col],
+                      body_at(f, wq_off + l * 64 + (h * 4 + 2 * i) * 8 + col));
             EXPECT_EQ(wq.row(h * 4 + i + 2)[col],
                       body_at(f, wq_off + l * 64 + (h * 4 + 2 * i + 1) * 8 + col));
           }
@@ -133,8 +136,8 @@ TEST(Llama2c, EveryTruncationAndAnyTrailingByteIsAnErrorNamingTheFile) {
 TEST(Llama2c, BadHeadersAreRefusedBeforeAllocating) {
   TempDir dir("l2c");
   const auto p = dir / "h.bin";
-  const char* fields[7] = {"dim", "hidden_dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size",
-                           "seq_len"};
+  const char* fields[7] = {"dim",        "hidden_dim", "n_layers", "n_heads",
+                           "n_kv_heads", "vocab_size", "seq_len"};
   for (int i = 0; i < 7; ++i) {
     for (int32_t bad : {-3, 0, INT32_MIN}) {
       if (i == 5 && bad != 0) continue;  // a negative vocab is legal (untied)
@@ -182,8 +185,8 @@ TEST(Llama2c, Stories260KConfig) {
   EXPECT_EQ(c.name, bin.string());
   EXPECT_EQ(w.layers.size(), 5u);
   // 260K parameters, as the name says.
-  EXPECT_EQ(w.bytes() / 4, size_t(512 * 64 + 5 * (64 + 64 * 64 + 2 * 32 * 64 + 64 * 64 + 64 +
-                                                   3 * 172 * 64) + 64));
+  EXPECT_EQ(w.bytes() / 4,
+            size_t(512 * 64 + 5 * (64 + 64 * 64 + 2 * 32 * 64 + 64 * 64 + 64 + 3 * 172 * 64) + 64));
   const std::string raw = read_bytes(bin);
   EXPECT_EQ(0, std::memcmp(w.tok_emb.data(), raw.data() + 28, w.tok_emb.bytes()));
 }
@@ -233,7 +236,8 @@ TEST(Llama2c, Stories260KQkPermutationAgreesWithRope) {
       auto k_perm = matvec(w.layers[size_t(layer)].wk.data(), kv_dim, dim, x);
       using kernels::RopeStyle;
       kernels::rope(q_orig.data(), dim, 1, nh, hd, &pos, inv_freq.data(), RopeStyle::interleaved);
-      kernels::rope(k_orig.data(), kv_dim, 1, nkv, hd, &pos, inv_freq.data(), RopeStyle::interleaved);
+      kernels::rope(k_orig.data(), kv_dim, 1, nkv, hd, &pos, inv_freq.data(),
+                    RopeStyle::interleaved);
       kernels::rope(q_perm.data(), dim, 1, nh, hd, &pos, inv_freq.data(), RopeStyle::half);
       kernels::rope(k_perm.data(), kv_dim, 1, nkv, hd, &pos, inv_freq.data(), RopeStyle::half);
       auto expect_permuted = [&](const std::vector<float>& orig, const std::vector<float>& perm,

@@ -25,9 +25,9 @@ class TempDir {
  public:
   explicit TempDir(const std::string& tag) {
     static std::atomic<int> counter{0};
-    path_ = fs::temp_directory_path() /
-            ("spindle_loader_" + tag + "_" + std::to_string(::getpid()) + "_" +
-             std::to_string(counter++));
+    path_ =
+        fs::temp_directory_path() / ("spindle_loader_" + tag + "_" + std::to_string(::getpid()) +
+                                     "_" + std::to_string(counter++));
     fs::remove_all(path_);
     fs::create_directories(path_);
   }
@@ -65,14 +65,14 @@ inline Caught catch_error(const std::function<void()>& f) {
 }
 
 // Expects f to throw a spindle::Error whose message contains every string in `needles`.
-#define EXPECT_SPINDLE_ERROR(expr, ...)                                                    \
-  do {                                                                                     \
-    const auto caught_ = ::spindle::loader_test::catch_error([&] { (void)(expr); });      \
-    EXPECT_TRUE(caught_.thrown) << #expr " did not throw";                                 \
-    for (const std::string& needle_ : std::initializer_list<std::string>{__VA_ARGS__}) {   \
-      EXPECT_TRUE(caught_.has(needle_)) << "message lacks '" << needle_                     \
-                                        << "': " << caught_.message;                        \
-    }                                                                                      \
+#define EXPECT_SPINDLE_ERROR(expr, ...)                                                  \
+  do {                                                                                   \
+    const auto caught_ = ::spindle::loader_test::catch_error([&] { (void)(expr); });     \
+    EXPECT_TRUE(caught_.thrown) << #expr " did not throw";                               \
+    for (const std::string& needle_ : std::initializer_list<std::string>{__VA_ARGS__}) { \
+      EXPECT_TRUE(caught_.has(needle_))                                                  \
+          << "message lacks '" << needle_ << "': " << caught_.message;                   \
+    }                                                                                    \
   } while (0)
 
 inline engine::ModelConfig tiny_llama() {
@@ -146,8 +146,12 @@ inline engine::ModelWeights random_model(const engine::ModelConfig& c, uint64_t 
 inline void expect_same_weights(const engine::ModelWeights& want, const engine::ModelWeights& got,
                                 const std::function<float(float)>& round = {}) {
   std::vector<std::pair<std::string, const Tensor*>> a, b;
-  engine::for_each_hf_tensor(want, [&](const std::string& n, const Tensor& t) { a.push_back({n, &t}); });
-  engine::for_each_hf_tensor(got, [&](const std::string& n, const Tensor& t) { b.push_back({n, &t}); });
+  engine::for_each_hf_tensor(want, [&](const std::string& n, const Tensor& t) {
+    a.push_back({n, &t});
+  });
+  engine::for_each_hf_tensor(got, [&](const std::string& n, const Tensor& t) {
+    b.push_back({n, &t});
+  });
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) {
     ASSERT_EQ(a[i].first, b[i].first);

@@ -24,14 +24,12 @@ std::vector<float> values(size_t n, float scale) {
 
 TEST(Safetensors, RoundTripAllFloatDtypesAndLayoutLikeHf) {
   TempDir dir("st");
-  const auto a = values(12, 1.0f), b = values(6, 100.0f), c = values(5, 0.001f), d = values(4, 3.0f);
+  const auto a = values(12, 1.0f), b = values(6, 100.0f), c = values(5, 0.001f),
+             d = values(4, 3.0f);
   const SafetensorsTensorIn in[] = {
-      {"b.f16", DType::f16, {2, 3}, b.data()},
-      {"a.f32", DType::f32, {3, 4}, a.data()},
-      {"c.bf16", DType::bf16, {5}, c.data()},
-      {"d.i32", DType::i32, {2, 2}, d.data()},
-      {"e.empty", DType::f32, {0, 7}, nullptr},
-      {"f.scalar", DType::f32, {}, a.data()},
+      {"b.f16", DType::f16, {2, 3}, b.data()},  {"a.f32", DType::f32, {3, 4}, a.data()},
+      {"c.bf16", DType::bf16, {5}, c.data()},   {"d.i32", DType::i32, {2, 2}, d.data()},
+      {"e.empty", DType::f32, {0, 7}, nullptr}, {"f.scalar", DType::f32, {}, a.data()},
   };
   const auto path = dir / "t.safetensors";
   engine::write_safetensors(path, in, {{"format", "pt"}, {"note", "x"}});
@@ -107,36 +105,59 @@ TEST(Safetensors, ParserRefusesMalformedHeadersNamingTheProblem) {
       {"not an object", "[1,2,3]", 8, {"must be a JSON object"}},
       {"entry not object", R"({"a":3})", 8, {"tensor 'a'", "must be an object"}},
       {"missing dtype", R"({"a":{"shape":[2],"data_offsets":[0,8]}})", 8, {"'a'", "'dtype'"}},
-      {"unknown dtype", R"({"a":{"dtype":"F128","shape":[2],"data_offsets":[0,8]}})", 8,
+      {"unknown dtype",
+       R"({"a":{"dtype":"F128","shape":[2],"data_offsets":[0,8]}})",
+       8,
        {"'a'", "F128"}},
       {"sub-byte dtype", R"({"a":{"dtype":"F4","shape":[2],"data_offsets":[0,1]}})", 8, {"F4"}},
       {"dtype not string", R"({"a":{"dtype":4,"shape":[2],"data_offsets":[0,8]}})", 8, {"dtype"}},
-      {"negative dim", R"({"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", 8,
+      {"negative dim",
+       R"({"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})",
+       8,
        {"'a'", "shape[0]", "non-negative", "-2"}},
       {"float dim", R"({"a":{"dtype":"F32","shape":[2.5],"data_offsets":[0,8]}})", 8, {"shape[0]"}},
-      {"huge dim", R"({"a":{"dtype":"F32","shape":[18446744073709551616],"data_offsets":[0,8]}})",
-       8, {"shape[0]"}},
-      {"overflowing number", R"({"a":{"dtype":"F32","shape":[1e400],"data_offsets":[0,8]}})", 8,
+      {"huge dim",
+       R"({"a":{"dtype":"F32","shape":[18446744073709551616],"data_offsets":[0,8]}})",
+       8,
+       {"shape[0]"}},
+      {"overflowing number",
+       R"({"a":{"dtype":"F32","shape":[1e400],"data_offsets":[0,8]}})",
+       8,
        {"not valid JSON"}},
       {"numel overflow",
        R"({"a":{"dtype":"F32","shape":[4294967296,4294967296,4294967296],"data_offsets":[0,8]}})",
-       8, {"'a'", "overflow"}},
+       8,
+       {"'a'", "overflow"}},
       {"shape not array", R"({"a":{"dtype":"F32","shape":2,"data_offsets":[0,8]}})", 8, {"shape"}},
-      {"negative offset", R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[-1,7]}})", 8,
+      {"negative offset",
+       R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[-1,7]}})",
+       8,
        {"'a'", "data_offsets[0]"}},
-      {"offsets past data", R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", 8,
+      {"offsets past data",
+       R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})",
+       8,
        {"'a'", "past the data section", "8 bytes"}},
-      {"offsets reversed", R"({"a":{"dtype":"F32","shape":[0],"data_offsets":[8,0]}})", 8,
+      {"offsets reversed",
+       R"({"a":{"dtype":"F32","shape":[0],"data_offsets":[8,0]}})",
+       8,
        {"'a'", "end before they begin"}},
-      {"size mismatch", R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8,
+      {"size mismatch",
+       R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})",
+       8,
        {"'a'", "span 8 bytes", "needs 12"}},
-      {"three offsets", R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,4,8]}})", 8,
+      {"three offsets",
+       R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,4,8]}})",
+       8,
        {"data_offsets"}},
-      {"overlap", "{" + a8 + R"(,"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", 12,
+      {"overlap",
+       "{" + a8 + R"(,"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+       12,
        {"'a'", "'b'", "overlap"}},
       {"duplicate name", "{" + a8 + "," + a8 + "}", 8, {"duplicate key 'a'"}},
-      {"duplicate field", R"({"a":{"dtype":"F32","dtype":"F16","shape":[2],"data_offsets":[0,8]}})",
-       8, {"duplicate key 'dtype'"}},
+      {"duplicate field",
+       R"({"a":{"dtype":"F32","dtype":"F16","shape":[2],"data_offsets":[0,8]}})",
+       8,
+       {"duplicate key 'dtype'"}},
       {"metadata value", "{" + a8 + R"(,"__metadata__":{"k":1}})", 8, {"__metadata__", "'k'"}},
       {"metadata nested", "{" + a8 + R"(,"__metadata__":{"k":{"x":"y"}}})", 8, {"'k'"}},
       {"metadata not object", "{" + a8 + R"(,"__metadata__":"pt"})", 8, {"__metadata__"}},
@@ -164,7 +185,8 @@ TEST(Safetensors, ParserAcceptsEdgeCases) {
   EXPECT_EQ(h.entries[0].known_dtype, DType::bf16);
   EXPECT_EQ(h.find("z")->byte_size(), 0u);
   EXPECT_EQ(h.find("q"), nullptr);
-  const auto f64 = parse(safetensors_bytes(R"({"x":{"dtype":"F64","shape":[1],"data_offsets":[0,8]}})", 8));
+  const auto f64 =
+      parse(safetensors_bytes(R"({"x":{"dtype":"F64","shape":[1],"data_offsets":[0,8]}})", 8));
   EXPECT_FALSE(f64.entries[0].known_dtype.has_value());
   EXPECT_EQ(f64.entries[0].element_size, 8u);
 }

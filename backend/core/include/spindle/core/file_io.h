@@ -16,8 +16,8 @@ namespace spindle {
 // Reads a whole (small) regular file: configs, indexes, tokenizers. Throws not_found when the
 // path does not exist, invalid_argument when it is not a regular file or is larger than
 // max_bytes, io when the OS refuses the read.
-std::string read_file_to_string(const std::filesystem::path& path,
-                                size_t max_bytes = size_t(256) << 20);
+std::string read_file_to_string(const std::filesystem::path& path, size_t max_bytes = size_t(256)
+                                                                                      << 20);
 
 // A read-only regular file for positioned reads. size() is taken once at open. Thread-safe:
 // read_at never moves a shared file position (pread), so concurrent reads are fine.

@@ -25,20 +25,20 @@ inline constexpr uint64_t kSafetensorsMaxHeaderBytes = uint64_t(100) << 20;
 
 struct SafetensorsEntry {
   std::string name;
-  std::string dtype;                // safetensors spelling: "F32", "BF16", "BOOL", ...
-  std::optional<DType> known_dtype; // set when Spindle has a DType for it
-  size_t element_size = 0;          // bytes per element
-  Shape shape;                      // every dim >= 0
-  uint64_t data_begin = 0;          // [begin, end) relative to the data section
+  std::string dtype;                 // safetensors spelling: "F32", "BF16", "BOOL", ...
+  std::optional<DType> known_dtype;  // set when Spindle has a DType for it
+  size_t element_size = 0;           // bytes per element
+  Shape shape;                       // every dim >= 0
+  uint64_t data_begin = 0;           // [begin, end) relative to the data section
   uint64_t data_end = 0;
 
   uint64_t byte_size() const { return data_end - data_begin; }
 };
 
 struct SafetensorsHeader {
-  uint64_t data_offset = 0;                    // file offset of the data section (8 + N)
-  std::vector<SafetensorsEntry> entries;       // sorted by name
-  std::map<std::string, std::string> metadata; // "__metadata__"
+  uint64_t data_offset = 0;                     // file offset of the data section (8 + N)
+  std::vector<SafetensorsEntry> entries;        // sorted by name
+  std::map<std::string, std::string> metadata;  // "__metadata__"
 
   const SafetensorsEntry* find(std::string_view name) const;
 };
@@ -51,8 +51,8 @@ struct SafetensorsHeader {
 // duplicate names; no two non-empty ranges overlap; __metadata__ maps strings to strings.
 // Throws spindle::Error (format / unsupported) naming `source`; pure, never crashes on any
 // input — the fuzz target calls it directly.
-SafetensorsHeader parse_safetensors_header(const uint8_t* bytes, size_t n_bytes,
-                                           uint64_t file_size, const std::string& source);
+SafetensorsHeader parse_safetensors_header(const uint8_t* bytes, size_t n_bytes, uint64_t file_size,
+                                           const std::string& source);
 
 // An open safetensors file: the header is parsed at open, tensor data is read on demand.
 // Read-only; concurrent reads are safe.
