@@ -102,7 +102,7 @@ TEST(Peft, UnsupportedAndMalformedConfigs) {
   const auto all = parse_peft_config(R"({"r": 4, "lora_alpha": 8, "target_modules": "all-linear"})", "c");
   EXPECT_EQ(all.target_modules.size(), 7u);
   const auto re = parse_peft_config(
-      R"({"r": 4, "lora_alpha": 8, "target_modules": ".*\\.(q_proj|v_proj)"})", "c");
+      R"x({"r": 4, "lora_alpha": 8, "target_modules": ".*\\.(q_proj|v_proj)"})x", "c");
   EXPECT_EQ(re.target_modules, (std::vector<LoraTarget>{LoraTarget::q, LoraTarget::v}));
 }
 
