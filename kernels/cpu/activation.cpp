@@ -18,11 +18,10 @@ void swiglu(const float* gate, const float* up, float* out, int64_t count) {
   // exp costs ~10 element operations; chunks are a multiple of every vector width.
   constexpr int64_t kChunk = 4096;
   const int64_t n_chunks = (count + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static) if (cpu::worth_parallel(count * 10))
-  for (int64_t c = 0; c < n_chunks; ++c) {
+  cpu::parallel_for(n_chunks, cpu::worth_parallel(count * 10), cpu::Schedule::static_, [&](int64_t c) {
     const int64_t begin = c * kChunk;
     ops.silu_mul(gate + begin, up + begin, out + begin, std::min(kChunk, count - begin));
-  }
+  });
 }
 
 }  // namespace spindle::kernels

@@ -146,8 +146,7 @@ void attention_paged(const float* q, int64_t ld_q, float* out, int64_t ld_out, i
 
   // Jobs run sequence by sequence, head block major and token minor, so one thread's
   // consecutive jobs reuse the same keys from cache.
-#pragma omp parallel for schedule(dynamic, 1) if (parallel)
-  for (int64_t i = 0; i < n_jobs; ++i) {
+  cpu::parallel_for(n_jobs, parallel, cpu::Schedule::dynamic, [&](int64_t i) {
     const auto s =
         static_cast<size_t>(std::upper_bound(first_row.begin(), first_row.end(), i / head_blocks) -
                             first_row.begin() - 1);
@@ -165,7 +164,7 @@ void attention_paged(const float* q, int64_t ld_q, float* out, int64_t ld_out, i
                       heads_per_job};
     const int64_t thread = parallel ? omp_get_thread_num() : 0;
     attend(job, cache, scale, ops, max_ctx, scratch.data() + thread * stride);
-  }
+  });
 }
 
 }  // namespace spindle::kernels

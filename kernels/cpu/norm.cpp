@@ -19,8 +19,7 @@ void rmsnorm(const float* x, int64_t ld_x, const float* w, float* y, int64_t ld_
   SPINDLE_KERNEL_REQUIRE(x != nullptr && w != nullptr && y != nullptr, "rmsnorm",
                          "x, w and y must be non-null");
   const simd::Ops& ops = simd::ops();
-#pragma omp parallel for schedule(static) if (cpu::worth_parallel(rows * n))
-  for (int64_t r = 0; r < rows; ++r) {
+  cpu::parallel_for(rows, cpu::worth_parallel(rows * n), cpu::Schedule::static_, [&](int64_t r) {
     const float* xr = x + r * ld_x;
     float* yr = y + r * ld_y;
     float ss = ops.sum_squares(xr, n);
@@ -29,7 +28,7 @@ void rmsnorm(const float* x, int64_t ld_x, const float* w, float* y, int64_t ld_
     ss = 1.0f / std::sqrt(ss);
     if (inv_rms != nullptr) inv_rms[r] = ss;
     for (int64_t j = 0; j < n; ++j) yr[j] = w[j] * (ss * xr[j]);
-  }
+  });
 }
 
 }  // namespace spindle::kernels

@@ -40,8 +40,7 @@ void rope(float* x, int64_t ld, int64_t T, int64_t n_heads, int64_t head_dim, co
 
   const int64_t half = head_dim / 2;
   const float sign = inverse ? -1.0f : 1.0f;
-#pragma omp parallel for schedule(static) if (cpu::worth_parallel(T * n_heads * head_dim * 2))
-  for (int64_t t = 0; t < T; ++t) {
+  cpu::parallel_for(T, cpu::worth_parallel(T * n_heads * head_dim * 2), cpu::Schedule::static_, [&](int64_t t) {
     float* xt = x + t * ld;
     const float p = static_cast<float>(pos[t]);
     float cos_v[kPairChunk];
@@ -64,7 +63,7 @@ void rope(float* x, int64_t ld, int64_t T, int64_t n_heads, int64_t head_dim, co
         }
       }
     }
-  }
+  });
 }
 
 }  // namespace spindle::kernels

@@ -19,8 +19,7 @@ void softmax_rows(const float* x, float* y, int64_t rows, int64_t n, SoftmaxKind
   if (rows == 0) return;
   SPINDLE_KERNEL_REQUIRE(x != nullptr && y != nullptr, kernel, "x and y must be non-null");
   const simd::Ops& ops = simd::ops();
-#pragma omp parallel for schedule(static) if (cpu::worth_parallel(rows * n * 10))
-  for (int64_t r = 0; r < rows; ++r) {
+  cpu::parallel_for(rows, cpu::worth_parallel(rows * n * 10), cpu::Schedule::static_, [&](int64_t r) {
     const float* xr = x + r * n;
     float* yr = y + r * n;
     const float m = ops.max(xr, n);
@@ -32,7 +31,7 @@ void softmax_rows(const float* x, float* y, int64_t rows, int64_t n, SoftmaxKind
       const float log_sum = std::log(ops.exp_sum(xr, m, nullptr, n));
       for (int64_t j = 0; j < n; ++j) yr[j] = (xr[j] - m) - log_sum;
     }
-  }
+  });
 }
 
 }  // namespace

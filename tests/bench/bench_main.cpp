@@ -24,6 +24,7 @@ std::filesystem::path default_shared_dir() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // lines appear as measured, also through a pipe
   CLI::App app{"spindle-bench: engine speed, reported as ratios measured in one run"};
   app.require_subcommand(1);
 
