@@ -7,8 +7,12 @@
 
 #include "simd.h"
 
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
+#endif
 
 namespace spindle::kernels::simd {
 namespace {
@@ -74,4 +78,8 @@ const Ops& avx2_ops() noexcept {
 
 }  // namespace spindle::kernels::simd
 
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif

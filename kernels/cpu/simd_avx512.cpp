@@ -12,8 +12,12 @@
 
 #include "simd.h"
 
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx2,fma,avx512f"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,avx512f")
+#endif
 
 namespace spindle::kernels::simd {
 namespace {
@@ -85,4 +89,8 @@ const Ops& avx512_ops() noexcept {
 
 }  // namespace spindle::kernels::simd
 
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
