@@ -2,6 +2,10 @@
 
 #include <cblas.h>
 
+#include <algorithm>
+
+#include "parallel.h"
+#include "simd.h"
 #include "spindle/kernels/kernel_error.h"
 
 namespace spindle::kernels {
@@ -12,9 +16,18 @@ void linear(const float* x, int64_t ldx, int64_t T, int64_t k, const float* W, i
   SPINDLE_KERNEL_REQUIRE(ldx >= k && ldy >= n, "linear", "ldx >= k and ldy >= n");
   if (T == 0) return;
   if (T == 1) {
-    // y = W·x: a batch-1 decode streams W once; gemv is the bandwidth-bound form.
-    cblas_sgemv(CblasRowMajor, CblasNoTrans, blasint(n), blasint(k), 1.0f, W, blasint(k), x, 1,
-                beta, y, 1);
+    // y = W·x: a batch-1 decode streams W once and is bound by memory bandwidth. Our own gemv
+    // (four rows share each load of x) over contiguous row blocks, one block per job, reads
+    // closer to the machine's bandwidth than OpenBLAS's sgemv (measured 0.75 vs 0.55 of the
+    // bound on a Qwen3-0.6B-shaped decode).
+    constexpr int64_t kRowsPerJob = 64;
+    const int64_t jobs = (n + kRowsPerJob - 1) / kRowsPerJob;
+    const simd::Ops& ops = simd::ops();
+    cpu::parallel_for(jobs, cpu::worth_parallel(n * k), cpu::Schedule::static_, [&](int64_t j) {
+      const int64_t r0 = j * kRowsPerJob;
+      const int64_t rows = std::min(kRowsPerJob, n - r0);
+      ops.gemv(W + r0 * k, k, rows, k, x, 1.0f, beta, y + r0);
+    });
     return;
   }
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, blasint(T), blasint(n), blasint(k), 1.0f, x,
