@@ -15,11 +15,7 @@ using engine::LoraTarget;
 using json = nlohmann::json;
 
 std::string peft_module_key(int64_t layer, LoraTarget target) {
-  if (target == LoraTarget::lm_head) return "base_model.model.lm_head";
-  const bool attn = target == LoraTarget::q || target == LoraTarget::k ||
-                    target == LoraTarget::v || target == LoraTarget::o;
-  return fmt::format("base_model.model.model.layers.{}.{}.{}", layer, attn ? "self_attn" : "mlp",
-                     engine::lora_target_name(target));
+  return engine::lora_module_key(layer, target);
 }
 
 PeftConfig parse_peft_config(const std::string& text, const std::string& source) {

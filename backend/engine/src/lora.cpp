@@ -47,8 +47,28 @@ std::pair<int64_t, int64_t> lora_target_dims(const ModelConfig& c, LoraTarget ta
 
 bool lora_target_per_layer(LoraTarget target) { return target != LoraTarget::lm_head; }
 
+std::string lora_module_key(int64_t layer, LoraTarget target) {
+  if (target == LoraTarget::lm_head) return "base_model.model.lm_head";
+  const bool attn = target == LoraTarget::q || target == LoraTarget::k ||
+                    target == LoraTarget::v || target == LoraTarget::o;
+  return fmt::format("base_model.model.model.layers.{}.{}.{}", layer, attn ? "self_attn" : "mlp",
+                     lora_target_name(target));
+}
+
 float LoraWeights::scale() const {
   return use_rslora ? alpha / std::sqrt(float(rank)) : alpha / float(rank);
+}
+
+LoraWeights LoraWeights::clone() const {
+  LoraWeights w;
+  w.rank = rank;
+  w.alpha = alpha;
+  w.use_rslora = use_rslora;
+  w.modules.resize(modules.size());
+  for (size_t l = 0; l < modules.size(); ++l)
+    for (size_t t = 0; t < modules[l].size(); ++t)
+      w.modules[l][t] = {modules[l][t].A.clone(), modules[l][t].B.clone()};
+  return w;
 }
 
 LoraWeights LoraWeights::random(const ModelConfig& config, int64_t rank, float alpha,

@@ -128,12 +128,16 @@ void Model::forward(std::span<const BatchSequence> batch, KvCache& cache, const 
   // Embedding gather.
   Tensor x({T, c.dim});
   row = 0;
+  st.tokens.clear();
   for (const auto& b : batch) {
+    st.tokens.insert(st.tokens.end(), b.tokens.begin(), b.tokens.end());
     for (int32_t t : b.tokens) {
       std::memcpy(x.row(row++), weights_.tok_emb.row(t), size_t(c.dim) * sizeof(float));
     }
   }
 
+  st.keep_activations = options.keep_activations;
+  st.all_tokens = options.logits == LogitsFor::all_tokens;
   st.layers.resize(options.keep_activations ? size_t(c.n_layers) : 1);
   for (int64_t l = 0; l < c.n_layers; ++l) {
     LayerActivations& a = st.layers[options.keep_activations ? size_t(l) : 0];
@@ -146,6 +150,7 @@ void Model::forward(std::span<const BatchSequence> batch, KvCache& cache, const 
   // Final norm on the rows that produce logits, then the unembedding (+ lm_head LoRA).
   const int64_t rows_out = options.logits == LogitsFor::last_token ? int64_t(batch.size()) : T;
   ensure(st.x_final, {rows_out, c.dim});
+  ensure(st.inv_rms_final, {rows_out});
   if (options.logits == LogitsFor::last_token) {
     for (size_t i = 0; i < batch.size(); ++i) {
       const auto& s = st.attn_seqs[i];
@@ -154,10 +159,11 @@ void Model::forward(std::span<const BatchSequence> batch, KvCache& cache, const 
     }
   } else {
     kernels::rmsnorm(x.data(), c.dim, weights_.final_norm.data(), st.x_final.data(), c.dim, T,
-                     c.dim, c.rms_eps);
+                     c.dim, c.rms_eps, st.inv_rms_final.data());
   }
   project(lora, 0, LoraTarget::lm_head, st.x_final, weights_.unembedding(), st.out_segments,
           st.logits, st);
+  if (st.keep_activations) st.x_last = std::move(x);
 }
 
 void Model::attention_block(int64_t l, KvCache& cache, const LoraSlotPool* lora, ForwardState& st,
@@ -173,10 +179,20 @@ void Model::attention_block(int64_t l, KvCache& cache, const LoraSlotPool* lora,
   project(lora, l, LoraTarget::k, a.xn_attn, w.wk, st.segments, a.k, st);
   project(lora, l, LoraTarget::v, a.xn_attn, w.wv, st.segments, a.v, st);
   if (c.arch == Arch::qwen3) {
+    float* inv_q = nullptr;
+    float* inv_k = nullptr;
+    if (st.keep_activations) {
+      a.q_pre = a.q.clone();
+      a.k_pre = a.k.clone();
+      ensure(a.inv_rms_q, {T * c.n_heads});
+      ensure(a.inv_rms_k, {T * c.n_kv_heads});
+      inv_q = a.inv_rms_q.data();
+      inv_k = a.inv_rms_k.data();
+    }
     kernels::rmsnorm(a.q.data(), c.head_dim, w.q_norm.data(), a.q.data(), c.head_dim,
-                     T * c.n_heads, c.head_dim, c.rms_eps);
+                     T * c.n_heads, c.head_dim, c.rms_eps, inv_q);
     kernels::rmsnorm(a.k.data(), c.head_dim, w.k_norm.data(), a.k.data(), c.head_dim,
-                     T * c.n_kv_heads, c.head_dim, c.rms_eps);
+                     T * c.n_kv_heads, c.head_dim, c.rms_eps, inv_k);
   }
   kernels::rope(a.q.data(), c.q_dim(), T, c.n_heads, c.head_dim, st.positions.data(),
                 inv_freq_.data(), kernels::RopeStyle::half);

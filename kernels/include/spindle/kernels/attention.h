@@ -38,4 +38,19 @@ void kv_cache_write(const PagedKv& cache, const float* k_new, const float* v_new
 void attention_paged(const float* q, int64_t ld_q, float* out, int64_t ld_out, int64_t n_heads,
                      const PagedKv& cache, std::span<const AttnSeq> seqs, float scale);
 
+// A training sequence: rows [row_begin, row_begin + n) hold its tokens at positions 0..n−1.
+struct DenseSeq {
+  int64_t row_begin = 0;
+  int64_t n = 0;
+};
+
+// Backward of causal GQA attention for training batches, where each sequence starts at position
+// 0 and its K/V are the dense rows of k, v (the forward's post-RoPE K and V, the same values the
+// cache held). Recomputes the attention weights from q and k. Dense row-major layouts:
+// q, d_out, dq: [T, n_heads·head_dim]; k, v, dk, dv: [T, n_kv_heads·head_dim]. dq, dk, dv are
+// overwritten (rows outside every sequence are left untouched).
+void attention_backward(const float* q, const float* k, const float* v, const float* d_out,
+                        float* dq, float* dk, float* dv, int64_t n_heads, int64_t n_kv_heads,
+                        int64_t head_dim, std::span<const DenseSeq> seqs, float scale);
+
 }  // namespace spindle::kernels

@@ -42,4 +42,19 @@ void lora_shrink(const float* x, int64_t ld_x, const LoraSlots& slots,
 void lora_expand(const float* h, const LoraSlots& slots, std::span<const LoraSegment> segments,
                  float* y, int64_t ld_y, int64_t col_offset);
 
+// Backward of the SGMV pair, for the adapted rows of each segment (slot s, rank r_s, scale c_s):
+//   expand backward: dh[t, 0:r_s] = c_s · dy[t, off:off+d_out] · B_s        (overwritten)
+//                    dB[s] += c_s · Σ_t dy[t]ᵀ ⊗ h[t, 0:r_s]                 [d_out, r_s]
+//   shrink backward: dA[s] += Σ_t dh[t, 0:r_s]ᵀ ⊗ x[t]                      [r_s, d_in]
+//                    dx[t] += dh[t, 0:r_s] · A_s                           (if dx non-null)
+// h and dh: [T, max_rank] dense (h from lora_shrink of the same x). dA, dB use the pool layout
+// of slots.A / slots.B ([max_slots, max_rank, d_in], [max_slots, d_out, max_rank]) and are
+// accumulated (several backward calls may precede an optimizer step).
+void lora_expand_backward(const float* h, const float* dy, int64_t ld_dy, int64_t col_offset,
+                          const LoraSlots& slots, std::span<const LoraSegment> segments,
+                          float* dh, float* dB);
+void lora_shrink_backward(const float* x, int64_t ld_x, const float* dh, const LoraSlots& slots,
+                          std::span<const LoraSegment> segments, float* dA, float* dx,
+                          int64_t ld_dx);
+
 }  // namespace spindle::kernels

@@ -34,6 +34,9 @@ std::optional<LoraTarget> lora_target_from_name(std::string_view name);
 // (d_in, d_out) of a target's base projection.
 std::pair<int64_t, int64_t> lora_target_dims(const ModelConfig& config, LoraTarget target);
 bool lora_target_per_layer(LoraTarget target);  // false only for lm_head
+// PEFT module key: "base_model.model.model.layers.3.mlp.up_proj", "base_model.model.lm_head".
+// Tensor names append ".lora_A.weight" / ".lora_B.weight".
+std::string lora_module_key(int64_t layer, LoraTarget target);
 
 struct LoraPair {
   Tensor A;  // [r, d_in]
@@ -49,6 +52,7 @@ struct LoraWeights {
   std::vector<std::array<LoraPair, kLoraTargetCount>> modules;  // [n_layers]
 
   float scale() const;
+  LoraWeights clone() const;
   // Random adapter for tests and benches: A ~ U(-a, a), B ~ U(-b, b) from a seed.
   static LoraWeights random(const ModelConfig& config, int64_t rank, float alpha,
                             std::span<const LoraTarget> targets, uint64_t seed, float a_range,

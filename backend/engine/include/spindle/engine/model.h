@@ -44,6 +44,10 @@ struct LayerActivations {
   Tensor x_in;      // [T, dim] residual stream entering the layer
   Tensor xn_attn;   // [T, dim] after attn_norm
   Tensor inv_rms_attn;  // [T]
+  Tensor q_pre;     // [T, q_dim] projection before q_norm (Qwen3, keep_activations only)
+  Tensor k_pre;     // [T, kv_dim] projection before k_norm (Qwen3, keep_activations only)
+  Tensor inv_rms_q; // [T·n_heads]   (Qwen3)
+  Tensor inv_rms_k; // [T·n_kv_heads] (Qwen3)
   Tensor q;         // [T, q_dim] after (q_norm and) RoPE
   Tensor k;         // [T, kv_dim] after (k_norm and) RoPE
   Tensor v;         // [T, kv_dim]
@@ -59,15 +63,46 @@ struct LayerActivations {
 // Everything a forward produced. Reused across calls to avoid reallocation.
 struct ForwardState {
   int64_t T = 0;                        // rows (new tokens) in the batch
+  bool keep_activations = false;        // as the last forward was run
+  bool all_tokens = false;
   std::vector<int32_t> positions;       // [T]
+  std::vector<int32_t> tokens;          // [T] input tokens (kept for the embedding backward)
   std::vector<int64_t> cache_slots;     // [T]
   std::vector<kernels::LoraSegment> segments;       // over all T rows
   std::vector<kernels::LoraSegment> out_segments;   // over the logits rows
   std::vector<kernels::AttnSeq> attn_seqs;
   std::vector<LayerActivations> layers;  // n_layers if keep_activations, else 1 (reused)
+  Tensor x_last;                        // [T, dim] residual after the last layer (kept)
+  Tensor inv_rms_final;                 // [rows_out]
   Tensor x_final;                       // [rows_out, dim] after the final norm
   Tensor logits;                        // [rows_out, vocab]
   Tensor lora_h;                        // [T, max_rank] SGMV scratch
+  Tensor lora_dh;                       // [T, max_rank] backward scratch
+};
+
+// Gradient buffers for the LoRA slots, in the slot pool's layout (see kernels/lora.h):
+// per (layer, target) dA = [max_slots, max_rank, d_in], dB = [max_slots, d_out, max_rank].
+// Backward passes accumulate; take() moves one slot's sums into an adapter-shaped LoraWeights
+// and zeroes them. Entries beyond a slot's rank stay zero.
+class LoraGrads {
+ public:
+  explicit LoraGrads(const LoraSlotPool& pool);
+  float* dA(int64_t layer, LoraTarget target);  // null when the pool lacks the target
+  float* dB(int64_t layer, LoraTarget target);
+  // Adds slot's gradients into `out` (shaped like the adapter in that slot) and zeroes them.
+  void take(int32_t slot, LoraWeights& out);
+
+ private:
+  const LoraSlotPool& pool_;
+  std::vector<std::array<std::pair<Tensor, Tensor>, kLoraTargetCount>> grads_;  // [layer]
+};
+
+// What a backward pass reads besides the forward state: ∂loss/∂logits for every row of an
+// all_tokens forward, and where to put gradients (either may be null).
+struct BackwardOptions {
+  const Tensor* dlogits = nullptr;  // [T, vocab]
+  LoraGrads* lora_grads = nullptr;  // LoRA A/B gradients (accumulated)
+  ModelWeights* base_grads = nullptr;  // full-parameter mode: every base weight (accumulated)
 };
 
 class Model {
@@ -86,6 +121,14 @@ class Model {
   void forward(std::span<const BatchSequence> batch, KvCache& cache, const LoraSlotPool* lora,
                ForwardState& state, const ForwardOptions& options = {}) const;
 
+  // Backward of the last forward, which must have used LogitsFor::all_tokens and
+  // keep_activations over sequences that started at position 0 (training batches). Gradients
+  // for the LoRA slots of the batch's rows go to options.lora_grads; with options.base_grads,
+  // gradients for every base weight too (full-parameter mode). The base is never modified.
+  // `state` is also scratch space (SGMV buffers); its activations are not modified.
+  void backward(ForwardState& state, const LoraSlotPool* lora,
+                const BackwardOptions& options) const;
+
  private:
   void validate(std::span<const BatchSequence> batch, const KvCache& cache,
                 const LoraSlotPool* lora) const;
@@ -101,6 +144,13 @@ class Model {
   void project(const LoraSlotPool* lora, int64_t layer, LoraTarget target, const Tensor& x,
                const Tensor& W, std::span<const kernels::LoraSegment> segments, Tensor& y,
                ForwardState& st) const;
+
+  // Backward of y = x·Wᵀ + LoRA(x) for one (layer, target): dx (+)= dy·W + LoRA part,
+  // accumulating LoRA and (if dW non-null) base gradients.
+  void project_backward(const LoraSlotPool* lora, const BackwardOptions& opt, int64_t layer,
+                        LoraTarget target, const Tensor& x, const Tensor& W, const float* dy,
+                        int64_t ld_dy, std::span<const kernels::LoraSegment> segments,
+                        float* dx, float beta_dx, Tensor* dW, ForwardState& st) const;
 
   const ModelWeights& weights_;
   std::vector<float> inv_freq_;  // [head_dim/2], with rope_scaling applied

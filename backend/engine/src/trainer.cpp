@@ -1,0 +1,276 @@
+#include "spindle/engine/trainer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "spindle/core/error.h"
+
+namespace spindle::engine {
+namespace {
+
+constexpr int64_t kTrainBlock = 16;
+
+LoraWeights zeros_like(const LoraWeights& w) {
+  LoraWeights z;
+  z.rank = w.rank;
+  z.alpha = w.alpha;
+  z.use_rslora = w.use_rslora;
+  z.modules.resize(w.modules.size());
+  for (size_t l = 0; l < w.modules.size(); ++l) {
+    for (size_t t = 0; t < size_t(kLoraTargetCount); ++t) {
+      const LoraPair& p = w.modules[l][t];
+      if (p.empty()) continue;
+      z.modules[l][t] = {Tensor::zeros(p.A.shape()), Tensor::zeros(p.B.shape())};
+    }
+  }
+  return z;
+}
+
+void zero(LoraWeights& w) {
+  for (auto& layer : w.modules)
+    for (auto& p : layer)
+      if (!p.empty()) {
+        p.A.fill(0.0f);
+        p.B.fill(0.0f);
+      }
+}
+
+void validate_batch(std::span<const TrainDatum> batch, LossFn fn, const LossConfig& config,
+                    const ModelConfig& mc) {
+  SPINDLE_CHECK(!batch.empty(), invalid_argument, "training batch is empty");
+  config.validate();
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const TrainDatum& d = batch[i];
+    SPINDLE_CHECK(!d.input_tokens.empty(), invalid_argument, "datum {}: no input tokens", i);
+    SPINDLE_CHECK(d.target_tokens.size() == d.input_tokens.size(), invalid_argument,
+                  "datum {}: {} target tokens for {} input tokens (must be equal)", i,
+                  d.target_tokens.size(), d.input_tokens.size());
+    for (int32_t t : d.target_tokens) {
+      SPINDLE_CHECK(t >= 0 && t < mc.vocab_size, invalid_argument,
+                    "datum {}: target token {} outside vocab [0, {})", i, t, mc.vocab_size);
+    }
+    validate_loss_inputs(fn, {d.target_tokens, d.weights, d.logprobs, d.advantages}, i);
+  }
+}
+
+// Forward over the batch (fresh sequences, all tokens, activations kept); rows are grouped by
+// slot so SGMV segments are long. Returns each datum's first row.
+std::vector<int64_t> forward_batch(const Model& model, std::span<const TrainDatum> batch,
+                                   const LoraSlotPool* pool, bool use_slots, ForwardState& st) {
+  std::vector<size_t> order(batch.size());
+  std::iota(order.begin(), order.end(), 0);
+  if (use_slots) {
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return batch[a].slot < batch[b].slot; });
+  }
+  int64_t blocks = 0;
+  for (const auto& d : batch) blocks += (int64_t(d.input_tokens.size()) + kTrainBlock - 1) / kTrainBlock;
+  KvCache cache(model.config(), {.block_size = kTrainBlock, .n_blocks = blocks, .max_seqs = 1});
+  std::vector<BatchSequence> seqs;
+  std::vector<int64_t> first_row(batch.size());
+  int64_t row = 0;
+  for (size_t o : order) {
+    seqs.push_back({cache.create(), batch[o].input_tokens, use_slots ? batch[o].slot : -1});
+    first_row[o] = row;
+    row += int64_t(batch[o].input_tokens.size());
+  }
+  model.forward(seqs, cache, pool, st, {.logits = LogitsFor::all_tokens, .keep_activations = true});
+  return first_row;
+}
+
+// Loss, per-token logprobs and (if dlogits) ∂loss/∂logits = g·(softmax − onehot(y)), with
+// g = ∂loss/∂log p, since ∂log p_y/∂z_j = [j = y] − softmax_j.
+ForwardBackwardOutput score(const Tensor& logits, std::span<const TrainDatum> batch,
+                            const std::vector<int64_t>& first_row, LossFn fn,
+                            const LossConfig& config, Tensor* dlogits) {
+  const int64_t V = logits.dim(1);
+  ForwardBackwardOutput out;
+  out.logprobs.resize(batch.size());
+  if (dlogits) dlogits->fill(0.0f);
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const TrainDatum& d = batch[i];
+    for (size_t t = 0; t < d.target_tokens.size(); ++t) {
+      const int64_t r = first_row[i] + int64_t(t);
+      const float* z = logits.row(r);
+      const float m = *std::max_element(z, z + V);
+      double sum = 0.0;
+      for (int64_t j = 0; j < V; ++j) sum += std::exp(double(z[j] - m));
+      const double lse = double(m) + std::log(sum);
+      const int32_t y = d.target_tokens[t];
+      const float logp = float(double(z[y]) - lse);
+      out.logprobs[i].push_back(logp);
+      const float w = d.weights.empty() ? 1.0f : d.weights[t];
+      const float q = d.logprobs.empty() ? 0.0f : d.logprobs[t];
+      const float a = d.advantages.empty() ? 0.0f : d.advantages[t];
+      const TokenLoss tl = token_loss(fn, config, logp, w, q, a);
+      if (w != 0.0f) {
+        out.metrics.loss += tl.loss;
+        out.metrics.n_tokens += 1;
+        out.metrics.n_clipped += tl.clipped ? 1 : 0;
+      }
+      if (dlogits && tl.dloss_dlogp != 0.0f) {
+        float* g = dlogits->row(r);
+        for (int64_t j = 0; j < V; ++j) g[j] = float(tl.dloss_dlogp * std::exp(double(z[j]) - lse));
+        g[y] -= tl.dloss_dlogp;
+      }
+    }
+  }
+  return out;
+}
+
+void ensure(Tensor& t, const Shape& shape) {
+  if (t.shape() != shape || t.empty()) t = Tensor(shape);
+}
+
+}  // namespace
+
+LoraWeights init_lora(const ModelConfig& config, int64_t rank, float alpha,
+                      std::span<const LoraTarget> targets, uint64_t seed, bool use_rslora) {
+  SPINDLE_CHECK(rank >= 1 && rank <= 128, invalid_argument, "LoRA rank must be in [1, 128], got {}",
+                rank);
+  SPINDLE_CHECK(!targets.empty(), invalid_argument, "LoRA needs at least one target module");
+  LoraWeights w;
+  w.rank = rank;
+  w.alpha = alpha;
+  w.use_rslora = use_rslora;
+  w.modules.resize(size_t(config.n_layers));
+  std::mt19937_64 rng(seed);
+  for (int64_t l = 0; l < config.n_layers; ++l) {
+    for (LoraTarget t : targets) {
+      if (!lora_target_per_layer(t) && l != 0) continue;
+      const auto [d_in, d_out] = lora_target_dims(config, t);
+      const float bound = 1.0f / std::sqrt(float(d_in));
+      std::uniform_real_distribution<float> u(-bound, bound);
+      LoraPair& p = w.modules[size_t(l)][size_t(t)];
+      p.A = Tensor({rank, d_in});
+      for (float& x : p.A.span()) x = u(rng);
+      p.B = Tensor::zeros({d_out, rank});
+    }
+  }
+  return w;
+}
+
+LoraTrainer::LoraTrainer(const Model& model, LoraSlotPool& pool)
+    : model_(model), pool_(pool), lora_grads_(pool) {}
+
+LoraTrainer::State& LoraTrainer::state(int32_t slot) {
+  const auto it = states_.find(slot);
+  SPINDLE_CHECK(it != states_.end(), invalid_argument, "slot {} has no adapter being trained",
+                slot);
+  return it->second;
+}
+
+const LoraTrainer::State& LoraTrainer::state(int32_t slot) const {
+  return const_cast<LoraTrainer*>(this)->state(slot);
+}
+
+void LoraTrainer::attach(int32_t slot, LoraWeights weights, AdamW optimizer) {
+  pool_.load(slot, weights);  // validates shapes, rank and targets
+  State s{std::move(weights), {}, std::move(optimizer)};
+  s.grads = zeros_like(s.weights);
+  LoraWeights discard = zeros_like(s.weights);
+  lora_grads_.take(slot, discard);  // drop stale sums a previous occupant left
+  states_[slot] = std::move(s);
+}
+
+void LoraTrainer::detach(int32_t slot) { states_.erase(slot); }
+
+const LoraWeights& LoraTrainer::weights(int32_t slot) const { return state(slot).weights; }
+const AdamW& LoraTrainer::optimizer(int32_t slot) const { return state(slot).adam; }
+const LoraWeights& LoraTrainer::grads(int32_t slot) const { return state(slot).grads; }
+
+ForwardBackwardOutput LoraTrainer::run(std::span<const TrainDatum> batch, LossFn fn,
+                                       const LossConfig& config, bool backward) {
+  validate_batch(batch, fn, config, model_.config());
+  for (size_t i = 0; i < batch.size(); ++i) {
+    SPINDLE_CHECK(attached(batch[i].slot), invalid_argument,
+                  "datum {}: slot {} has no adapter being trained", i, batch[i].slot);
+  }
+  const auto first_row = forward_batch(model_, batch, &pool_, /*use_slots=*/true, fwd_);
+  if (!backward) return score(fwd_.logits, batch, first_row, fn, config, nullptr);
+  ensure(dlogits_, fwd_.logits.shape());
+  auto out = score(fwd_.logits, batch, first_row, fn, config, &dlogits_);
+  model_.backward(fwd_, &pool_, {.dlogits = &dlogits_, .lora_grads = &lora_grads_});
+  for (const auto& d : batch) {
+    State& s = state(d.slot);
+    lora_grads_.take(d.slot, s.grads);  // a slot seen twice adds zeros the second time
+  }
+  return out;
+}
+
+ForwardBackwardOutput LoraTrainer::forward_backward(std::span<const TrainDatum> batch, LossFn fn,
+                                                    const LossConfig& config) {
+  return run(batch, fn, config, /*backward=*/true);
+}
+
+ForwardBackwardOutput LoraTrainer::forward(std::span<const TrainDatum> batch, LossFn fn,
+                                           const LossConfig& config) {
+  return run(batch, fn, config, /*backward=*/false);
+}
+
+OptimStepResult LoraTrainer::optim_step(int32_t slot, const AdamParams& params) {
+  State& s = state(slot);
+  std::vector<ParamRef> refs;
+  for (size_t l = 0; l < s.weights.modules.size(); ++l) {
+    for (LoraTarget t : kAllLoraTargets) {
+      LoraPair& p = s.weights.modules[l][size_t(t)];
+      if (p.empty()) continue;
+      const LoraPair& g = s.grads.modules[l][size_t(t)];
+      const std::string key = lora_module_key(int64_t(l), t);
+      refs.push_back({key + ".lora_A.weight", &p.A, &g.A});
+      refs.push_back({key + ".lora_B.weight", &p.B, &g.B});
+    }
+  }
+  const OptimStepResult r = s.adam.step(refs, params);
+  zero(s.grads);
+  pool_.load(slot, s.weights);
+  return r;
+}
+
+FullTrainer::FullTrainer(const Model& model, ModelWeights& weights)
+    : model_(model), weights_(weights) {
+  SPINDLE_CHECK(&model.weights() == &weights, invalid_argument,
+                "FullTrainer: the model must be built on the weights being trained");
+  grads_.config = weights.config;
+  grads_.layers.resize(weights.layers.size());
+  grads_.tok_emb = Tensor::zeros(weights.tok_emb.shape());
+  grads_.final_norm = Tensor::zeros(weights.final_norm.shape());
+  if (!weights.config.tie_embeddings) grads_.lm_head = Tensor::zeros(weights.lm_head.shape());
+  for (size_t l = 0; l < weights.layers.size(); ++l) {
+    const LayerWeights& w = weights.layers[l];
+    LayerWeights& g = grads_.layers[l];
+    for (auto [src, out] : {std::pair{&w.attn_norm, &g.attn_norm}, {&w.wq, &g.wq}, {&w.wk, &g.wk},
+                            {&w.wv, &g.wv}, {&w.wo, &g.wo}, {&w.q_norm, &g.q_norm},
+                            {&w.k_norm, &g.k_norm}, {&w.ffn_norm, &g.ffn_norm},
+                            {&w.w_gate, &g.w_gate}, {&w.w_up, &g.w_up}, {&w.w_down, &g.w_down}}) {
+      if (!src->empty()) *out = Tensor::zeros(src->shape());
+    }
+  }
+}
+
+ForwardBackwardOutput FullTrainer::forward_backward(std::span<const TrainDatum> batch, LossFn fn,
+                                                    const LossConfig& config) {
+  validate_batch(batch, fn, config, model_.config());
+  const auto first_row = forward_batch(model_, batch, nullptr, /*use_slots=*/false, fwd_);
+  ensure(dlogits_, fwd_.logits.shape());
+  auto out = score(fwd_.logits, batch, first_row, fn, config, &dlogits_);
+  model_.backward(fwd_, nullptr, {.dlogits = &dlogits_, .base_grads = &grads_});
+  return out;
+}
+
+OptimStepResult FullTrainer::optim_step(const AdamParams& params) {
+  std::vector<std::pair<std::string, Tensor*>> ps;
+  std::vector<Tensor*> gs;
+  for_each_hf_tensor(weights_, [&](const std::string& n, Tensor& t) { ps.push_back({n, &t}); });
+  for_each_hf_tensor(grads_, [&](const std::string&, Tensor& t) { gs.push_back(&t); });
+  SPINDLE_ASSERT(ps.size() == gs.size());
+  std::vector<ParamRef> refs;
+  for (size_t i = 0; i < ps.size(); ++i) refs.push_back({ps[i].first, ps[i].second, gs[i]});
+  const OptimStepResult r = adam_.step(refs, params);
+  for (Tensor* g : gs) g->fill(0.0f);
+  return r;
+}
+
+}  // namespace spindle::engine
