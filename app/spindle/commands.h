@@ -12,5 +12,7 @@ namespace spindle::cli {
 void register_generate(CLI::App& app);
 void register_convert(CLI::App& app);
 void register_tokenize(CLI::App& app);
+void register_sft(CLI::App& app);
+void register_make_base(CLI::App& app);
 
 }  // namespace spindle::cli

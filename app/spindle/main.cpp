@@ -12,6 +12,8 @@ int main(int argc, char** argv) {
   spindle::cli::register_generate(app);
   spindle::cli::register_convert(app);
   spindle::cli::register_tokenize(app);
+  spindle::cli::register_sft(app);
+  spindle::cli::register_make_base(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

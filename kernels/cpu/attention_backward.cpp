@@ -71,8 +71,8 @@ void backward_group(const GroupJob& job, const Shape& sh, const Tensors& ts, con
   float* dV = ts.dv + job.row_begin * sh.ld_kv + kv_col;
   zero_rows(dK, sh.ld_kv, n, hd);
   zero_rows(dV, sh.ld_kv, n, hd);
-  float* P = scratch;                 // [kQueryBlock, n]
-  float* dS = P + kQueryBlock * n;    // [kQueryBlock, n]
+  float* P = scratch;               // [kQueryBlock, n]
+  float* dS = P + kQueryBlock * n;  // [kQueryBlock, n]
   float* col_p = dS + kQueryBlock * n;
   float* col_ds = col_p + kQueryBlock;
 
@@ -158,11 +158,11 @@ void attention_backward(const float* q, const float* k, const float* v, const fl
   const int64_t stride = job_scratch(max_n);
   std::vector<float> scratch(static_cast<size_t>(n_threads * stride));
   const simd::Ops& ops = simd::ops();
-  cpu::parallel_for(static_cast<int64_t>(jobs.size()), parallel, cpu::Schedule::dynamic,
-                    [&](int64_t i) {
-    const int64_t thread = parallel ? omp_get_thread_num() : 0;
-    backward_group(jobs[static_cast<size_t>(i)], sh, ts, ops, scratch.data() + thread * stride);
-  });
+  cpu::parallel_for(
+      static_cast<int64_t>(jobs.size()), parallel, cpu::Schedule::dynamic, [&](int64_t i) {
+        const int64_t thread = parallel ? omp_get_thread_num() : 0;
+        backward_group(jobs[static_cast<size_t>(i)], sh, ts, ops, scratch.data() + thread * stride);
+      });
 }
 
 }  // namespace spindle::kernels

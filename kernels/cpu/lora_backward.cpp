@@ -17,58 +17,56 @@ using cpu::LoraPlan;
 using cpu::LoraRowJob;
 using cpu::LoraSegmentJob;
 
-// Short-segment rows grouped for the weight gradients: consecutive rows of one slot, at most
-// kRunMax of them, so one axpy_rows call per weight row covers a run with its coefficients
-// gathered on the stack.
-constexpr int64_t kRunMax = 16;
+// Short-segment rows of one slot, at most kGroupMax of them and not necessarily adjacent: one
+// axpy_rows call per dB row covers a group, with its coefficients gathered on the stack. A
+// decode-like batch (one-row segments cycling through the slots) thus costs d_out calls per 16
+// rows of a slot rather than per row.
+constexpr int64_t kGroupMax = 16;
 
-struct LoraRun {
-  int64_t row_begin;
-  int64_t n_rows;
+struct RowGroup {
   int32_t slot;
   int32_t rank;
+  int64_t n_rows;
+  int64_t rows[kGroupMax];
 };
 
-// One job of a weight gradient: rows [w_begin, w_end) of dA_s or dB_s, summed over every run of
-// slot s. Jobs of one slot touch disjoint weight rows, so no two jobs write the same float.
+// One job of a weight gradient: rows [w_begin, w_end) of dA_s or dB_s, summed over every group
+// of slot s. Jobs of one slot touch disjoint weight rows, so no two jobs write the same float.
 struct WeightJob {
   int32_t slot;
   int32_t rank;
   int64_t w_begin;
   int64_t w_end;
-  size_t run_begin;  // runs[run_begin, run_end) are the slot's runs
-  size_t run_end;
+  size_t group_begin;  // groups[group_begin, group_end) are the slot's groups
+  size_t group_end;
 };
 
-// Runs of plan.rows, sorted by slot (row order within a slot).
-std::vector<LoraRun> short_runs(const LoraPlan& plan) {
-  std::vector<LoraRun> runs;
-  for (const LoraRowJob& r : plan.rows) {
-    if (!runs.empty()) {
-      LoraRun& last = runs.back();
-      if (last.slot == r.slot && last.row_begin + last.n_rows == r.row && last.n_rows < kRunMax) {
-        ++last.n_rows;
-        continue;
-      }
-    }
-    runs.push_back({r.row, 1, r.slot, r.rank});
+// Groups of plan.rows, sorted by slot (row order within a slot).
+std::vector<RowGroup> group_rows(const LoraPlan& plan) {
+  std::vector<LoraRowJob> sorted = plan.rows;
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [](const LoraRowJob& a, const LoraRowJob& b) { return a.slot < b.slot; });
+  std::vector<RowGroup> groups;
+  for (const LoraRowJob& r : sorted) {
+    if (groups.empty() || groups.back().slot != r.slot || groups.back().n_rows == kGroupMax)
+      groups.push_back({r.slot, r.rank, 0, {}});
+    RowGroup& g = groups.back();
+    g.rows[g.n_rows++] = r.row;
   }
-  std::stable_sort(runs.begin(), runs.end(),
-                   [](const LoraRun& a, const LoraRun& b) { return a.slot < b.slot; });
-  return runs;
+  return groups;
 }
 
 // Splits each slot's weight rows [0, rows_of(rank)) into jobs of at most rows_per_job.
 template <class RowsOf>
-std::vector<WeightJob> weight_jobs(const std::vector<LoraRun>& runs, int64_t rows_per_job,
+std::vector<WeightJob> weight_jobs(const std::vector<RowGroup>& groups, int64_t rows_per_job,
                                    RowsOf rows_of) {
   std::vector<WeightJob> jobs;
-  for (size_t b = 0; b < runs.size();) {
+  for (size_t b = 0; b < groups.size();) {
     size_t e = b;
-    while (e < runs.size() && runs[e].slot == runs[b].slot) ++e;
-    const int64_t n_w = rows_of(runs[b].rank);
+    while (e < groups.size() && groups[e].slot == groups[b].slot) ++e;
+    const int64_t n_w = rows_of(groups[b].rank);
     for (int64_t w0 = 0; w0 < n_w; w0 += rows_per_job)
-      jobs.push_back({runs[b].slot, runs[b].rank, w0, std::min(n_w, w0 + rows_per_job), b, e});
+      jobs.push_back({groups[b].slot, groups[b].rank, w0, std::min(n_w, w0 + rows_per_job), b, e});
     b = e;
   }
   return jobs;
@@ -79,8 +77,8 @@ std::vector<WeightJob> weight_jobs(const std::vector<LoraRun>& runs, int64_t row
 // Short segments: dh rows (parallel over rows), then dB rows (parallel over (slot, dB-row block)
 // jobs) on the simd primitives. Tall segments: two sgemms each, outside any OpenMP region.
 void lora_expand_backward(const float* h, const float* dy, int64_t ld_dy, int64_t col_offset,
-                          const LoraSlots& slots, std::span<const LoraSegment> segments,
-                          float* dh, float* dB) {
+                          const LoraSlots& slots, std::span<const LoraSegment> segments, float* dh,
+                          float* dB) {
   constexpr const char* kKernel = "lora_expand_backward";
   const LoraPlan plan = cpu::plan_lora(slots, segments, LoraPass::expand, kKernel);
   SPINDLE_KERNEL_REQUIRE(col_offset >= 0 && ld_dy >= col_offset + slots.d_out, kKernel,
@@ -94,34 +92,42 @@ void lora_expand_backward(const float* h, const float* dy, int64_t ld_dy, int64_
   const simd::Ops& ops = simd::ops();
   const bool parallel = cpu::worth_parallel(plan.row_work);
   // dh[t, 0:r] = c·Σ_j dy[t, j]·B_s[j, 0:r].
-  cpu::parallel_for(static_cast<int64_t>(plan.rows.size()), parallel, cpu::Schedule::static_,
-                    [&](int64_t i) {
-    const LoraRowJob& job = plan.rows[static_cast<size_t>(i)];
-    const float* B_s = slots.B + int64_t{job.slot} * d_out * max_rank;
-    float* dh_t = dh + job.row * max_rank;
-    std::fill(dh_t, dh_t + job.rank, 0.0f);
-    ops.axpy_rows(dy + job.row * ld_dy + col_offset, B_s, max_rank, d_out, job.rank, dh_t);
-    ops.scale(slots.scale[job.slot], dh_t, job.rank);
-  });
-  // dB_s[j, 0:r] += Σ_t (c·dy[t, j])·h[t, 0:r].
-  const std::vector<LoraRun> runs = short_runs(plan);
-  const std::vector<WeightJob> b_jobs = weight_jobs(runs, 64, [&](int32_t) { return d_out; });
-  cpu::parallel_for(static_cast<int64_t>(b_jobs.size()), parallel, cpu::Schedule::dynamic,
-                    [&](int64_t i) {
-    const WeightJob& job = b_jobs[static_cast<size_t>(i)];
-    const float c = slots.scale[job.slot];
-    float* dB_s = dB + int64_t{job.slot} * d_out * max_rank;
-    float coef[kRunMax];
-    for (size_t ri = job.run_begin; ri < job.run_end; ++ri) {
-      const LoraRun& run = runs[ri];
-      const float* dy_run = dy + run.row_begin * ld_dy + col_offset;
-      for (int64_t j = job.w_begin; j < job.w_end; ++j) {
-        for (int64_t t = 0; t < run.n_rows; ++t) coef[t] = c * dy_run[t * ld_dy + j];
-        ops.axpy_rows(coef, h + run.row_begin * max_rank, max_rank, run.n_rows, job.rank,
-                      dB_s + j * max_rank);
-      }
-    }
-  });
+  cpu::parallel_for(
+      static_cast<int64_t>(plan.rows.size()), parallel, cpu::Schedule::static_, [&](int64_t i) {
+        const LoraRowJob& job = plan.rows[static_cast<size_t>(i)];
+        const float* B_s = slots.B + int64_t{job.slot} * d_out * max_rank;
+        float* dh_t = dh + job.row * max_rank;
+        std::fill(dh_t, dh_t + job.rank, 0.0f);
+        ops.axpy_rows(dy + job.row * ld_dy + col_offset, B_s, max_rank, d_out, job.rank, dh_t);
+        ops.scale(slots.scale[job.slot], dh_t, job.rank);
+      });
+  // dB_s[j, 0:r] += Σ_t (c·dy[t, j])·h[t, 0:r], with each group's h rows packed [n_rows, r].
+  const std::vector<RowGroup> groups = group_rows(plan);
+  const int64_t group_stride = kGroupMax * max_rank;
+  std::vector<float> packed_h(groups.size() * static_cast<size_t>(group_stride));
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    const RowGroup& g = groups[gi];
+    for (int64_t t = 0; t < g.n_rows; ++t)
+      std::copy_n(h + g.rows[t] * max_rank, g.rank,
+                  packed_h.data() + static_cast<int64_t>(gi) * group_stride + t * g.rank);
+  }
+  const std::vector<WeightJob> b_jobs = weight_jobs(groups, 64, [&](int32_t) { return d_out; });
+  cpu::parallel_for(
+      static_cast<int64_t>(b_jobs.size()), parallel, cpu::Schedule::dynamic, [&](int64_t i) {
+        const WeightJob& job = b_jobs[static_cast<size_t>(i)];
+        const float c = slots.scale[job.slot];
+        float* dB_s = dB + int64_t{job.slot} * d_out * max_rank;
+        float coef[kGroupMax];
+        for (size_t gi = job.group_begin; gi < job.group_end; ++gi) {
+          const RowGroup& g = groups[gi];
+          const float* hg = packed_h.data() + static_cast<int64_t>(gi) * group_stride;
+          for (int64_t j = job.w_begin; j < job.w_end; ++j) {
+            for (int64_t t = 0; t < g.n_rows; ++t)
+              coef[t] = c * dy[g.rows[t] * ld_dy + col_offset + j];
+            ops.axpy_rows(coef, hg, job.rank, g.n_rows, job.rank, dB_s + j * max_rank);
+          }
+        }
+      });
   for (const LoraSegmentJob& seg : plan.segments) {
     const float c = slots.scale[seg.slot];
     const float* B_s = slots.B + int64_t{seg.slot} * d_out * max_rank;
@@ -156,29 +162,27 @@ void lora_shrink_backward(const float* x, int64_t ld_x, const float* dh, const L
   const bool parallel = cpu::worth_parallel(plan.row_work);
   // dx[t] += Σ_i dh[t, i]·A_s[i].
   if (dx != nullptr) {
-    cpu::parallel_for(static_cast<int64_t>(plan.rows.size()), parallel, cpu::Schedule::static_,
-                      [&](int64_t i) {
-      const LoraRowJob& job = plan.rows[static_cast<size_t>(i)];
-      const float* A_s = slots.A + int64_t{job.slot} * max_rank * d_in;
-      ops.axpy_rows(dh + job.row * max_rank, A_s, d_in, job.rank, d_in, dx + job.row * ld_dx);
-    });
+    cpu::parallel_for(
+        static_cast<int64_t>(plan.rows.size()), parallel, cpu::Schedule::static_, [&](int64_t i) {
+          const LoraRowJob& job = plan.rows[static_cast<size_t>(i)];
+          const float* A_s = slots.A + int64_t{job.slot} * max_rank * d_in;
+          ops.axpy_rows(dh + job.row * max_rank, A_s, d_in, job.rank, d_in, dx + job.row * ld_dx);
+        });
   }
-  // dA_s[i] += Σ_t dh[t, i]·x[t].
-  const std::vector<LoraRun> runs = short_runs(plan);
-  const std::vector<WeightJob> a_jobs = weight_jobs(runs, 1, [](int32_t rank) { return rank; });
-  cpu::parallel_for(static_cast<int64_t>(a_jobs.size()), parallel, cpu::Schedule::dynamic,
-                    [&](int64_t i) {
-    const WeightJob& job = a_jobs[static_cast<size_t>(i)];
-    float* dA_s = dA + int64_t{job.slot} * max_rank * d_in;
-    float coef[kRunMax];
-    for (size_t ri = job.run_begin; ri < job.run_end; ++ri) {
-      const LoraRun& run = runs[ri];
-      for (int64_t w = job.w_begin; w < job.w_end; ++w) {
-        for (int64_t t = 0; t < run.n_rows; ++t) coef[t] = dh[(run.row_begin + t) * max_rank + w];
-        ops.axpy_rows(coef, x + run.row_begin * ld_x, ld_x, run.n_rows, d_in, dA_s + w * d_in);
-      }
-    }
-  });
+  // dA_s[i] += Σ_t dh[t, i]·x[t]: one job per row i of each slot's dA.
+  const std::vector<RowGroup> groups = group_rows(plan);
+  const std::vector<WeightJob> a_jobs = weight_jobs(groups, 1, [](int32_t rank) { return rank; });
+  cpu::parallel_for(
+      static_cast<int64_t>(a_jobs.size()), parallel, cpu::Schedule::dynamic, [&](int64_t i) {
+        const WeightJob& job = a_jobs[static_cast<size_t>(i)];
+        float* dA_s = dA + int64_t{job.slot} * max_rank * d_in;
+        for (size_t gi = job.group_begin; gi < job.group_end; ++gi) {
+          const RowGroup& g = groups[gi];
+          for (int64_t w = job.w_begin; w < job.w_end; ++w)
+            for (int64_t t = 0; t < g.n_rows; ++t)
+              ops.axpy(dh[g.rows[t] * max_rank + w], x + g.rows[t] * ld_x, dA_s + w * d_in, d_in);
+        }
+      });
   for (const LoraSegmentJob& seg : plan.segments) {
     const float* A_s = slots.A + int64_t{seg.slot} * max_rank * d_in;
     const float* dh_seg = dh + seg.row_begin * max_rank;

@@ -67,4 +67,19 @@ struct EngineBenchOptions {
 
 void run_engine_bench(const EngineBenchOptions& options);
 
+// ---- bench_train.cpp --------------------------------------------------------------------
+
+struct TrainBenchOptions {
+  std::string self_exe;   // this program, re-run per mode so peak RSS is per mode
+  int policies = 8;       // K
+  int64_t tokens = 64;    // tokens per policy per step
+  int repeats = 3;
+  bool quick = false;
+  std::filesystem::path demo_base;  // HF dir from `spindle make-base` (optional)
+};
+
+void run_train_bench(const TrainBenchOptions& options);
+// One mode ("multi" or "sequential") in this process; prints a RESULT line.
+void run_train_worker(const TrainBenchOptions& options, const std::string& mode);
+
 }  // namespace spindle::bench

@@ -40,8 +40,28 @@ int main(int argc, char** argv) {
                      "OpenBLAS and OpenMP threads (default: OpenBLAS's own default)")
       ->check(CLI::Range(1, 1024));
 
+  spindle::bench::TrainBenchOptions train_opts;
+  std::string worker_mode;
+  CLI::App* train = app.add_subcommand(
+      "train", "LoRA fwd+bwd tokens/s, K policies in one pass vs one after another, peak RSS");
+  CLI::App* worker = app.add_subcommand("train-worker", "(internal) one mode of `train`");
+  worker->group("");  // hidden
+  for (CLI::App* cmd : {train, worker}) {
+    cmd->add_option("--policies", train_opts.policies, "K policies")->check(CLI::Range(1, 64));
+    cmd->add_option("--tokens", train_opts.tokens, "tokens per policy per step")
+        ->check(CLI::Range(2, 4096));
+    cmd->add_option("--repeats", train_opts.repeats, "timed steps per mode")
+        ->check(CLI::Range(1, 100));
+    cmd->add_flag("--quick", train_opts.quick, "4-layer Qwen3 shape");
+  }
+  train->add_option("--demo-base", train_opts.demo_base, "HF dir built by `spindle make-base`");
+  worker->add_option("--mode", worker_mode, "multi | sequential")->required();
+
   try {
     app.parse(argc, argv);
+    train_opts.self_exe = std::filesystem::canonical("/proc/self/exe").string();
+    if (train->parsed()) spindle::bench::run_train_bench(train_opts);
+    if (worker->parsed()) spindle::bench::run_train_worker(train_opts, worker_mode);
     if (engine->parsed()) {
       engine_opts.shared_dir = shared.empty() ? default_shared_dir() : std::filesystem::path(shared);
       // Decode runs its GEMV/GEMM in OpenBLAS and the rest in OpenMP kernels; both use the

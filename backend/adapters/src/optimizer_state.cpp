@@ -24,8 +24,8 @@ engine::AdamW load_optimizer_state(const std::filesystem::path& dir) {
   const auto file = optimizer_state_path(dir);
   std::error_code ec;
   SPINDLE_CHECK(std::filesystem::exists(file, ec), not_found,
-                "{}: no optimizer state (the adapter in {} was saved without one)",
-                file.string(), dir.string());
+                "{}: no optimizer state (the adapter in {} was saved without one)", file.string(),
+                dir.string());
   try {
     return engine::AdamW::load(file);
   } catch (const Error& e) {

@@ -28,11 +28,12 @@ double ratio(double logp, double q) {
   return std::exp(std::clamp(logp - q, -kMaxLogRatio, kMaxLogRatio));
 }
 
-bool needs_sampler_fields(LossFn fn) { return fn != LossFn::cross_entropy; }
+bool needs_sampler_fields(LossFn fn) {
+  return fn != LossFn::cross_entropy;
+}
 
 template <class T>
-void check_finite(std::span<const T> values, const char* field, size_t datum_index,
-                  LossFn fn) {
+void check_finite(std::span<const T> values, const char* field, size_t datum_index, LossFn fn) {
   for (size_t j = 0; j < values.size(); ++j) {
     SPINDLE_CHECK(std::isfinite(double(values[j])), invalid_argument,
                   "datum {}: {}[{}] = {} is not finite (loss '{}')", datum_index, field, j,
@@ -44,30 +45,34 @@ void check_finite(std::span<const T> values, const char* field, size_t datum_ind
 
 const char* loss_fn_name(LossFn fn) {
   switch (fn) {
-    case LossFn::cross_entropy: return "cross_entropy";
-    case LossFn::importance_sampling: return "importance_sampling";
-    case LossFn::ppo: return "ppo";
-    case LossFn::cispo: return "cispo";
-    case LossFn::dro: return "dro";
+    case LossFn::cross_entropy:
+      return "cross_entropy";
+    case LossFn::importance_sampling:
+      return "importance_sampling";
+    case LossFn::ppo:
+      return "ppo";
+    case LossFn::cispo:
+      return "cispo";
+    case LossFn::dro:
+      return "dro";
   }
   return "unknown";
 }
 
 std::optional<LossFn> loss_fn_from_name(std::string_view name) {
-  for (LossFn fn : {LossFn::cross_entropy, LossFn::importance_sampling, LossFn::ppo,
-                    LossFn::cispo, LossFn::dro}) {
+  for (LossFn fn : {LossFn::cross_entropy, LossFn::importance_sampling, LossFn::ppo, LossFn::cispo,
+                    LossFn::dro}) {
     if (name == loss_fn_name(fn)) return fn;
   }
   return std::nullopt;
 }
 
 void LossConfig::validate() const {
-  SPINDLE_CHECK(std::isfinite(clip_low_threshold) && clip_low_threshold > 0.0f &&
-                    clip_low_threshold <= 1.0f,
-                invalid_argument, "loss config: clip_low_threshold must be in (0, 1], got {}",
-                clip_low_threshold);
-  SPINDLE_CHECK(std::isfinite(clip_high_threshold) && clip_high_threshold >= 1.0f,
-                invalid_argument,
+  SPINDLE_CHECK(
+      std::isfinite(clip_low_threshold) && clip_low_threshold > 0.0f && clip_low_threshold <= 1.0f,
+      invalid_argument, "loss config: clip_low_threshold must be in (0, 1], got {}",
+      clip_low_threshold);
+  SPINDLE_CHECK(std::isfinite(clip_high_threshold) && clip_high_threshold >= 1.0f, invalid_argument,
                 "loss config: clip_high_threshold must be finite and >= 1, got {}",
                 clip_high_threshold);
   SPINDLE_CHECK(std::isfinite(beta) && beta >= 0.0f, invalid_argument,
@@ -104,13 +109,13 @@ void validate_loss_inputs(LossFn fn, const LossInputs& in, size_t datum_index) {
   check_finite(in.advantages, "advantages", datum_index, fn);
   for (size_t j = 0; j < in.weights.size(); ++j) {
     SPINDLE_CHECK(in.weights[j] >= 0.0f, invalid_argument,
-                  "datum {}: weights[{}] = {} is negative (weights must be >= 0)", datum_index,
-                  j, in.weights[j]);
+                  "datum {}: weights[{}] = {} is negative (weights must be >= 0)", datum_index, j,
+                  in.weights[j]);
   }
 }
 
-TokenLoss token_loss(LossFn fn, const LossConfig& config, float logp, float weight,
-                     float q_logprob, float advantage) {
+TokenLoss token_loss(LossFn fn, const LossConfig& config, float logp, float weight, float q_logprob,
+                     float advantage) {
   const double lp = logp;
   const double w = weight;
   const double q = q_logprob;

@@ -31,8 +31,8 @@ void check_param_set(std::span<const ParamRef> params,
                   "AdamW::step: parameter '{}' has a null {} tensor", p.name,
                   p.param == nullptr ? "param" : "grad");
     SPINDLE_CHECK(p.param->shape() == p.grad->shape(), invalid_argument,
-                  "AdamW::step: parameter '{}' has shape {} but its gradient has shape {}",
-                  p.name, shape_str(p.param->shape()), shape_str(p.grad->shape()));
+                  "AdamW::step: parameter '{}' has shape {} but its gradient has shape {}", p.name,
+                  shape_str(p.param->shape()), shape_str(p.grad->shape()));
     SPINDLE_CHECK(seen.insert(p.name).second, invalid_argument,
                   "AdamW::step: parameter '{}' is given twice", p.name);
     if (moments.empty()) continue;
@@ -42,8 +42,8 @@ void check_param_set(std::span<const ParamRef> params,
                   "(fixed by the first step: {} parameters)",
                   p.name, moments.size());
     SPINDLE_CHECK(it->second.first.shape() == p.param->shape(), invalid_argument,
-                  "AdamW::step: parameter '{}' has shape {} but the optimizer state has {}",
-                  p.name, shape_str(p.param->shape()), shape_str(it->second.first.shape()));
+                  "AdamW::step: parameter '{}' has shape {} but the optimizer state has {}", p.name,
+                  shape_str(p.param->shape()), shape_str(it->second.first.shape()));
   }
   if (!moments.empty() && params.size() != moments.size()) {
     for (const auto& [name, mv] : moments) {
@@ -99,8 +99,8 @@ OptimStepResult AdamW::step(std::span<const ParamRef> params, const AdamParams& 
 
   if (moments_.empty()) {
     for (const ParamRef& p : params) {
-      moments_.emplace(p.name, std::pair{Tensor::zeros(p.param->shape()),
-                                         Tensor::zeros(p.param->shape())});
+      moments_.emplace(p.name,
+                       std::pair{Tensor::zeros(p.param->shape()), Tensor::zeros(p.param->shape())});
     }
   }
 
@@ -138,10 +138,14 @@ void AdamW::save(const std::filesystem::path& file) const {
   std::vector<SafetensorsTensorIn> tensors;
   tensors.reserve(moments_.size() * 2);
   for (const auto& [name, mv] : moments_) {
-    tensors.push_back({.name = name + std::string(kAvgSuffix), .dtype = DType::f32,
-                       .shape = mv.first.shape(), .data = mv.first.data()});
-    tensors.push_back({.name = name + std::string(kAvgSqSuffix), .dtype = DType::f32,
-                       .shape = mv.second.shape(), .data = mv.second.data()});
+    tensors.push_back({.name = name + std::string(kAvgSuffix),
+                       .dtype = DType::f32,
+                       .shape = mv.first.shape(),
+                       .data = mv.first.data()});
+    tensors.push_back({.name = name + std::string(kAvgSqSuffix),
+                       .dtype = DType::f32,
+                       .shape = mv.second.shape(),
+                       .data = mv.second.data()});
   }
   write_safetensors(file, tensors, {{"step", std::to_string(step_)}, {"format", kFormat}});
 }
@@ -175,8 +179,8 @@ AdamW AdamW::load(const std::filesystem::path& file) {
     const std::string param(name.substr(0, name.size() - kAvgSuffix.size()));
     const std::string sq_name = param + std::string(kAvgSqSuffix);
     const SafetensorsEntry* sq = st.find(sq_name);
-    SPINDLE_CHECK(sq != nullptr, format, "{}: tensor '{}' is missing (it pairs with '{}')",
-                  source, sq_name, e.name);
+    SPINDLE_CHECK(sq != nullptr, format, "{}: tensor '{}' is missing (it pairs with '{}')", source,
+                  sq_name, e.name);
     SPINDLE_CHECK(sq->shape == e.shape, format,
                   "{}: tensor '{}' has shape {} but '{}' has shape {}", source, sq_name,
                   shape_str(sq->shape), e.name, shape_str(e.shape));
@@ -185,8 +189,8 @@ AdamW AdamW::load(const std::filesystem::path& file) {
   for (const SafetensorsEntry& e : st.entries()) {
     if (!std::string_view(e.name).ends_with(kAvgSqSuffix)) continue;
     const std::string param = e.name.substr(0, e.name.size() - kAvgSqSuffix.size());
-    SPINDLE_CHECK(opt.moments_.count(param) != 0, format,
-                  "{}: tensor '{}' has no matching '{}{}'", source, e.name, param, kAvgSuffix);
+    SPINDLE_CHECK(opt.moments_.count(param) != 0, format, "{}: tensor '{}' has no matching '{}{}'",
+                  source, e.name, param, kAvgSuffix);
   }
   SPINDLE_CHECK((opt.step_ == 0) == opt.moments_.empty(), format,
                 "{}: step {} does not fit {} stored parameters (moments exist iff step > 0)",

@@ -80,7 +80,7 @@ std::vector<int64_t> forward_batch(const Model& model, std::span<const TrainDatu
   return first_row;
 }
 
-// Loss, per-token logprobs and (if dlogits) ∂loss/∂logits = g·(softmax − onehot(y)), with
+// Loss, per-token logprobs and (if dlogits) ∂loss/∂logits = g·(onehot(y) − softmax), with
 // g = ∂loss/∂log p, since ∂log p_y/∂z_j = [j = y] − softmax_j.
 ForwardBackwardOutput score(const Tensor& logits, std::span<const TrainDatum> batch,
                             const std::vector<int64_t>& first_row, LossFn fn,
@@ -112,8 +112,8 @@ ForwardBackwardOutput score(const Tensor& logits, std::span<const TrainDatum> ba
       }
       if (dlogits && tl.dloss_dlogp != 0.0f) {
         float* g = dlogits->row(r);
-        for (int64_t j = 0; j < V; ++j) g[j] = float(tl.dloss_dlogp * std::exp(double(z[j]) - lse));
-        g[y] -= tl.dloss_dlogp;
+        for (int64_t j = 0; j < V; ++j) g[j] = float(-tl.dloss_dlogp * std::exp(double(z[j]) - lse));
+        g[y] += tl.dloss_dlogp;
       }
     }
   }

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 
 #include "../model/model_fixtures.h"
@@ -20,8 +21,8 @@ constexpr LoraTarget kAll[] = {LoraTarget::q,  LoraTarget::k,    LoraTarget::v,
 // Two data of different lengths; RL inputs place ρ well inside or well outside the clip range
 // (never near a kink, where a finite difference is meaningless).
 std::vector<TrainDatum> make_batch(const Model& model, LoraSlotPool& pool, int32_t slot,
-                                   LossFn fn, uint64_t seed) {
-  std::mt19937 rng(uint32_t(seed));
+                                   const LoraWeights* adapter, LossFn fn, uint64_t seed) {
+  std::mt19937 rng{uint32_t(seed)};
   const int64_t V = model.config().vocab_size;
   std::vector<TrainDatum> batch(2);
   const size_t lens[2] = {7, 4};
@@ -37,6 +38,7 @@ std::vector<TrainDatum> make_batch(const Model& model, LoraSlotPool& pool, int32
   }
   if (fn != LossFn::cross_entropy) {
     LoraTrainer probe(model, pool);
+    probe.attach(slot, adapter->clone());
     const auto out = probe.forward(batch, LossFn::cross_entropy);
     const float offsets[4] = {-0.3f, -0.05f, 0.05f, 0.4f};
     for (size_t i = 0; i < 2; ++i)
@@ -57,12 +59,29 @@ void check_lora_gradients(Arch arch, LossFn fn) {
   pool.load(1, adapter);
   LossConfig cfg;
   cfg.beta = 0.7f;
-  const auto batch = make_batch(model, pool, 1, fn, 17);
+  const auto batch = make_batch(model, pool, 1, &adapter, fn, 17);
 
   LoraTrainer trainer(model, pool);
   trainer.attach(1, adapter.clone());
-  trainer.forward_backward(batch, fn, cfg);
+  const auto base_out = trainer.forward_backward(batch, fn, cfg);
   const LoraWeights& g = trainer.grads(1);
+
+  // cispo's stop-gradient has no finite-difference counterpart in its own loss value: check
+  // it against the loss it differentiates, −Σ w·c·log p·A with c = clip(ρ) frozen at the
+  // current point, which is dro with β = 0 and weights w·c.
+  LossFn fd_fn = fn;
+  LossConfig fd_cfg = cfg;
+  std::vector<TrainDatum> fd_batch = batch;
+  if (fn == LossFn::cispo) {
+    fd_fn = LossFn::dro;
+    fd_cfg.beta = 0.0f;
+    for (size_t i = 0; i < fd_batch.size(); ++i)
+      for (size_t t = 0; t < fd_batch[i].weights.size(); ++t) {
+        const double rho = std::exp(double(base_out.logprobs[i][t]) - fd_batch[i].logprobs[t]);
+        fd_batch[i].weights[t] *= float(std::clamp(rho, double(cfg.clip_low_threshold),
+                                                   double(cfg.clip_high_threshold)));
+      }
+  }
 
   std::mt19937 rng(5);
   std::normal_distribution<float> nd;
@@ -81,9 +100,12 @@ void check_lora_gradients(Arch arch, LossFn fn) {
           for (int64_t i = 0; i < x.numel(); ++i) x.data()[i] += eps * dir.data()[i];
           LoraTrainer probe(model, pool);
           probe.attach(1, std::move(p));
-          return probe.forward(batch, fn, cfg).metrics.loss;
+          return probe.forward(fd_batch, fd_fn, fd_cfg).metrics.loss;
         };
-        const float eps = 2e-3f;
+        // A step that moves the loss by about 1e-2: small enough to stay on one side of
+        // every clip kink and in the linear regime of ρ = e^(log p − q), large against fp32
+        // rounding of the loss.
+        const float eps = float(std::min(1e-3, 3e-3 / std::max(1.0, std::abs(analytic))));
         const double numeric = (loss_at(eps) - loss_at(-eps)) / (2.0 * eps);
         EXPECT_NEAR(analytic, numeric, 2e-3 + 2e-2 * std::abs(numeric))
             << arch_name(arch) << " " << loss_fn_name(fn) << " layer " << l << " "
@@ -114,7 +136,7 @@ TEST(FullParameterGradients, MatchFiniteDifferences) {
     ModelWeights w = testing::random_weights(testing::tiny_config(arch), 60 + int(arch));
     const Model model(w);
     LoraSlotPool pool(w.config, {.max_slots = 1, .max_rank = 1});
-    auto batch = make_batch(model, pool, -1, LossFn::cross_entropy, 23);
+    auto batch = make_batch(model, pool, -1, nullptr, LossFn::cross_entropy, 23);
     FullTrainer trainer(model, w);
     trainer.forward_backward(batch, LossFn::cross_entropy);
     // Directional derivative of every base tensor against the change in loss along `dir`.

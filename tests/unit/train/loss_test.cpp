@@ -197,25 +197,32 @@ TEST(Loss, MetricsAdd) {
 
 TEST(LossConfig, Validate) {
   EXPECT_NO_THROW(LossConfig{}.validate());
-  EXPECT_NO_THROW((LossConfig{.clip_low_threshold = 1.0f, .clip_high_threshold = 1.0f,
-                              .beta = 0.0f}
+  EXPECT_NO_THROW((LossConfig{.clip_low_threshold = 1.0f, .clip_high_threshold = 1.0f, .beta = 0.0f}
                        .validate()));
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const float inf = std::numeric_limits<float>::infinity();
-  EXPECT_NE(error_of([] { LossConfig{.clip_low_threshold = 0.0f}.validate(); })
-                .find("clip_low_threshold"), std::string::npos);
-  EXPECT_NE(error_of([] { LossConfig{.clip_low_threshold = 1.1f}.validate(); })
-                .find("clip_low_threshold"), std::string::npos);
-  EXPECT_NE(error_of([&] { LossConfig{.clip_low_threshold = nan}.validate(); })
-                .find("clip_low_threshold"), std::string::npos);
-  EXPECT_NE(error_of([] { LossConfig{.clip_high_threshold = 0.9f}.validate(); })
-                .find("clip_high_threshold"), std::string::npos);
-  EXPECT_NE(error_of([&] { LossConfig{.clip_high_threshold = inf}.validate(); })
-                .find("clip_high_threshold"), std::string::npos);
-  EXPECT_NE(error_of([] { LossConfig{.beta = -0.1f}.validate(); }).find("beta"),
+  EXPECT_NE(error_of([] {
+              LossConfig{.clip_low_threshold = 0.0f}.validate();
+            }).find("clip_low_threshold"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { LossConfig{.beta = nan}.validate(); }).find("beta"),
+  EXPECT_NE(error_of([] {
+              LossConfig{.clip_low_threshold = 1.1f}.validate();
+            }).find("clip_low_threshold"),
             std::string::npos);
+  EXPECT_NE(error_of([&] {
+              LossConfig{.clip_low_threshold = nan}.validate();
+            }).find("clip_low_threshold"),
+            std::string::npos);
+  EXPECT_NE(error_of([] {
+              LossConfig{.clip_high_threshold = 0.9f}.validate();
+            }).find("clip_high_threshold"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              LossConfig{.clip_high_threshold = inf}.validate();
+            }).find("clip_high_threshold"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { LossConfig{.beta = -0.1f}.validate(); }).find("beta"), std::string::npos);
+  EXPECT_NE(error_of([&] { LossConfig{.beta = nan}.validate(); }).find("beta"), std::string::npos);
 }
 
 TEST(LossInputs, ValidateRequiredFieldsAndLengths) {
@@ -273,8 +280,7 @@ TEST(LossInputs, ValidateValues) {
   m = msg({.target_tokens = bad_tokens, .logprobs = ok, .advantages = ok});
   EXPECT_NE(m.find("target_tokens[1]"), std::string::npos) << m;
   EXPECT_NO_THROW(validate_loss_inputs(
-      LossFn::ppo, {.target_tokens = tokens, .weights = ok, .logprobs = ok, .advantages = ok},
-      0));
+      LossFn::ppo, {.target_tokens = tokens, .weights = ok, .logprobs = ok, .advantages = ok}, 0));
 }
 
 }  // namespace

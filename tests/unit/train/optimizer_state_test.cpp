@@ -56,8 +56,7 @@ struct TinyAdapter {
         for (int64_t i = 0; i < params[k].numel(); ++i)
           grads[k].data()[i] = std::sin(float(s + i) + 10.0f * params[k].data()[i]);
       }
-      for (size_t k = 0; k < params.size(); ++k)
-        refs.push_back({names[k], &params[k], &grads[k]});
+      for (size_t k = 0; k < params.size(); ++k) refs.push_back({names[k], &params[k], &grads[k]});
       opt.step(refs, hp);
     }
   }

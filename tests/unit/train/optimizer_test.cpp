@@ -59,10 +59,14 @@ TEST(AdamParams, Validate) {
   EXPECT_NO_THROW(AdamParams{}.validate());
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const std::pair<AdamParams, const char*> bad[] = {
-      {{.learning_rate = -1e-3f}, "learning_rate"}, {{.learning_rate = nan}, "learning_rate"},
-      {{.beta1 = 1.0f}, "beta1"},                   {{.beta1 = -0.1f}, "beta1"},
-      {{.beta2 = 1.0f}, "beta2"},                   {{.eps = 0.0f}, "eps"},
-      {{.weight_decay = -1.0f}, "weight_decay"},    {{.grad_clip_norm = -1.0f}, "grad_clip_norm"},
+      {{.learning_rate = -1e-3f}, "learning_rate"},
+      {{.learning_rate = nan}, "learning_rate"},
+      {{.beta1 = 1.0f}, "beta1"},
+      {{.beta1 = -0.1f}, "beta1"},
+      {{.beta2 = 1.0f}, "beta2"},
+      {{.eps = 0.0f}, "eps"},
+      {{.weight_decay = -1.0f}, "weight_decay"},
+      {{.grad_clip_norm = -1.0f}, "grad_clip_norm"},
   };
   for (const auto& [hp, field] : bad) {
     const std::string m = error_of([&] { hp.validate(); });
@@ -71,8 +75,8 @@ TEST(AdamParams, Validate) {
 }
 
 TEST(AdamW, OneStepByHand) {
-  const AdamParams hp{.learning_rate = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
-                      .weight_decay = 0.1f};
+  const AdamParams hp{
+      .learning_rate = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
   Tensor p = Tensor::from({3}, std::vector<float>{0.5f, -1.0f, 2.0f});
   const Tensor g = Tensor::from({3}, std::vector<float>{0.1f, -0.2f, 0.3f});
   AdamW opt;
@@ -86,8 +90,8 @@ TEST(AdamW, OneStepByHand) {
   const double p0[] = {0.5, -1.0, 2.0};
   for (int i = 0; i < 3; ++i) {
     const double gi = g.data()[i];
-    const double want = p0[i] - 1e-2 * double(0.1f) * p0[i] -
-                        double(1e-2f) * gi / (std::abs(gi) + double(1e-8f));
+    const double want =
+        p0[i] - 1e-2 * double(0.1f) * p0[i] - double(1e-2f) * gi / (std::abs(gi) + double(1e-8f));
     EXPECT_NEAR(p.data()[i], want, 1e-6) << i;
     EXPECT_NEAR(opt.moments().at("w").first.data()[i], (1 - double(0.9f)) * gi, 1e-8);
     EXPECT_NEAR(opt.moments().at("w").second.data()[i], (1 - double(0.95f)) * gi * gi, 1e-9);
@@ -95,12 +99,12 @@ TEST(AdamW, OneStepByHand) {
 }
 
 TEST(AdamW, BiasCorrectionOverThreeSteps) {
-  const AdamParams hp{.learning_rate = 5e-2f, .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-6f,
-                      .weight_decay = 0.01f};
+  const AdamParams hp{
+      .learning_rate = 5e-2f, .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-6f, .weight_decay = 0.01f};
   const std::vector<float> init = {1.0f, -0.5f, 0.25f, 3.0f};
   Tensor p = Tensor::from({2, 2}, init);
-  Reference ref{.p = {init.begin(), init.end()}, .m = std::vector<double>(4),
-                .v = std::vector<double>(4)};
+  Reference ref{
+      .p = {init.begin(), init.end()}, .m = std::vector<double>(4), .v = std::vector<double>(4)};
   AdamW opt;
   const std::vector<std::vector<float>> grads = {
       {0.3f, -0.1f, 0.0f, 2.0f}, {-0.2f, 0.4f, 0.05f, 1.0f}, {0.1f, 0.1f, -0.3f, -0.5f}};
@@ -237,8 +241,7 @@ void run_steps(AdamW& opt, Tensor& a, Tensor& b, int from, int to, const AdamPar
     Tensor ga(a.shape()), gb(b.shape());
     for (int64_t i = 0; i < a.numel(); ++i)
       ga.data()[i] = std::sin(a.data()[i] * 3.0f + float(s)) + 0.1f * float(i);
-    for (int64_t i = 0; i < b.numel(); ++i)
-      gb.data()[i] = b.data()[i] - std::cos(float(s * 7 + i));
+    for (int64_t i = 0; i < b.numel(); ++i) gb.data()[i] = b.data()[i] - std::cos(float(s * 7 + i));
     const ParamRef refs[] = {{"layer.a", &a, &ga}, {"layer.b", &b, &gb}};
     opt.step(refs, hp);
   }
@@ -267,8 +270,8 @@ TEST(AdamW, SaveLoadResumeIsBitExact) {
   EXPECT_EQ(resumed.step_count(), 6);
   EXPECT_TRUE(same_bits(a1, a2));
   EXPECT_TRUE(same_bits(b1, b2));
-  EXPECT_TRUE(same_bits(resumed.moments().at("layer.a").second,
-                        straight.moments().at("layer.a").second));
+  EXPECT_TRUE(
+      same_bits(resumed.moments().at("layer.a").second, straight.moments().at("layer.a").second));
 
   const SafetensorsFile st(file);
   EXPECT_EQ(st.metadata().at("format"), "spindle-adamw-v1");
@@ -281,8 +284,8 @@ TEST(AdamW, SaveLoadResumeIsBitExact) {
 TEST(AdamW, LoadErrorsNameTheFile) {
   const auto dir = temp_dir("errors");
   const auto missing = dir / "absent.safetensors";
-  EXPECT_NE(error_of([&] { AdamW::load(missing); }, ErrorCode::not_found)
-                .find(missing.string()), std::string::npos);
+  EXPECT_NE(error_of([&] { AdamW::load(missing); }, ErrorCode::not_found).find(missing.string()),
+            std::string::npos);
 
   const auto garbage = dir / "garbage.safetensors";
   write_file_atomic(garbage, std::string_view("not a safetensors file at all"));

@@ -1,0 +1,259 @@
+// spindle make-base: builds the embedded default base from scratch — a small Llama trained
+// full-parameter on generated arithmetic ("<|bos|>37+45=82<|eos|>", spindle/engine/arith_task.h)
+// for a wall-clock budget — and writes it as an HF directory with a byte-level tokenizer.json.
+// Stdout: one "eval ..." line per held-out evaluation (greedy exact match on the fixed 200
+// held-out problems) and a final summary; stderr: a progress bar redrawn in place with \r.
+// The run stops on time, so the step count (and the result) varies with the machine.
+
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+#include "spindle/core/error.h"
+#include "spindle/engine/arith_task.h"
+#include "spindle/engine/byte_tokenizer.h"
+#include "spindle/engine/generator.h"
+#include "spindle/engine/loader.h"
+#include "spindle/engine/tokenizer.h"
+#include "spindle/engine/trainer.h"
+
+namespace spindle::cli {
+namespace {
+
+using namespace spindle::engine;
+using Clock = std::chrono::steady_clock;
+
+struct MakeBaseArgs {
+  std::string task = "arithmetic";
+  std::string out;
+  double minutes = 5.0;
+  uint64_t seed = 0;
+};
+
+// The recipe. Sized so a few minutes on 2 CPU cores solve some held-out problems, not all:
+// the base is the starting point RL later improves.
+struct Recipe {
+  int64_t dim = 128;
+  int64_t hidden_dim = 384;
+  int64_t n_layers = 3;
+  int64_t n_heads = 4;
+  int64_t max_seq_len = 32;
+  int64_t batch = 32;           // sequences per step
+  float peak_lr = 3e-3f;
+  float final_lr_fraction = 0.1f;  // cosine decay over the time budget down to this
+  int64_t warmup_steps = 50;
+  float weight_decay = 0.01f;
+  float grad_clip = 1.0f;
+  int evals = 10;               // held-out evaluations over the budget (plus the last)
+};
+
+ModelConfig arith_config(const Recipe& r) {
+  ModelConfig c;
+  c.arch = Arch::llama;
+  c.dim = r.dim;
+  c.hidden_dim = r.hidden_dim;
+  c.n_layers = r.n_layers;
+  c.n_heads = r.n_heads;
+  c.n_kv_heads = r.n_heads;
+  c.head_dim = r.dim / r.n_heads;
+  c.vocab_size = kByteTokenizerVocabSize;
+  c.max_seq_len = r.max_seq_len;
+  c.tie_embeddings = true;
+  c.bos_id = kByteTokenizerBosId;
+  c.eos_id = kByteTokenizerEosId;
+  c.name = "spindle-arith";
+  c.validate("make-base recipe");
+  return c;
+}
+
+// GPT-2 initialisation: N(0, 0.02) everywhere, residual output projections (o, down) scaled by
+// 1/√(2·n_layers), RMSNorm gains 1.
+ModelWeights init_weights(const ModelConfig& c, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const auto normal = [&](Shape shape, float std) {
+    std::normal_distribution<float> nd(0.0f, std);
+    Tensor t(std::move(shape));
+    for (float& x : t.span()) x = nd(rng);
+    return t;
+  };
+  const auto ones = [](int64_t n) {
+    Tensor t({n});
+    t.fill(1.0f);
+    return t;
+  };
+  const float s = 0.02f, s_out = 0.02f / std::sqrt(2.0f * float(c.n_layers));
+  ModelWeights w;
+  w.config = c;
+  w.tok_emb = normal({c.vocab_size, c.dim}, s);
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    LayerWeights L;
+    L.attn_norm = ones(c.dim);
+    L.wq = normal({c.q_dim(), c.dim}, s);
+    L.wk = normal({c.kv_dim(), c.dim}, s);
+    L.wv = normal({c.kv_dim(), c.dim}, s);
+    L.wo = normal({c.dim, c.q_dim()}, s_out);
+    L.ffn_norm = ones(c.dim);
+    L.w_gate = normal({c.hidden_dim, c.dim}, s);
+    L.w_up = normal({c.hidden_dim, c.dim}, s);
+    L.w_down = normal({c.dim, c.hidden_dim}, s_out);
+    w.layers.push_back(std::move(L));
+  }
+  w.final_norm = ones(c.dim);
+  w.validate("make-base init");
+  return w;
+}
+
+struct Eval {
+  int32_t correct = 0;
+  int32_t total = 0;
+  double accuracy() const { return total ? double(correct) / double(total) : 0.0; }
+};
+
+// Greedy exact match over the held-out set (one batched generate call).
+Eval evaluate(const Model& model, const Tokenizer& tokenizer, const ArithTask& task) {
+  const auto& problems = task.heldout();
+  KvCache cache(model.config(), {.block_size = 16, .n_blocks = 0,
+                                 .max_seqs = int64_t(problems.size())});
+  Generator generator(model, cache, nullptr, &tokenizer);
+  std::vector<GenerationRequest> requests(problems.size());
+  for (size_t i = 0; i < problems.size(); ++i) {
+    requests[i].prompt = tokenizer.encode(problems[i].prompt());
+    requests[i].params.max_tokens = task.max_answer_chars() + 1;
+    requests[i].params.temperature = 0.0f;
+    requests[i].params.stop_token_ids = {kByteTokenizerEosId, kByteTokenizerBosId};
+  }
+  const auto results = generator.generate(requests);
+  Eval e;
+  e.total = int32_t(problems.size());
+  for (size_t i = 0; i < problems.size(); ++i) {
+    e.correct += arith_correct(problems[i], results[i].at(0).text) ? 1 : 0;
+  }
+  return e;
+}
+
+// Learning rate at `step` (1-based) with `progress` = elapsed / budget in [0, 1]: linear warmup,
+// then cosine decay on time (the budget is wall-clock, not steps).
+float learning_rate(const Recipe& r, int64_t step, double progress) {
+  const float warm = std::min(1.0f, float(step) / float(r.warmup_steps));
+  const double cosine = 0.5 * (1.0 + std::cos(M_PI * std::min(1.0, progress)));
+  return r.peak_lr * warm * float(r.final_lr_fraction + (1.0 - r.final_lr_fraction) * cosine);
+}
+
+constexpr int kProgressChars = 100;  // longer than any progress line
+
+void draw_progress(double elapsed_min, double total_min, int64_t step, double loss,
+                   const Eval* last) {
+  constexpr int kWidth = 24;
+  const int filled = int(std::min(1.0, elapsed_min / total_min) * kWidth);
+  const std::string bar = std::string(size_t(filled), '#') + std::string(size_t(kWidth - filled), '-');
+  const std::string acc = last ? fmt::format("{:.1f}%", 100.0 * last->accuracy()) : "-";
+  std::fprintf(stderr, "\r[%s] %.2f/%.2f min  step %lld  loss %.4f  acc %s   ", bar.c_str(),
+               elapsed_min, total_min, (long long)step, loss, acc.c_str());
+  std::fflush(stderr);
+}
+
+// Blanks the progress line so a stdout line printed next starts clean on a shared terminal.
+void clear_progress() {
+  std::fprintf(stderr, "\r%*s\r", kProgressChars, "");
+  std::fflush(stderr);
+}
+
+void run_make_base(const MakeBaseArgs& args) {
+  SPINDLE_CHECK(args.task == "arithmetic", invalid_argument,
+                "--task {}: the only task is 'arithmetic'", args.task);
+  SPINDLE_CHECK(args.minutes > 0.0 && args.minutes <= 24 * 60, invalid_argument,
+                "--minutes must be in (0, 1440], got {}", args.minutes);
+  const Recipe recipe;
+  const ArithTask task;  // fixed split: every base is judged on the same held-out problems
+  const std::filesystem::path out(args.out);
+  std::filesystem::create_directories(out);
+  const ByteTokenizerSpec tok_spec{.model_max_length = recipe.max_seq_len};
+  write_byte_tokenizer(out, tok_spec);
+  const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(out / "tokenizer.json");
+
+  ModelWeights weights = init_weights(arith_config(recipe), args.seed);
+  const Model model(weights);
+  FullTrainer trainer(model, weights);
+  Rng rng(sample_seed(args.seed, /*index=*/1));
+  AdamParams adam;
+  adam.beta1 = 0.9f;
+  adam.beta2 = 0.98f;
+  adam.eps = 1e-8f;
+  adam.weight_decay = recipe.weight_decay;
+  adam.grad_clip_norm = recipe.grad_clip;
+
+  std::printf("make-base: arithmetic, %lld train / %zu held-out problems; llama dim %lld, %lld "
+              "layers, %lld heads, vocab %lld; %.2f minutes, seed %llu\n",
+              (long long)task.train().size(), task.heldout().size(), (long long)recipe.dim,
+              (long long)recipe.n_layers, (long long)recipe.n_heads,
+              (long long)kByteTokenizerVocabSize, args.minutes, (unsigned long long)args.seed);
+  std::fflush(stdout);
+
+  const auto start = Clock::now();
+  const double budget_s = args.minutes * 60.0;
+  const auto elapsed_s = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
+  const double eval_every_s = budget_s / recipe.evals;
+  double next_eval_s = eval_every_s, last_draw_s = -1.0, loss_avg = 0.0;
+  std::optional<Eval> last_eval;
+  int64_t step = 0;
+  std::vector<TrainDatum> batch(size_t(recipe.batch));
+  const auto report = [&](const char* what) {
+    last_eval = evaluate(model, *tokenizer, task);
+    clear_progress();
+    std::printf("%s step %lld minutes %.2f loss %.4f accuracy %.4f (%d/%d)\n", what,
+                (long long)step, elapsed_s() / 60.0, loss_avg, last_eval->accuracy(),
+                last_eval->correct, last_eval->total);
+    std::fflush(stdout);
+    draw_progress(elapsed_s() / 60.0, args.minutes, step, loss_avg, &*last_eval);
+  };
+  while (elapsed_s() < budget_s) {
+    for (TrainDatum& d : batch) d = arith_datum(task.sample_train(rng), *tokenizer);
+    const auto fb = trainer.forward_backward(batch, LossFn::cross_entropy);
+    const double loss = fb.metrics.loss / double(std::max<int64_t>(1, fb.metrics.n_tokens));
+    ++step;
+    adam.learning_rate = learning_rate(recipe, step, elapsed_s() / budget_s);
+    trainer.optim_step(adam);
+    loss_avg = step == 1 ? loss : 0.95 * loss_avg + 0.05 * loss;
+    const double now = elapsed_s();
+    if (now - last_draw_s >= 0.2) {
+      draw_progress(now / 60.0, args.minutes, step, loss_avg, last_eval ? &*last_eval : nullptr);
+      last_draw_s = now;
+    }
+    if (now >= next_eval_s && now < budget_s) {
+      report("eval");
+      next_eval_s = elapsed_s() + eval_every_s;
+    }
+  }
+  report("final");
+  save_hf_dir(weights, out);
+  std::fprintf(stderr, "\nspindle make-base: wrote %s (config.json, model.safetensors, "
+                       "tokenizer.json) after %lld steps\n",
+               out.string().c_str(), (long long)step);
+}
+
+}  // namespace
+
+void register_make_base(CLI::App& app) {
+  auto args = std::make_shared<MakeBaseArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "make-base", "Build a small base model from scratch on a generated task (HF directory)");
+  cmd->add_option("--task", args->task, "generated task")
+      ->check(CLI::IsMember({"arithmetic"}))
+      ->capture_default_str();
+  cmd->add_option("--out", args->out, "output HF directory (created if missing)")->required();
+  cmd->add_option("--minutes", args->minutes, "wall-clock training budget (fractions allowed)")
+      ->capture_default_str();
+  cmd->add_option("--seed", args->seed, "weight init and training order")->capture_default_str();
+  cmd->callback([args] { run_make_base(*args); });
+}
+
+}  // namespace spindle::cli

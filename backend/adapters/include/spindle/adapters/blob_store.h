@@ -1,0 +1,88 @@
+#pragma once
+// Content-addressed blob store: immutable files named by the SHA-256 of their bytes, under
+// <root>/<first two hex digits>/<64 hex digits>. Identical content is stored once.
+//
+// Durability: put() writes a temp file in the fan-out directory, fsyncs it, renames it into
+// place and fsyncs the directory (write_file_atomic); a new fan-out directory is fsynced
+// into <root> before use. When put() returns, the blob survives a crash or power loss.
+// get() re-hashes every read and refuses content whose digest is not its name.
+//
+// GC protocol (gc() against put() and against a commit in flight):
+//  1. gc() first touches <root>/.gc-clock and takes that file's mtime as its start time, so
+//     "before GC started" is judged by the same (coarse) filesystem clock that stamps blobs.
+//     The cutoff is start - grace; only files with mtime strictly before it are candidates.
+//  2. put() of content already present refreshes the blob's mtime instead of rewriting it,
+//     so a re-used orphan counts as freshly written.
+//  3. put()'s "exists? refresh : write" and gc()'s "stat, still old? unlink" each run under
+//     <root>/.lock (put: shared flock, gc: exclusive flock per deletion), so they never
+//     interleave: either put's refresh lands before gc's stat (gc keeps it) or after gc's
+//     unlink (put writes the file anew).
+//  4. A commit is "put() then insert a row that references the blob". A blob put less than
+//     `grace` before GC started is never deleted, so a commit that finishes within `grace`
+//     of its put() cannot lose its blob. A caller that can serialise "is_referenced + unlink"
+//     against "check blob exists + insert row" (the catalog does, with its write
+//     transaction: BlobGcOptions::run_batch) is safe even with grace = 0.
+// Temp files (".<id>.tmp-XXXXXX") left by a crash are removed by gc() under the same cutoff.
+//
+// Thread-safety: every method may be called from any number of threads and processes at
+// once; the object holds no mutable state.
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace spindle::adapters {
+
+struct BlobGcOptions {
+  // Files with mtime >= (gc start - grace) are kept. Must exceed the longest put -> commit
+  // window of any writer that does not serialise with run_batch.
+  std::chrono::seconds grace{std::chrono::hours(1)};
+  // Runs one batch of "is_referenced? unlink" steps (one fan-out directory). Default: calls
+  // it directly. The catalog wraps each batch in its write transaction.
+  std::function<void(const std::function<void()>& batch)> run_batch;
+};
+
+struct BlobGcReport {
+  uint64_t scanned = 0;       // blob files looked at
+  uint64_t referenced = 0;    // kept: is_referenced said yes
+  uint64_t young = 0;         // kept: newer than the cutoff
+  uint64_t deleted = 0;       // unreferenced blobs removed
+  uint64_t bytes_freed = 0;   // their total size
+  uint64_t temp_removed = 0;  // stale temp files removed
+  uint64_t foreign = 0;       // files that are not blobs; left alone
+};
+
+class BlobStore {
+ public:
+  // Creates `root` (and parents) if missing.
+  explicit BlobStore(std::filesystem::path root);
+
+  const std::filesystem::path& root() const { return root_; }
+
+  // Stores `bytes` and returns their SHA-256 (64 lowercase hex). Durable before returning.
+  std::string put(std::string_view bytes) const;
+
+  // The blob's bytes, verified: throws not_found (no such blob), format (content does not
+  // hash to `id`, naming the blob and its path), invalid_argument (malformed id).
+  std::string get(std::string_view id) const;
+
+  bool exists(std::string_view id) const;
+  // File size, or nullopt when absent.
+  std::optional<uint64_t> size_of(std::string_view id) const;
+  // Where the blob lives (whether or not it exists). Throws invalid_argument on a bad id.
+  std::filesystem::path path_of(std::string_view id) const;
+
+  // Deletes unreferenced blobs and stale temp files older than the cutoff (protocol above).
+  // is_referenced(id) is called for old blobs only, inside run_batch.
+  BlobGcReport gc(const std::function<bool(std::string_view id)>& is_referenced,
+                  const BlobGcOptions& options = {}) const;
+
+ private:
+  std::filesystem::path root_;
+};
+
+}  // namespace spindle::adapters

@@ -1,0 +1,70 @@
+#pragma once
+// The file format of one policy revision: a safetensors file holding the PEFT tensors of a
+// LoraWeights (same keys as adapter_model.safetensors: "...layers.<i>.self_attn.q_proj.
+// lora_A.weight" [r, d_in], "...lora_B.weight" [d_out, r]) plus Spindle's metadata in
+// "__metadata__":
+//   spindle.format = "lora-revision", spindle.format_version = "1",
+//   spindle.base_model, spindle.base_checksum, spindle.rank, spindle.alpha (shortest
+//   round-trip decimal), spindle.use_rslora ("true"/"false"), spindle.targets (comma list of
+//   PEFT module names, kAllLoraTargets order), spindle.n_layers, spindle.dtype ("F32", ...).
+// Encoding is deterministic (sorted keys, name-ordered data, header padded with spaces to 8
+// bytes), so equal weights and metadata give equal bytes and the blob store keeps one copy.
+// Any safetensors reader (and PEFT, after renaming the file) reads the tensors.
+
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "spindle/adapters/peft.h"
+#include "spindle/core/dtype.h"
+#include "spindle/engine/lora.h"
+
+namespace spindle::adapters {
+
+struct RevisionMeta {
+  std::string base_model_id;  // catalog id of the base the adapter was trained on
+  std::string base_checksum;  // that base's checksum as the catalog records it
+  int64_t rank = 0;
+  float alpha = 0.0f;
+  bool use_rslora = false;
+  std::vector<engine::LoraTarget> targets;  // adapted targets, kAllLoraTargets order
+  int64_t n_layers = 0;                     // weights.modules.size()
+  DType dtype = DType::f32;                 // tensor dtype on disk: f32, f16 or bf16
+};
+
+struct RevisionBase {
+  std::string base_model_id;
+  std::string base_checksum;
+  DType dtype = DType::f32;
+};
+
+// Metadata describing `weights` (rank, alpha, rsLoRA, adapted targets, layers) on `base`.
+RevisionMeta revision_meta_for(const engine::LoraWeights& weights, const RevisionBase& base);
+
+// Serialises weights + meta. Throws invalid_argument when meta disagrees with the weights
+// (rank, alpha, rsLoRA, targets, layers) or a tensor has the wrong rank dimension, and
+// unsupported for a non-floating dtype.
+std::string encode_revision(const engine::LoraWeights& weights, const RevisionMeta& meta);
+
+struct DecodedRevision {
+  engine::LoraWeights weights;
+  RevisionMeta meta;
+};
+
+// Parses and checks a revision file (every tensor is an expected A/B pair of the declared
+// rank; nothing missing, nothing extra). Throws format naming `source` and what is wrong.
+DecodedRevision decode_revision(std::string_view bytes, const std::string& source);
+// Metadata only (header parse; tensor data is not read).
+RevisionMeta decode_revision_meta(std::string_view bytes, const std::string& source);
+
+// A PEFT directory read without a base model: the config plus tensors checked only for
+// internal consistency (A/B pairs complete, A [r, d_in], B [d_out, r], targets as configured).
+// Use load_peft() when the base's ModelConfig is known; it validates every shape against it.
+struct PeftImport {
+  PeftConfig config;
+  engine::LoraWeights weights;
+};
+PeftImport read_peft_dir(const std::filesystem::path& dir);
+
+}  // namespace spindle::adapters

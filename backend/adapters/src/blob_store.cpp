@@ -1,0 +1,218 @@
+#include "spindle/adapters/blob_store.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "spindle/adapters/sha256.h"
+#include "spindle/core/error.h"
+#include "spindle/core/file_io.h"
+
+namespace spindle::adapters {
+namespace {
+
+namespace fs = std::filesystem;
+
+int64_t to_ns(const struct timespec& t) { return int64_t(t.tv_sec) * 1000000000 + t.tv_nsec; }
+
+void fsync_dir(const fs::path& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  SPINDLE_CHECK(fd >= 0, io, "blob store: cannot open directory {}: {}", dir.string(),
+                std::strerror(errno));
+  int rc;
+  do {
+    rc = ::fsync(fd);
+  } while (rc != 0 && errno == EINTR);
+  const int err = errno;
+  ::close(fd);
+  SPINDLE_CHECK(rc == 0 || err == EINVAL, io, "blob store: fsync of directory {} failed: {}",
+                dir.string(), std::strerror(err));
+}
+
+// A fan-out directory must itself be durable before a blob inside it is acknowledged.
+void ensure_fanout(const fs::path& root, const fs::path& dir) {
+  if (::mkdir(dir.c_str(), 0755) == 0) {
+    fsync_dir(root);
+    return;
+  }
+  SPINDLE_CHECK(errno == EEXIST, io, "blob store: cannot create directory {}: {}", dir.string(),
+                std::strerror(errno));
+}
+
+// flock on <root>/.lock through its own open file description, so it excludes other threads
+// of this process as well as other processes. Released on destruction.
+class StoreLock {
+ public:
+  StoreLock(const fs::path& root, int operation) {
+    const fs::path path = root / ".lock";
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    SPINDLE_CHECK(fd_ >= 0, io, "blob store: cannot open lock file {}: {}", path.string(),
+                  std::strerror(errno));
+    int rc;
+    do {
+      rc = ::flock(fd_, operation);
+    } while (rc != 0 && errno == EINTR);
+    if (rc != 0) {
+      const int err = errno;
+      ::close(fd_);
+      SPINDLE_THROW(io, "blob store: cannot lock {}: {}", path.string(), std::strerror(err));
+    }
+  }
+  ~StoreLock() { ::close(fd_); }  // closing the last descriptor releases the flock
+  StoreLock(const StoreLock&) = delete;
+  StoreLock& operator=(const StoreLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
+// The store's "now" on the filesystem's clock: the mtime of a freshly touched marker file.
+int64_t filesystem_now_ns(const fs::path& root) {
+  const fs::path path = root / ".gc-clock";
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  SPINDLE_CHECK(fd >= 0, io, "blob store: cannot open {}: {}", path.string(), std::strerror(errno));
+  struct stat st {};
+  const bool ok = ::futimens(fd, nullptr) == 0 && ::fstat(fd, &st) == 0;
+  const int err = errno;
+  ::close(fd);
+  SPINDLE_CHECK(ok, io, "blob store: cannot touch {}: {}", path.string(), std::strerror(err));
+  return to_ns(st.st_mtim);
+}
+
+bool is_fanout_name(const std::string& s) {
+  return s.size() == 2 && is_sha256_hex(s + std::string(62, '0'));
+}
+
+}  // namespace
+
+BlobStore::BlobStore(fs::path root) : root_(std::move(root)) {
+  std::error_code ec;
+  fs::create_directories(root_, ec);
+  SPINDLE_CHECK(!ec, io, "blob store: cannot create {}: {}", root_.string(), ec.message());
+}
+
+fs::path BlobStore::path_of(std::string_view id) const {
+  SPINDLE_CHECK(is_sha256_hex(id), invalid_argument,
+                "blob id '{}' is malformed: expected 64 lowercase hex digits (a SHA-256)", id);
+  return root_ / std::string(id.substr(0, 2)) / std::string(id);
+}
+
+std::string BlobStore::put(std::string_view bytes) const {
+  const std::string id = sha256_hex(bytes);
+  const fs::path path = path_of(id);
+  ensure_fanout(root_, path.parent_path());
+  const StoreLock lock(root_, LOCK_SH);
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && uint64_t(st.st_size) == bytes.size()) {
+    // Already stored (content-addressed: same name, same bytes). Refresh the mtime so a GC
+    // running now treats it as just written (protocol step 2).
+    if (::utimensat(AT_FDCWD, path.c_str(), nullptr, 0) == 0) return id;
+    SPINDLE_CHECK(errno == ENOENT, io, "blob store: cannot touch {}: {}", path.string(),
+                  std::strerror(errno));
+  }
+  // Absent, or a damaged copy of the wrong size: (re)write it atomically.
+  write_file_atomic(path, bytes);
+  return id;
+}
+
+std::string BlobStore::get(std::string_view id) const {
+  const fs::path path = path_of(id);
+  std::optional<FileReader> reader;
+  try {
+    reader.emplace(path);
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::not_found) throw;
+    SPINDLE_THROW(not_found, "blob {} not found in {}", id, root_.string());
+  }
+  std::string bytes(size_t(reader->size()), '\0');
+  reader->read_at(0, bytes.data(), bytes.size());
+  const std::string actual = sha256_hex(bytes);
+  SPINDLE_CHECK(actual == id, format,
+                "blob {} is corrupt: {} ({} bytes) hashes to {}; the stored copy is damaged "
+                "and must be restored from a replica or re-committed",
+                id, path.string(), bytes.size(), actual);
+  return bytes;
+}
+
+bool BlobStore::exists(std::string_view id) const { return size_of(id).has_value(); }
+
+std::optional<uint64_t> BlobStore::size_of(std::string_view id) const {
+  const fs::path path = path_of(id);
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    SPINDLE_CHECK(errno == ENOENT, io, "blob store: cannot stat {}: {}", path.string(),
+                  std::strerror(errno));
+    return std::nullopt;
+  }
+  return uint64_t(st.st_size);
+}
+
+BlobGcReport BlobStore::gc(const std::function<bool(std::string_view id)>& is_referenced,
+                           const BlobGcOptions& options) const {
+  SPINDLE_CHECK(options.grace.count() >= 0, invalid_argument,
+                "blob gc: grace must be >= 0 seconds, got {}", options.grace.count());
+  const int64_t cutoff_ns = filesystem_now_ns(root_) - int64_t(options.grace.count()) * 1000000000;
+  BlobGcReport report;
+
+  std::vector<fs::path> fanouts;
+  for (const auto& entry : fs::directory_iterator(root_)) {
+    if (entry.is_directory() && is_fanout_name(entry.path().filename().string())) {
+      fanouts.push_back(entry.path());
+    }
+  }
+  for (const fs::path& dir : fanouts) {
+    std::vector<std::string> names;
+    for (const auto& entry : fs::directory_iterator(dir)) {
+      names.push_back(entry.path().filename().string());
+    }
+    const std::string prefix = dir.filename().string();
+    auto batch = [&] {
+      for (const std::string& name : names) {
+        const fs::path path = dir / name;
+        struct stat st {};
+        if (::stat(path.c_str(), &st) != 0) continue;  // vanished meanwhile
+        const bool old = to_ns(st.st_mtim) < cutoff_ns;
+        if (name.starts_with('.') && name.find(".tmp-") != std::string::npos) {
+          if (old && ::unlink(path.c_str()) == 0) ++report.temp_removed;
+          continue;
+        }
+        if (!is_sha256_hex(name) || !name.starts_with(prefix) || !S_ISREG(st.st_mode)) {
+          ++report.foreign;
+          continue;
+        }
+        ++report.scanned;
+        if (!old) {
+          ++report.young;
+          continue;
+        }
+        if (is_referenced(name)) {
+          ++report.referenced;
+          continue;
+        }
+        const StoreLock lock(root_, LOCK_EX);
+        // Re-check under the lock: a put() may have refreshed it since the stat above.
+        if (::stat(path.c_str(), &st) != 0 || to_ns(st.st_mtim) >= cutoff_ns) {
+          ++report.young;
+          continue;
+        }
+        if (::unlink(path.c_str()) == 0) {
+          ++report.deleted;
+          report.bytes_freed += uint64_t(st.st_size);
+        }
+      }
+    };
+    if (options.run_batch) {
+      options.run_batch(batch);
+    } else {
+      batch();
+    }
+  }
+  return report;
+}
+
+}  // namespace spindle::adapters

@@ -1,0 +1,259 @@
+#include "spindle/adapters/revision_format.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <tuple>
+
+#include "spindle/core/error.h"
+#include "spindle/engine/safetensors.h"
+
+namespace spindle::adapters {
+namespace {
+
+using engine::LoraTarget;
+using json = nlohmann::json;
+
+constexpr const char* kFormat = "lora-revision";
+constexpr const char* kFormatVersion = "1";
+constexpr int64_t kMaxLayers = 1 << 16;
+constexpr int64_t kMaxRank = 1 << 16;
+
+bool floating(DType d) { return d == DType::f32 || d == DType::f16 || d == DType::bf16; }
+
+std::string targets_csv(const std::vector<LoraTarget>& targets) {
+  std::string s;
+  for (LoraTarget t : targets) {
+    if (!s.empty()) s += ',';
+    s += engine::lora_target_name(t);
+  }
+  return s;
+}
+
+// (layer, target, 'A'|'B') for every tensor name a revision with `meta` may hold.
+using Slot = std::tuple<int64_t, LoraTarget, char>;
+std::map<std::string, Slot> expected_keys(int64_t n_layers, const std::vector<LoraTarget>& targets) {
+  std::map<std::string, Slot> keys;
+  for (LoraTarget t : targets) {
+    const int64_t layers = engine::lora_target_per_layer(t) ? n_layers : 1;
+    for (int64_t l = 0; l < layers; ++l) {
+      const std::string k = peft_module_key(l, t);
+      keys[k + ".lora_A.weight"] = {l, t, 'A'};
+      keys[k + ".lora_B.weight"] = {l, t, 'B'};
+    }
+  }
+  return keys;
+}
+
+template <class T>
+T parse_number(const std::map<std::string, std::string>& md, const std::string& key,
+               const std::string& source) {
+  const auto it = md.find(key);
+  SPINDLE_CHECK(it != md.end(), format, "{}: revision metadata '{}' is missing", source, key);
+  T value{};
+  const char* end = it->second.data() + it->second.size();
+  const auto [ptr, ec] = std::from_chars(it->second.data(), end, value);
+  SPINDLE_CHECK(ec == std::errc() && ptr == end, format,
+                "{}: revision metadata '{}' = '{}' is not a number", source, key, it->second);
+  return value;
+}
+
+const std::string& text_field(const std::map<std::string, std::string>& md, const std::string& key,
+                              const std::string& source) {
+  const auto it = md.find(key);
+  SPINDLE_CHECK(it != md.end(), format, "{}: revision metadata '{}' is missing", source, key);
+  return it->second;
+}
+
+RevisionMeta meta_from_header(const engine::SafetensorsHeader& header, const std::string& source) {
+  const auto& md = header.metadata;
+  const auto fmt_it = md.find("spindle.format");
+  SPINDLE_CHECK(fmt_it != md.end() && fmt_it->second == kFormat, format,
+                "{}: not a Spindle revision file (metadata spindle.format != '{}')", source,
+                kFormat);
+  const std::string& version = text_field(md, "spindle.format_version", source);
+  SPINDLE_CHECK(version == kFormatVersion, unsupported,
+                "{}: revision format version {} is not supported (this build reads {})", source,
+                version, kFormatVersion);
+  RevisionMeta m;
+  m.base_model_id = text_field(md, "spindle.base_model", source);
+  m.base_checksum = text_field(md, "spindle.base_checksum", source);
+  m.rank = parse_number<int64_t>(md, "spindle.rank", source);
+  m.alpha = parse_number<float>(md, "spindle.alpha", source);
+  m.n_layers = parse_number<int64_t>(md, "spindle.n_layers", source);
+  SPINDLE_CHECK(m.rank >= 1 && m.rank <= kMaxRank, format, "{}: rank {} out of range", source,
+                m.rank);
+  SPINDLE_CHECK(m.n_layers >= 1 && m.n_layers <= kMaxLayers, format,
+                "{}: n_layers {} out of range", source, m.n_layers);
+  SPINDLE_CHECK(std::isfinite(m.alpha), format, "{}: alpha is not finite", source);
+  const std::string& rs = text_field(md, "spindle.use_rslora", source);
+  SPINDLE_CHECK(rs == "true" || rs == "false", format,
+                "{}: spindle.use_rslora must be 'true' or 'false', got '{}'", source, rs);
+  m.use_rslora = rs == "true";
+  const auto dtype = dtype_from_name(text_field(md, "spindle.dtype", source));
+  SPINDLE_CHECK(dtype && floating(*dtype), format, "{}: spindle.dtype '{}' is not F32/F16/BF16",
+                source, text_field(md, "spindle.dtype", source));
+  m.dtype = *dtype;
+  const std::string& csv = text_field(md, "spindle.targets", source);
+  size_t start = 0;
+  while (start <= csv.size() && !csv.empty()) {
+    const size_t comma = std::min(csv.find(',', start), csv.size());
+    const std::string name = csv.substr(start, comma - start);
+    const auto t = engine::lora_target_from_name(name);
+    SPINDLE_CHECK(t.has_value(), format, "{}: spindle.targets names unknown module '{}'", source,
+                  name);
+    SPINDLE_CHECK(std::find(m.targets.begin(), m.targets.end(), *t) == m.targets.end(), format,
+                  "{}: spindle.targets lists '{}' twice", source, name);
+    m.targets.push_back(*t);
+    start = comma + 1;
+  }
+  SPINDLE_CHECK(!m.targets.empty(), format, "{}: spindle.targets is empty", source);
+  return m;
+}
+
+engine::SafetensorsHeader parse_header(std::string_view bytes, const std::string& source) {
+  return engine::parse_safetensors_header(reinterpret_cast<const uint8_t*>(bytes.data()),
+                                          bytes.size(), bytes.size(), source);
+}
+
+}  // namespace
+
+RevisionMeta revision_meta_for(const engine::LoraWeights& weights, const RevisionBase& base) {
+  RevisionMeta m;
+  m.base_model_id = base.base_model_id;
+  m.base_checksum = base.base_checksum;
+  m.rank = weights.rank;
+  m.alpha = weights.alpha;
+  m.use_rslora = weights.use_rslora;
+  m.targets = adapted_targets(weights);
+  m.n_layers = int64_t(weights.modules.size());
+  m.dtype = base.dtype;
+  return m;
+}
+
+std::string encode_revision(const engine::LoraWeights& w, const RevisionMeta& meta) {
+  SPINDLE_CHECK(floating(meta.dtype), unsupported,
+                "encode_revision: dtype {} is not a floating type (F32, F16, BF16)",
+                dtype_name(meta.dtype));
+  SPINDLE_CHECK(meta.rank == w.rank && meta.use_rslora == w.use_rslora &&
+                    std::memcmp(&meta.alpha, &w.alpha, sizeof(float)) == 0,
+                invalid_argument,
+                "encode_revision: metadata (rank {}, alpha {}, rslora {}) disagrees with the "
+                "weights (rank {}, alpha {}, rslora {})",
+                meta.rank, meta.alpha, meta.use_rslora, w.rank, w.alpha, w.use_rslora);
+  SPINDLE_CHECK(w.rank >= 1 && w.rank <= kMaxRank && std::isfinite(w.alpha), invalid_argument,
+                "encode_revision: rank {} / alpha {} out of range", w.rank, w.alpha);
+  SPINDLE_CHECK(meta.n_layers == int64_t(w.modules.size()) && meta.n_layers >= 1 &&
+                    meta.n_layers <= kMaxLayers,
+                invalid_argument, "encode_revision: n_layers {} but the weights have {} layers",
+                meta.n_layers, w.modules.size());
+  SPINDLE_CHECK(meta.targets == adapted_targets(w), invalid_argument,
+                "encode_revision: metadata targets [{}] but the weights adapt [{}]",
+                targets_csv(meta.targets), targets_csv(adapted_targets(w)));
+  SPINDLE_CHECK(!meta.targets.empty(), invalid_argument, "encode_revision: the adapter is empty");
+
+  std::map<std::string, const Tensor*> tensors;  // sorted: the data order
+  for (size_t l = 0; l < w.modules.size(); ++l) {
+    for (LoraTarget t : engine::kAllLoraTargets) {
+      const engine::LoraPair& p = w.modules[l][size_t(t)];
+      if (p.empty() && p.B.empty()) continue;
+      const std::string key = peft_module_key(int64_t(l), t);
+      SPINDLE_CHECK(engine::lora_target_per_layer(t) || l == 0, invalid_argument,
+                    "encode_revision: lm_head must live at layer 0, found at layer {}", l);
+      SPINDLE_CHECK(p.A.rank() == 2 && p.B.rank() == 2 && p.A.dim(0) == w.rank &&
+                        p.B.dim(1) == w.rank,
+                    invalid_argument,
+                    "encode_revision: {}: lora_A {} / lora_B {} do not have rank {}", key,
+                    shape_str(p.A.shape()), shape_str(p.B.shape()), w.rank);
+      tensors[key + ".lora_A.weight"] = &p.A;
+      tensors[key + ".lora_B.weight"] = &p.B;
+    }
+  }
+  const size_t esize = dtype_size(meta.dtype);
+  json header = json::object();
+  uint64_t offset = 0;
+  for (const auto& [name, t] : tensors) {
+    const uint64_t bytes = uint64_t(t->numel()) * esize;
+    header[name] = {{"dtype", std::string(dtype_name(meta.dtype))},
+                    {"shape", t->shape()},
+                    {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  header["__metadata__"] = std::map<std::string, std::string>{
+      {"spindle.format", kFormat},
+      {"spindle.format_version", kFormatVersion},
+      {"spindle.base_model", meta.base_model_id},
+      {"spindle.base_checksum", meta.base_checksum},
+      {"spindle.rank", std::to_string(meta.rank)},
+      {"spindle.alpha", fmt::format("{}", meta.alpha)},
+      {"spindle.use_rslora", meta.use_rslora ? "true" : "false"},
+      {"spindle.targets", targets_csv(meta.targets)},
+      {"spindle.n_layers", std::to_string(meta.n_layers)},
+      {"spindle.dtype", std::string(dtype_name(meta.dtype))},
+  };
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  std::string out;
+  out.reserve(8 + text.size() + offset);
+  for (int i = 0; i < 8; ++i) out.push_back(char(uint8_t(uint64_t(text.size()) >> (8 * i))));
+  out += text;
+  for (const auto& [name, t] : tensors) {
+    const size_t at = out.size();
+    out.resize(at + size_t(t->numel()) * esize);
+    convert_from_f32(meta.dtype, t->data(), out.data() + at, size_t(t->numel()));
+  }
+  return out;
+}
+
+RevisionMeta decode_revision_meta(std::string_view bytes, const std::string& source) {
+  return meta_from_header(parse_header(bytes, source), source);
+}
+
+DecodedRevision decode_revision(std::string_view bytes, const std::string& source) {
+  const engine::SafetensorsHeader header = parse_header(bytes, source);
+  DecodedRevision out;
+  out.meta = meta_from_header(header, source);
+  const RevisionMeta& m = out.meta;
+  engine::LoraWeights& w = out.weights;
+  w.rank = m.rank;
+  w.alpha = m.alpha;
+  w.use_rslora = m.use_rslora;
+  w.modules.resize(size_t(m.n_layers));
+  const auto keys = expected_keys(m.n_layers, m.targets);
+  for (const auto& e : header.entries) {
+    const auto it = keys.find(e.name);
+    SPINDLE_CHECK(it != keys.end(), format,
+                  "{}: tensor '{}' is not a LoRA A/B weight of the declared targets and layers",
+                  source, e.name);
+    SPINDLE_CHECK(e.known_dtype && floating(*e.known_dtype), format,
+                  "{}: tensor '{}' has dtype {}, expected F32, F16 or BF16", source, e.name,
+                  e.dtype);
+    const auto [layer, target, which] = it->second;
+    const bool rank_ok = e.shape.size() == 2 && (which == 'A' ? e.shape[0] : e.shape[1]) == m.rank;
+    SPINDLE_CHECK(rank_ok, format, "{}: tensor '{}' has shape {}, expected rank {} on its {} axis",
+                  source, e.name, shape_str(e.shape), m.rank, which == 'A' ? "first" : "second");
+    Tensor t(e.shape);
+    convert_to_f32(*e.known_dtype, bytes.data() + header.data_offset + e.data_begin, t.data(),
+                   size_t(t.numel()));
+    engine::LoraPair& p = w.modules[size_t(layer)][size_t(target)];
+    (which == 'A' ? p.A : p.B) = std::move(t);
+  }
+  for (LoraTarget t : m.targets) {
+    bool any = false;
+    for (int64_t l = 0; l < m.n_layers; ++l) {
+      const engine::LoraPair& p = w.modules[size_t(l)][size_t(t)];
+      SPINDLE_CHECK(p.A.empty() == p.B.empty(), format, "{}: {} has lora_{} but no lora_{}", source,
+                    peft_module_key(l, t), p.A.empty() ? "B" : "A", p.A.empty() ? "A" : "B");
+      any = any || !p.A.empty();
+    }
+    SPINDLE_CHECK(any, format, "{}: target {} is declared but has no tensors", source,
+                  engine::lora_target_name(t));
+  }
+  return out;
+}
+
+}  // namespace spindle::adapters

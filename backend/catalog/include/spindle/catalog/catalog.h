@@ -1,0 +1,118 @@
+#pragma once
+// The policy catalog: SQLite (WAL, foreign keys on, synchronous=FULL) at
+// <data_dir>/catalog.db plus the content-addressed blob store at <data_dir>/blobs.
+//
+// Tenancy: every method a client can reach takes the tenant and resolves policies only inside
+// it. A policy of another tenant is reported exactly like a missing one (not_found, same
+// message), so no call reveals that it exists. Tenants are created on first write.
+// Operator-only calls (base models, gc, check) are global and marked so.
+//
+// Commit order (DESIGN.md idea 3): the revision file is written to the blob store and made
+// durable; then one write transaction re-checks the blob, inserts the revision row, moves the
+// head and appends the audit row; the commit returns (acknowledges) only after that
+// transaction is fsynced. A crash at any point loses nothing acknowledged; at worst it
+// leaves an unreferenced blob, which gc() reclaims.
+//
+// Every mutation appends an audit row (who, what, when) in the same transaction.
+//
+// Threading: a Catalog is one SQLite connection; use it from one thread at a time (give each
+// thread its own Catalog). Any number of Catalogs, in any processes, may open the same data
+// directory: SQLite serialises writers (waiting up to busy_timeout_ms), readers never block.
+
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "spindle/adapters/blob_store.h"
+#include "spindle/adapters/revision_format.h"
+#include "spindle/catalog/address.h"
+#include "spindle/catalog/types.h"
+#include "spindle/engine/lora.h"
+
+namespace spindle::catalog {
+
+struct CatalogOptions {
+  std::function<int64_t()> clock_ms;  // default: system clock; tests inject a fake one
+  int busy_timeout_ms = 10000;
+  int64_t cache_mib = 64;  // SQLite page cache of this connection
+};
+
+class Catalog {
+ public:
+  // Opens or creates the catalog in `data_dir` (created if missing) and migrates its schema
+  // forward. Throws unsupported for a database written by a newer Spindle.
+  explicit Catalog(const std::filesystem::path& data_dir, CatalogOptions options = {});
+  ~Catalog();
+  Catalog(const Catalog&) = delete;
+  Catalog& operator=(const Catalog&) = delete;
+
+  const std::filesystem::path& data_dir() const;
+  const adapters::BlobStore& blobs() const;
+
+  // ---- base models (operator) -------------------------------------------------------------
+  // Idempotent for identical fields; invalid_argument if the id exists with other fields.
+  void register_base(const BaseModel& base, std::string_view actor);
+  BaseModel get_base(std::string_view id);  // not_found
+  std::vector<BaseModel> list_bases();
+
+  // ---- policies (tenant-scoped) -----------------------------------------------------------
+  Policy create_policy(std::string_view tenant, const PolicySpec& spec, std::string_view actor);
+  // Encodes `weights` as a revision file, stores it, commits it on top of the head.
+  Revision commit_revision(std::string_view tenant, std::string_view policy,
+                           const engine::LoraWeights& weights, const CommitOptions& options);
+  Policy get_policy(std::string_view tenant, std::string_view policy);
+  // Get by address: the policy and the revision the address names (the head for @latest).
+  Resolved get(std::string_view tenant, const Address& address);
+  // The revision's file read from the blob store, checksum verified, decoded.
+  adapters::DecodedRevision read_revision(std::string_view tenant, const Address& address);
+
+  PolicyPage list(std::string_view tenant, const ListQuery& query);
+  // Full-text search over name, description and tags (FTS5, bm25 order). Every word of
+  // `text` must match (as a prefix) in one of those fields.
+  std::vector<Policy> search(std::string_view tenant, std::string_view text, int limit = 20);
+  Lineage lineage(std::string_view tenant, const Address& address,
+                  const LineageOptions& options = {});
+
+  // A new policy whose head is the addressed revision (same base and LoRA spec); the
+  // lineage is kept: its next commit's parent is that revision.
+  Policy fork(std::string_view tenant, const Address& from, std::string_view new_name,
+              std::string_view actor);
+  // head := the addressed revision (one of the policy's own or of its fork ancestry; an
+  // explicit revision, not @latest). Recorded in the audit log; nothing is deleted.
+  Policy rollback(std::string_view tenant, const Address& to, std::string_view actor);
+  Policy tag(std::string_view tenant, std::string_view policy, std::string_view tag,
+             std::string_view actor);
+  Policy untag(std::string_view tenant, std::string_view policy, std::string_view tag,
+               std::string_view actor);
+  // Soft delete: the name is free again at once, the rows stay until gc() after retention.
+  void remove(std::string_view tenant, std::string_view policy, std::string_view actor);
+
+  // Registers many policies with one revision each in one transaction (blobs already
+  // stored; each distinct blob is read and checked against its entries once). Returns the
+  // number registered. All or nothing.
+  size_t bulk_register(std::string_view tenant, std::span<const BulkEntry> entries,
+                       std::string_view actor);
+
+  // Newest first; before_id pages backwards (AuditEntry::id of the last entry seen).
+  std::vector<AuditEntry> audit_log(std::string_view tenant, int limit = 100,
+                                    std::optional<int64_t> before_id = std::nullopt);
+
+  // ---- maintenance (operator) -------------------------------------------------------------
+  // Purges soft-deleted policies past retention, then deletes unreferenced blobs. Blob
+  // deletion runs in batches inside the catalog's write transaction, so it never races a
+  // commit (which re-checks its blob inside its own write transaction).
+  GcReport gc(const GcOptions& options);
+  // integrity_check, foreign_key_check, and every revision's blob present.
+  CheckReport check();
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace spindle::catalog

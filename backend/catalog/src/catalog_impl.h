@@ -1,0 +1,101 @@
+#pragma once
+// Internal state of a Catalog and the helpers its operation files share (rows <-> structs,
+// tenant/policy/revision resolution, audit). Every resolver takes the tenant; a policy of
+// another tenant and a missing policy raise the same not_found message.
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "spindle/adapters/blob_store.h"
+#include "spindle/catalog/catalog.h"
+#include "sqlite_db.h"
+
+namespace spindle::catalog {
+
+struct PolicyRow {
+  int64_t id = 0;
+  int64_t tenant_id = 0;
+  Policy policy;
+};
+
+struct RevisionRow {
+  int64_t policy_id = 0;
+  int64_t tenant_id = 0;
+  Revision revision;
+};
+
+struct Catalog::Impl {
+  Impl(const std::filesystem::path& dir, const CatalogOptions& options);
+
+  std::filesystem::path data_dir;
+  detail::Db db;
+  adapters::BlobStore blobs;
+  std::function<int64_t()> clock;
+
+  int64_t now() const { return clock(); }
+
+  // ---- tenants --------------------------------------------------------------------------
+  std::optional<int64_t> find_tenant(std::string_view tenant);
+  // Inside a write transaction: the tenant's id, creating (and auditing) it if new.
+  int64_t ensure_tenant(std::string_view tenant, std::string_view actor);
+
+  // ---- policies -------------------------------------------------------------------------
+  // The live policy `name` of `tenant`, or not_found "policy spindle://t/name not found".
+  PolicyRow require_policy(std::string_view tenant, std::string_view name);
+  std::optional<PolicyRow> find_policy(int64_t tenant_id, std::string_view tenant,
+                                       std::string_view name);
+  PolicyRow policy_by_id(int64_t id);
+  // Resolves the tenant in the address against the caller's tenant (mismatch = not found).
+  PolicyRow require_policy(std::string_view tenant, const Address& address);
+
+  // ---- revisions ------------------------------------------------------------------------
+  std::optional<RevisionRow> find_revision(std::string_view id);
+  // The revision an address names, checked to be in the policy's history: one of its own
+  // commits, or an ancestor-or-self of the revision it was forked at. not_found otherwise.
+  RevisionRow resolve_revision(const PolicyRow& policy, const Address& address);
+  bool in_history(const PolicyRow& policy, const RevisionRow& revision);
+
+  // ---- audit ----------------------------------------------------------------------------
+  void audit(std::optional<int64_t> tenant_id, std::string_view actor, std::string_view action,
+             std::string_view target, const std::string& detail_json);
+};
+
+// Column list + FROM clause shared by policy queries; policy_from_row reads it from column 0.
+extern const char* const kPolicySelect;
+Policy policy_from_row(const detail::Query& q, int64_t* id = nullptr, int64_t* tenant_id = nullptr);
+constexpr int kPolicyColumns = 15;
+
+// Column list + FROM clause shared by revision queries; revision_from_row reads it.
+extern const char* const kRevisionSelect;
+RevisionRow revision_from_row(const detail::Query& q, int first_col = 0);
+constexpr int kRevisionColumns = 11;
+
+std::string targets_to_csv(const std::vector<engine::LoraTarget>& targets);
+std::vector<engine::LoraTarget> targets_from_csv(const std::string& csv);
+// invalid_argument naming the problem: rank range, alpha, targets empty or repeated.
+void check_lora_spec(const LoraSpec& spec);
+void check_spec(const PolicySpec& spec);
+// The JSON object `text` re-serialised canonically (sorted keys, no spaces).
+std::string canonical_json_object(std::string_view text, std::string_view what);
+
+[[noreturn]] void throw_policy_not_found(std::string_view tenant, std::string_view name);
+
+}  // namespace spindle::catalog
+
+namespace spindle::catalog {
+
+// Inserts a live policy row (and its tags); returns its id. The caller holds the write
+// transaction and has checked the spec, the tenant and that the name is free.
+int64_t insert_policy(Catalog::Impl& impl, int64_t tenant_id, const PolicySpec& spec,
+                      const std::optional<std::string>& head,
+                      const std::optional<std::string>& forked_from);
+
+// The content hash naming a revision: SHA-256 over the policy's row id, the parent, the step,
+// the blob and the canonical metrics. Including the parent makes ids a hash chain over the
+// lineage; including the policy keeps two forks that commit equal bytes apart.
+std::string revision_id(int64_t policy_id, const std::optional<std::string>& parent, int64_t step,
+                        std::string_view blob, std::string_view metrics_json);
+
+}  // namespace spindle::catalog

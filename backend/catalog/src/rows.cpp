@@ -1,0 +1,255 @@
+// Rows <-> structs, spec validation, and the tenant-scoped resolvers every operation uses.
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+
+#include "catalog_impl.h"
+#include "spindle/core/error.h"
+
+namespace spindle::catalog {
+
+using engine::LoraTarget;
+
+const char* const kPolicySelect =
+    "SELECT p.id, p.tenant_id, t.name, p.name, p.base_id, p.lora_rank, p.lora_alpha, "
+    "p.lora_targets, p.use_rslora, p.head_revision, p.forked_from, p.description, "
+    "p.created_ms, p.updated_ms, "
+    "(SELECT group_concat(g.tag, ',') FROM policy_tags g WHERE g.policy_id = p.id) "
+    "FROM policies p JOIN tenants t ON t.id = p.tenant_id ";
+
+const char* const kRevisionSelect =
+    "SELECT r.id, r.policy_id, p.tenant_id, p.name, p.deleted_ms IS NOT NULL, r.parent_id, "
+    "r.step, r.blob, r.bytes, r.metrics, r.created_ms "
+    "FROM revisions r JOIN policies p ON p.id = r.policy_id ";
+
+std::string Policy::address() const { return fmt::format("spindle://{}/{}", tenant, name); }
+
+std::string targets_to_csv(const std::vector<LoraTarget>& targets) {
+  std::string s;
+  for (LoraTarget t : engine::kAllLoraTargets) {
+    if (std::find(targets.begin(), targets.end(), t) == targets.end()) continue;
+    if (!s.empty()) s += ',';
+    s += engine::lora_target_name(t);
+  }
+  return s;
+}
+
+std::vector<LoraTarget> targets_from_csv(const std::string& csv) {
+  std::vector<LoraTarget> out;
+  size_t start = 0;
+  while (start < csv.size()) {
+    const size_t comma = std::min(csv.find(',', start), csv.size());
+    const auto t = engine::lora_target_from_name(csv.substr(start, comma - start));
+    SPINDLE_CHECK(t.has_value(), format, "catalog: stored LoRA targets '{}' are corrupt", csv);
+    out.push_back(*t);
+    start = comma + 1;
+  }
+  return out;
+}
+
+Policy policy_from_row(const detail::Query& q, int64_t* id, int64_t* tenant_id) {
+  if (id) *id = q.int64(0);
+  if (tenant_id) *tenant_id = q.int64(1);
+  Policy p;
+  p.tenant = q.text(2);
+  p.name = q.text(3);
+  p.base_id = q.text(4);
+  p.lora.rank = q.int64(5);
+  p.lora.alpha = float(q.real(6));
+  p.lora.targets = targets_from_csv(q.text(7));
+  p.lora.use_rslora = q.int64(8) != 0;
+  p.head = q.opt_text(9);
+  p.forked_from = q.opt_text(10);
+  p.description = q.text(11);
+  p.created_ms = q.int64(12);
+  p.updated_ms = q.int64(13);
+  const std::string tags = q.text(14);
+  for (size_t start = 0; start < tags.size();) {
+    const size_t comma = std::min(tags.find(',', start), tags.size());
+    p.tags.push_back(tags.substr(start, comma - start));
+    start = comma + 1;
+  }
+  std::sort(p.tags.begin(), p.tags.end());
+  return p;
+}
+
+RevisionRow revision_from_row(const detail::Query& q, int c) {
+  RevisionRow row;
+  Revision& r = row.revision;
+  r.id = q.text(c + 0);
+  row.policy_id = q.int64(c + 1);
+  row.tenant_id = q.int64(c + 2);
+  r.policy = q.text(c + 3);
+  r.policy_deleted = q.int64(c + 4) != 0;
+  r.parent = q.opt_text(c + 5);
+  r.step = q.int64(c + 6);
+  r.blob = q.text(c + 7);
+  r.bytes = q.int64(c + 8);
+  r.metrics_json = q.text(c + 9);
+  r.created_ms = q.int64(c + 10);
+  return row;
+}
+
+void check_lora_spec(const LoraSpec& s) {
+  SPINDLE_CHECK(s.rank >= 1 && s.rank <= 65536, invalid_argument,
+                "LoRA rank must be in 1..65536, got {}", s.rank);
+  SPINDLE_CHECK(std::isfinite(s.alpha) && s.alpha > 0, invalid_argument,
+                "LoRA alpha must be a positive finite number, got {}", s.alpha);
+  SPINDLE_CHECK(!s.targets.empty(), invalid_argument, "LoRA targets are empty");
+  for (size_t i = 0; i < s.targets.size(); ++i) {
+    for (size_t j = i + 1; j < s.targets.size(); ++j) {
+      SPINDLE_CHECK(s.targets[i] != s.targets[j], invalid_argument,
+                    "LoRA target {} is listed twice", engine::lora_target_name(s.targets[i]));
+    }
+  }
+}
+
+void check_spec(const PolicySpec& spec) {
+  check_name("policy name", spec.name);
+  check_name("base model id", spec.base_id);
+  check_lora_spec(spec.lora);
+  SPINDLE_CHECK(spec.description.size() <= 4096, invalid_argument,
+                "policy description has {} bytes, at most 4096 allowed", spec.description.size());
+  SPINDLE_CHECK(spec.tags.size() <= 64, invalid_argument, "a policy has at most 64 tags, got {}",
+                spec.tags.size());
+  for (const auto& t : spec.tags) check_tag(t);
+}
+
+std::string canonical_json_object(std::string_view text, std::string_view what) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text.empty() ? std::string_view("{}") : text);
+  } catch (const nlohmann::json::exception& e) {
+    SPINDLE_THROW(invalid_argument, "{} is not valid JSON: {}", what, e.what());
+  }
+  SPINDLE_CHECK(j.is_object(), invalid_argument, "{} must be a JSON object", what);
+  return j.dump();
+}
+
+void throw_policy_not_found(std::string_view tenant, std::string_view name) {
+  SPINDLE_THROW(not_found, "policy spindle://{}/{} not found", tenant, name);
+}
+
+// ---- resolvers ----------------------------------------------------------------------------
+
+std::optional<int64_t> Catalog::Impl::find_tenant(std::string_view tenant) {
+  auto q = db.query("SELECT id FROM tenants WHERE name = ?1");
+  q.bind(1, tenant);
+  if (!q.step()) return std::nullopt;
+  return q.int64(0);
+}
+
+int64_t Catalog::Impl::ensure_tenant(std::string_view tenant, std::string_view actor) {
+  check_name("tenant", tenant);
+  if (const auto id = find_tenant(tenant)) return *id;
+  db.query("INSERT INTO tenants(name, created_ms) VALUES (?1, ?2)")
+      .bind(1, tenant)
+      .bind(2, now())
+      .run();
+  const int64_t id = db.last_insert_rowid();
+  audit(id, actor, "create_tenant", tenant, "{}");
+  return id;
+}
+
+std::optional<PolicyRow> Catalog::Impl::find_policy(int64_t tenant_id, std::string_view tenant,
+                                                    std::string_view name) {
+  auto q = db.query(std::string(kPolicySelect) +
+                    "WHERE p.tenant_id = ?1 AND p.name = ?2 AND p.deleted_ms IS NULL");
+  q.bind(1, tenant_id).bind(2, name);
+  if (!q.step()) return std::nullopt;
+  PolicyRow row;
+  row.policy = policy_from_row(q, &row.id, &row.tenant_id);
+  SPINDLE_ASSERT(row.policy.tenant == tenant);
+  return row;
+}
+
+PolicyRow Catalog::Impl::require_policy(std::string_view tenant, std::string_view name) {
+  check_name("tenant", tenant);
+  check_name("policy name", name);
+  const auto tid = find_tenant(tenant);
+  if (!tid) throw_policy_not_found(tenant, name);
+  auto row = find_policy(*tid, tenant, name);
+  if (!row) throw_policy_not_found(tenant, name);
+  return std::move(*row);
+}
+
+PolicyRow Catalog::Impl::require_policy(std::string_view tenant, const Address& address) {
+  // Another tenant's address is answered exactly as a missing policy would be.
+  if (address.tenant != tenant) throw_policy_not_found(address.tenant, address.policy);
+  return require_policy(tenant, address.policy);
+}
+
+PolicyRow Catalog::Impl::policy_by_id(int64_t id) {
+  auto q = db.query(std::string(kPolicySelect) + "WHERE p.id = ?1");
+  q.bind(1, id);
+  SPINDLE_CHECK(q.step(), internal, "catalog: policy row {} vanished", id);
+  PolicyRow row;
+  row.policy = policy_from_row(q, &row.id, &row.tenant_id);
+  return row;
+}
+
+std::optional<RevisionRow> Catalog::Impl::find_revision(std::string_view id) {
+  auto q = db.query(std::string(kRevisionSelect) + "WHERE r.id = ?1");
+  q.bind(1, id);
+  if (!q.step()) return std::nullopt;
+  return revision_from_row(q);
+}
+
+bool Catalog::Impl::in_history(const PolicyRow& policy, const RevisionRow& rev) {
+  if (rev.tenant_id != policy.tenant_id) return false;
+  if (rev.policy_id == policy.id) return true;
+  if (!policy.policy.forked_from) return false;
+  auto q = db.query(
+      "WITH RECURSIVE anc(id) AS ("
+      "  SELECT ?1 UNION ALL"
+      "  SELECT r.parent_id FROM revisions r JOIN anc ON r.id = anc.id"
+      "  WHERE r.parent_id IS NOT NULL)"
+      "SELECT 1 FROM anc WHERE id = ?2 LIMIT 1");
+  q.bind(1, *policy.policy.forked_from).bind(2, rev.revision.id);
+  return q.step();
+}
+
+RevisionRow Catalog::Impl::resolve_revision(const PolicyRow& policy, const Address& address) {
+  const std::string where = policy.policy.address();
+  if (address.latest()) {
+    SPINDLE_CHECK(policy.policy.head.has_value(), not_found, "policy {} has no revisions yet",
+                  where);
+    auto row = find_revision(*policy.policy.head);
+    SPINDLE_CHECK(row.has_value(), internal, "catalog: head {} of {} has no row",
+                  *policy.policy.head, where);
+    return std::move(*row);
+  }
+  std::vector<RevisionRow> matches;
+  {
+    // A full id or a prefix: ids are 64 hex digits, all sorting below prefix + '~'.
+    auto q = db.query(std::string(kRevisionSelect) + "WHERE r.id >= ?1 AND r.id < ?2 LIMIT 64");
+    q.bind(1, address.revision).bind(2, address.revision + "~");
+    while (q.step()) matches.push_back(revision_from_row(q));
+  }
+  std::erase_if(matches, [&](const RevisionRow& r) { return !in_history(policy, r); });
+  SPINDLE_CHECK(!matches.empty(), not_found, "revision {} not found in {}", address.revision,
+                where);
+  SPINDLE_CHECK(matches.size() == 1, invalid_argument,
+                "revision prefix {} is ambiguous in {}: it matches {} and {}; give more digits",
+                address.revision, where, matches[0].revision.id, matches[1].revision.id);
+  return std::move(matches[0]);
+}
+
+void Catalog::Impl::audit(std::optional<int64_t> tenant_id, std::string_view actor,
+                          std::string_view action, std::string_view target,
+                          const std::string& detail_json) {
+  db.query(
+        "INSERT INTO audit(at_ms, tenant_id, actor, action, target, detail) "
+        "VALUES (?1, ?2, ?3, ?4, ?5, ?6)")
+      .bind(1, now())
+      .bind(2, tenant_id)
+      .bind(3, actor.empty() ? std::string_view("unknown") : actor)
+      .bind(4, action)
+      .bind(5, target)
+      .bind(6, detail_json)
+      .run();
+}
+
+}  // namespace spindle::catalog
