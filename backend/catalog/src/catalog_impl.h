@@ -64,6 +64,8 @@ struct Catalog::Impl {
 
 // Column list + FROM clause shared by policy queries; policy_from_row reads it from column 0.
 extern const char* const kPolicySelect;
+// Just the column list (for queries with their own FROM clause; aliases p and t required).
+extern const char* const kPolicyColumnsSql;
 Policy policy_from_row(const detail::Query& q, int64_t* id = nullptr, int64_t* tenant_id = nullptr);
 constexpr int kPolicyColumns = 15;
 

@@ -12,12 +12,15 @@ namespace spindle::catalog {
 
 using engine::LoraTarget;
 
+#define SPINDLE_POLICY_COLUMNS                                                            \
+  "SELECT p.id, p.tenant_id, t.name, p.name, p.base_id, p.lora_rank, p.lora_alpha, "      \
+  "p.lora_targets, p.use_rslora, p.head_revision, p.forked_from, p.description, "         \
+  "p.created_ms, p.updated_ms, "                                                          \
+  "(SELECT group_concat(g.tag, ',') FROM policy_tags g WHERE g.policy_id = p.id) "
+
+const char* const kPolicyColumnsSql = SPINDLE_POLICY_COLUMNS;
 const char* const kPolicySelect =
-    "SELECT p.id, p.tenant_id, t.name, p.name, p.base_id, p.lora_rank, p.lora_alpha, "
-    "p.lora_targets, p.use_rslora, p.head_revision, p.forked_from, p.description, "
-    "p.created_ms, p.updated_ms, "
-    "(SELECT group_concat(g.tag, ',') FROM policy_tags g WHERE g.policy_id = p.id) "
-    "FROM policies p JOIN tenants t ON t.id = p.tenant_id ";
+    SPINDLE_POLICY_COLUMNS "FROM policies p JOIN tenants t ON t.id = p.tenant_id ";
 
 const char* const kRevisionSelect =
     "SELECT r.id, r.policy_id, p.tenant_id, p.name, p.deleted_ms IS NOT NULL, r.parent_id, "

@@ -18,7 +18,8 @@ struct Migration {
 // Version 1: the relational core.
 //  - Partial unique index on live (tenant, name): a soft-deleted name is free at once.
 //  - Policy indexes serve get-by-name and keyset pages (name / updated, optionally per base)
-//    in O(log n + page).
+//    in O(log n + page). head/fork indexes let foreign-key checks (GC deleting revisions)
+//    find referencing policies without a scan.
 //  - policy_tags carries the (immutable) policy name so a tag filter pages in name order
 //    straight from its index.
 //  - revisions are immutable (trigger); ids are content hashes; parent links form the
@@ -59,6 +60,8 @@ CREATE INDEX policies_by_base_name ON policies(tenant_id, base_id, name)
 CREATE INDEX policies_by_base_updated ON policies(tenant_id, base_id, updated_ms, id)
   WHERE deleted_ms IS NULL;
 CREATE INDEX policies_deleted ON policies(deleted_ms) WHERE deleted_ms IS NOT NULL;
+CREATE INDEX policies_by_head ON policies(head_revision) WHERE head_revision IS NOT NULL;
+CREATE INDEX policies_by_fork ON policies(forked_from) WHERE forked_from IS NOT NULL;
 
 CREATE TABLE policy_tags(
   policy_id INTEGER NOT NULL REFERENCES policies(id) ON DELETE CASCADE,

@@ -115,9 +115,9 @@ TEST_F(SftData, BadRowsNameTheFileLineAndField) {
       {"{\"input_tokens\": [1], \"target_tokens\": [2], \"weights\": [1, 1]}", "2 weights for 1", {}},
       {"{\"input_tokens\": [], \"target_tokens\": []}", "\"input_tokens\" is empty", {}},
       {"{\"target_tokens\": [2]}", "needs \"input_tokens\"", {}},
-      {"{\"prompt\": \"abcdef\", \"completion\": \"g\"}", "7 tokens do not fit the model's context of 4",
+      {"{\"prompt\": \"abcdef\", \"completion\": \"g\"}", "8 tokens do not fit the model's context of 4",
        {.max_len = 4}},
-      {"{\"input_tokens\": [100], \"target_tokens\": [2]}", "in [0, 50)", {.vocab_size = 50}},
+      {"{\"input_tokens\": [270], \"target_tokens\": [2]}", "in [0, 260)", {.vocab_size = 260}},
   };
   for (const auto& c : cases) {
     const std::string err = error_of(ok + "\n" + c.row + "\n" + ok, c.opts);

@@ -1,0 +1,122 @@
+// Committing and reading revisions. Commit order: blob durable -> one write transaction
+// (re-check blob, insert revision, move head, audit) fsynced -> return (acknowledge).
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cstring>
+
+#include "catalog_impl.h"
+#include "spindle/adapters/peft.h"
+#include "spindle/adapters/sha256.h"
+#include "spindle/core/error.h"
+
+namespace spindle::catalog {
+namespace {
+
+using json = nlohmann::json;
+
+// The revision must fit the policy's spec: same rank, alpha, rsLoRA; targets a subset.
+void check_fits(const Policy& p, const engine::LoraWeights& w) {
+  const std::string where = p.address();
+  SPINDLE_CHECK(w.rank == p.lora.rank, invalid_argument,
+                "revision for {} has LoRA rank {}, the policy's rank is {}", where, w.rank,
+                p.lora.rank);
+  SPINDLE_CHECK(std::memcmp(&w.alpha, &p.lora.alpha, sizeof(float)) == 0, invalid_argument,
+                "revision for {} has lora_alpha {}, the policy's is {}", where, w.alpha,
+                p.lora.alpha);
+  SPINDLE_CHECK(w.use_rslora == p.lora.use_rslora, invalid_argument,
+                "revision for {} has use_rslora={}, the policy's is {}", where, w.use_rslora,
+                p.lora.use_rslora);
+  for (engine::LoraTarget t : adapters::adapted_targets(w)) {
+    SPINDLE_CHECK(std::find(p.lora.targets.begin(), p.lora.targets.end(), t) !=
+                      p.lora.targets.end(),
+                  invalid_argument, "revision for {} adapts {}, which the policy does not target",
+                  where, engine::lora_target_name(t));
+  }
+}
+
+}  // namespace
+
+std::string revision_id(int64_t policy_id, const std::optional<std::string>& parent, int64_t step,
+                        std::string_view blob, std::string_view metrics_json) {
+  adapters::Sha256 h;
+  h.update(fmt::format("spindle.revision.v1\npolicy={}\nparent={}\nstep={}\nblob={}\nmetrics=",
+                       policy_id, parent.value_or("-"), step, blob));
+  h.update(metrics_json);
+  return h.finish_hex();
+}
+
+Revision Catalog::commit_revision(std::string_view tenant, std::string_view policy,
+                                  const engine::LoraWeights& weights,
+                                  const CommitOptions& options) {
+  const std::string metrics = canonical_json_object(options.metrics_json, "revision metrics");
+  SPINDLE_CHECK(!options.step || *options.step >= 0, invalid_argument,
+                "revision step must be >= 0, got {}", *options.step);
+  const PolicyRow before = impl_->require_policy(tenant, policy);
+  check_fits(before.policy, weights);
+  const BaseModel base = get_base(before.policy.base_id);
+
+  // 1. The revision file, durable in the blob store (outside any transaction: slow I/O must
+  //    not hold the catalog's write lock).
+  const std::string bytes = adapters::encode_revision(
+      weights, adapters::revision_meta_for(weights, {.base_model_id = base.id,
+                                                     .base_checksum = base.checksum,
+                                                     .dtype = options.dtype}));
+  const std::string blob = impl_->blobs.put(bytes);
+
+  // 2. One transaction: everything is re-read under the write lock.
+  detail::WriteTxn txn(impl_->db);
+  const PolicyRow p = impl_->require_policy(tenant, policy);
+  SPINDLE_CHECK(p.id == before.id, not_found, "policy {} was deleted during the commit",
+                p.policy.address());
+  if (options.expected_head) {
+    SPINDLE_CHECK(p.policy.head.value_or("") == *options.expected_head, invalid_argument,
+                  "commit to {} expected head '{}' but the head is '{}' (another writer "
+                  "committed or rolled back first)",
+                  p.policy.address(), *options.expected_head, p.policy.head.value_or(""));
+  }
+  int64_t step = options.step.value_or(0);
+  if (!options.step && p.policy.head) {
+    step = impl_->find_revision(*p.policy.head).value().revision.step + 1;
+  }
+  // GC deletes blobs only inside write transactions, so while we hold this one the blob
+  // cannot disappear between this check and the insert. If an earlier GC removed an orphan
+  // with these bytes after put() saw it, write it again.
+  if (!impl_->blobs.exists(blob)) impl_->blobs.put(bytes);
+  const std::string id = revision_id(p.id, p.policy.head, step, blob, metrics);
+  if (!impl_->find_revision(id)) {
+    impl_->db
+        .query(
+            "INSERT INTO revisions(id, policy_id, parent_id, step, blob, bytes, metrics, "
+            "created_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)")
+        .bind(1, id)
+        .bind(2, p.id)
+        .bind(3, p.policy.head)
+        .bind(4, step)
+        .bind(5, blob)
+        .bind(6, int64_t(bytes.size()))
+        .bind(7, metrics)
+        .bind(8, impl_->now())
+        .run();
+  }
+  impl_->db.query("UPDATE policies SET head_revision = ?1, updated_ms = ?2 WHERE id = ?3")
+      .bind(1, id)
+      .bind(2, impl_->now())
+      .bind(3, p.id)
+      .run();
+  impl_->audit(p.tenant_id, options.actor, "commit", fmt::format("{}@{}", p.policy.address(), id),
+               json{{"parent", p.policy.head.value_or("")}, {"step", step}, {"blob", blob}}.dump());
+  auto row = impl_->find_revision(id);
+  txn.commit();  // 3. acknowledged once this returns: the WAL is fsynced
+  return std::move(row.value().revision);
+}
+
+adapters::DecodedRevision Catalog::read_revision(std::string_view tenant, const Address& address) {
+  const Resolved r = get(tenant, address);
+  const std::string bytes = impl_->blobs.get(r.revision.blob);  // verifies the checksum
+  return adapters::decode_revision(
+      bytes, fmt::format("{}@{} (blob {})", r.policy.address(), r.revision.id, r.revision.blob));
+}
+
+}  // namespace spindle::catalog
