@@ -1,0 +1,146 @@
+// Blob store: durable put, verified get, dedup, corruption detection, GC and its protocol.
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <fstream>
+
+#include "catalog_fixture.h"
+#include "spindle/adapters/blob_store.h"
+#include "spindle/adapters/sha256.h"
+
+namespace spindle::adapters {
+namespace {
+
+namespace fs = std::filesystem;
+using catalog::testing::catch_error;
+using catalog::testing::fresh_dir;
+
+size_t count_files(const fs::path& root) {
+  size_t n = 0;
+  for (const auto& e : fs::recursive_directory_iterator(root)) {
+    if (e.is_regular_file() && !e.path().filename().string().starts_with('.')) ++n;
+  }
+  return n;
+}
+
+void age(const fs::path& p, int seconds) {
+  const auto t = fs::last_write_time(p) - std::chrono::seconds(seconds);
+  fs::last_write_time(p, t);
+}
+
+class BlobStoreTest : public ::testing::Test {
+ protected:
+  void TearDown() override { fs::remove_all(root_); }
+  fs::path root_ = fresh_dir("blobs");
+  BlobStore store_{root_};
+};
+
+TEST_F(BlobStoreTest, PutGetRoundTripUnderFanout) {
+  const std::string id = store_.put("hello blob");
+  EXPECT_EQ(id, sha256_hex("hello blob"));
+  EXPECT_EQ(store_.path_of(id), root_ / id.substr(0, 2) / id);
+  EXPECT_TRUE(fs::is_regular_file(store_.path_of(id)));
+  EXPECT_EQ(store_.get(id), "hello blob");
+  EXPECT_TRUE(store_.exists(id));
+  EXPECT_EQ(store_.size_of(id), 10u);
+}
+
+TEST_F(BlobStoreTest, IdenticalContentIsStoredOnce) {
+  const std::string a = store_.put("same bytes");
+  age(store_.path_of(a), 7200);
+  const auto old_time = fs::last_write_time(store_.path_of(a));
+  const std::string b = store_.put("same bytes");
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(count_files(root_), 1u);
+  // Re-putting refreshes the mtime, so a GC running now treats it as just written.
+  EXPECT_GT(fs::last_write_time(store_.path_of(a)), old_time);
+  store_.put("other bytes");
+  EXPECT_EQ(count_files(root_), 2u);
+}
+
+TEST_F(BlobStoreTest, CorruptBlobIsDetectedAndNamed) {
+  const std::string id = store_.put(std::string(4096, 'x'));
+  {
+    std::fstream f(store_.path_of(id), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(100);
+    f.put('y');  // one flipped byte, same size
+  }
+  const auto err = catch_error([&] { store_.get(id); });
+  EXPECT_EQ(err.code, ErrorCode::format);
+  EXPECT_NE(err.message.find(id), std::string::npos) << err.message;
+  EXPECT_NE(err.message.find("corrupt"), std::string::npos) << err.message;
+}
+
+TEST_F(BlobStoreTest, TruncatedCopyIsRewrittenByPut) {
+  const std::string id = store_.put("0123456789");
+  fs::resize_file(store_.path_of(id), 3);
+  EXPECT_THROW(store_.get(id), Error);
+  store_.put("0123456789");
+  EXPECT_EQ(store_.get(id), "0123456789");
+}
+
+TEST_F(BlobStoreTest, MissingAndMalformedIds) {
+  const auto missing = catch_error([&] { store_.get(sha256_hex("never stored")); });
+  EXPECT_EQ(missing.code, ErrorCode::not_found);
+  EXPECT_NE(missing.message.find(sha256_hex("never stored")), std::string::npos);
+  const auto bad = catch_error([&] { store_.get("../../etc/passwd"); });
+  EXPECT_EQ(bad.code, ErrorCode::invalid_argument);
+  EXPECT_FALSE(store_.exists(sha256_hex("nope")));
+}
+
+TEST_F(BlobStoreTest, GcDeletesOnlyOldUnreferencedBlobs) {
+  const std::string keep = store_.put("referenced");
+  const std::string old_orphan = store_.put("old orphan");
+  const std::string young_orphan = store_.put("young orphan");
+  age(store_.path_of(keep), 7200);
+  age(store_.path_of(old_orphan), 7200);
+  // A stale temp file from a crashed put, and a file that is not a blob.
+  const fs::path tmp = root_ / keep.substr(0, 2) / ("." + keep + ".tmp-abcdef");
+  std::ofstream(tmp) << "partial";
+  age(tmp, 7200);
+  std::ofstream(root_ / keep.substr(0, 2) / "README") << "not a blob";
+
+  int batches = 0;
+  BlobGcOptions options;
+  options.grace = std::chrono::hours(1);
+  options.run_batch = [&](const std::function<void()>& batch) {
+    ++batches;
+    batch();
+  };
+  const BlobGcReport r = store_.gc([&](std::string_view id) { return id == keep; }, options);
+  EXPECT_EQ(r.deleted, 1u);
+  EXPECT_EQ(r.bytes_freed, 10u);
+  EXPECT_EQ(r.referenced, 1u);
+  EXPECT_EQ(r.young, 1u);
+  EXPECT_EQ(r.temp_removed, 1u);
+  EXPECT_EQ(r.foreign, 1u);
+  EXPECT_GE(batches, 1);
+  EXPECT_TRUE(store_.exists(keep));
+  EXPECT_FALSE(store_.exists(old_orphan));
+  EXPECT_TRUE(store_.exists(young_orphan));  // inside the grace period: a commit may be in flight
+  EXPECT_FALSE(fs::exists(tmp));
+
+  // grace 0: anything written before GC started and unreferenced goes.
+  const BlobGcReport r0 = store_.gc([&](std::string_view id) { return id == keep; },
+                                    {.grace = std::chrono::seconds(0)});
+  EXPECT_EQ(r0.deleted, 1u);
+  EXPECT_FALSE(store_.exists(young_orphan));
+  EXPECT_TRUE(store_.exists(keep));
+}
+
+TEST_F(BlobStoreTest, GcNeverDeletesABlobWrittenAfterItStarted) {
+  // GC's start is the filesystem's clock when it begins; a blob stamped at or after it is
+  // kept even with grace 0 and nothing referencing it.
+  const std::string late = store_.put("written while gc runs");
+  fs::last_write_time(store_.path_of(late), fs::last_write_time(store_.path_of(late)) +
+                                                std::chrono::seconds(30));
+  const BlobGcReport r =
+      store_.gc([](std::string_view) { return false; }, {.grace = std::chrono::seconds(0)});
+  EXPECT_EQ(r.deleted, 0u);
+  EXPECT_EQ(r.young, 1u);
+  EXPECT_TRUE(store_.exists(late));
+}
+
+}  // namespace
+}  // namespace spindle::adapters
