@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -172,8 +173,12 @@ void run_make_base(const MakeBaseArgs& args) {
                 "--task {}: the only task is 'arithmetic'", args.task);
   SPINDLE_CHECK(args.minutes > 0.0 && args.minutes <= 24 * 60, invalid_argument,
                 "--minutes must be in (0, 1440], got {}", args.minutes);
-  const Recipe recipe;
-  const ArithTask task;  // fixed split: every base is judged on the same held-out problems
+  Recipe recipe;
+  auto env = [](const char* n, double d) { const char* v = std::getenv(n); return v ? std::atof(v) : d; };
+  recipe.dim = int64_t(env("XD", 128)); recipe.hidden_dim = int64_t(env("XH", 384));
+  recipe.n_layers = int64_t(env("XL", 3)); recipe.peak_lr = float(env("XLR", 3e-3));
+  recipe.evals = int(env("XE", 10));
+  const ArithTask task({.with_subtraction = env("XS", 0) != 0});  // fixed split: every base is judged on the same held-out problems
   const std::filesystem::path out(args.out);
   std::filesystem::create_directories(out);
   const ByteTokenizerSpec tok_spec{.model_max_length = recipe.max_seq_len};

@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   spindle::cli::register_tokenize(app);
   spindle::cli::register_sft(app);
   spindle::cli::register_make_base(app);
+  spindle::cli::register_catalog(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

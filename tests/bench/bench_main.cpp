@@ -13,6 +13,10 @@
 #include "bench.h"
 #include "spindle/core/error.h"
 
+namespace spindle::bench {
+void register_catalog_bench(CLI::App& app);  // bench_catalog.cpp
+}
+
 namespace {
 
 // Default fixtures folder: $SPINDLE_SHARED_DIR, else ../shared relative to the current dir.
@@ -27,6 +31,7 @@ int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // lines appear as measured, also through a pipe
   CLI::App app{"spindle-bench: engine speed, reported as ratios measured in one run"};
   app.require_subcommand(1);
+  spindle::bench::register_catalog_bench(app);  // runs from its own callback
 
   spindle::bench::EngineBenchOptions engine_opts;
   std::string shared;

@@ -71,6 +71,9 @@ constexpr int kPolicyColumns = 15;
 
 // Column list + FROM clause shared by revision queries; revision_from_row reads it.
 extern const char* const kRevisionSelect;
+// The same split in two, to add columns: kRevisionColumnsSql + ", x " + kRevisionFromSql.
+extern const char* const kRevisionColumnsSql;
+extern const char* const kRevisionFromSql;
 RevisionRow revision_from_row(const detail::Query& q, int first_col = 0);
 constexpr int kRevisionColumns = 11;
 

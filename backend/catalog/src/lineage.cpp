@@ -24,7 +24,7 @@ Lineage Catalog::lineage(std::string_view tenant, const Address& address,
         "  UNION ALL"
         "  SELECT r.parent_id, anc.depth + 1 FROM revisions r JOIN anc ON r.id = anc.id"
         "  WHERE r.parent_id IS NOT NULL AND anc.depth < ?2) " +
-        std::string(kRevisionSelect) +
+        std::string(kRevisionColumnsSql) + ", anc.depth " + kRevisionFromSql +
         "JOIN anc ON anc.id = r.id WHERE p.tenant_id = ?3 ORDER BY anc.depth");
     q.bind(1, self.revision.id).bind(2, int64_t(options.max_ancestors)).bind(3, p.tenant_id);
     while (q.step()) {
@@ -44,7 +44,7 @@ Lineage Catalog::lineage(std::string_view tenant, const Address& address,
         "  UNION ALL"
         "  SELECT r.id, des.depth + 1 FROM revisions r JOIN des ON r.parent_id = des.id"
         "  WHERE des.depth < ?2 LIMIT ?3) " +
-        std::string(kRevisionSelect) +
+        std::string(kRevisionColumnsSql) + ", des.depth " + kRevisionFromSql +
         "JOIN des ON des.id = r.id WHERE des.depth > 0 AND p.tenant_id = ?4 "
         "ORDER BY des.depth, r.created_ms, r.id");
     q.bind(1, self.revision.id)

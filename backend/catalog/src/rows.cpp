@@ -22,10 +22,14 @@ const char* const kPolicyColumnsSql = SPINDLE_POLICY_COLUMNS;
 const char* const kPolicySelect =
     SPINDLE_POLICY_COLUMNS "FROM policies p JOIN tenants t ON t.id = p.tenant_id ";
 
-const char* const kRevisionSelect =
-    "SELECT r.id, r.policy_id, p.tenant_id, p.name, p.deleted_ms IS NOT NULL, r.parent_id, "
-    "r.step, r.blob, r.bytes, r.metrics, r.created_ms "
-    "FROM revisions r JOIN policies p ON p.id = r.policy_id ";
+#define SPINDLE_REVISION_COLUMNS                                                           \
+  "SELECT r.id, r.policy_id, p.tenant_id, p.name, p.deleted_ms IS NOT NULL, r.parent_id, " \
+  "r.step, r.blob, r.bytes, r.metrics, r.created_ms "
+#define SPINDLE_REVISION_FROM "FROM revisions r JOIN policies p ON p.id = r.policy_id "
+
+const char* const kRevisionColumnsSql = SPINDLE_REVISION_COLUMNS;
+const char* const kRevisionFromSql = SPINDLE_REVISION_FROM;
+const char* const kRevisionSelect = SPINDLE_REVISION_COLUMNS SPINDLE_REVISION_FROM;
 
 std::string Policy::address() const { return fmt::format("spindle://{}/{}", tenant, name); }
 

@@ -183,7 +183,7 @@ std::optional<int64_t> Db::scalar(std::string_view sql) {
 
 WriteTxn::WriteTxn(Db& db) : db_(db) {
   SPINDLE_CHECK(!db.in_transaction(), internal, "catalog: nested write transaction");
-  db_.exec("BEGIN IMMEDIATE");
+  db_.query("BEGIN IMMEDIATE").run();
 }
 
 WriteTxn::~WriteTxn() {
@@ -191,19 +191,25 @@ WriteTxn::~WriteTxn() {
 }
 
 void WriteTxn::commit() {
-  db_.exec("COMMIT");
+  db_.query("COMMIT").run();
   done_ = true;
 }
 
 ReadTxn::ReadTxn(Db& db) : db_(db) {
   if (!db.in_transaction()) {
-    db_.exec("BEGIN");
+    db_.query("BEGIN").run();
     owns_ = true;
   }
 }
 
 ReadTxn::~ReadTxn() {
-  if (owns_ && db_.in_transaction()) sqlite3_exec(db_.raw(), "COMMIT", nullptr, nullptr, nullptr);
+  // A read-only transaction: ending it cannot fail in a way that loses anything.
+  if (!owns_ || !db_.in_transaction()) return;
+  try {
+    db_.query("COMMIT").run();
+  } catch (...) {
+    sqlite3_exec(db_.raw(), "ROLLBACK", nullptr, nullptr, nullptr);
+  }
 }
 
 }  // namespace spindle::catalog::detail

@@ -6,6 +6,8 @@
 
 #include "spindle/core/error.h"
 #include "spindle/engine/model.h"
+
+#include "model_internal.h"
 #include "spindle/kernels/activation.h"
 #include "spindle/kernels/attention.h"
 #include "spindle/kernels/lora.h"
@@ -18,9 +20,8 @@ namespace {
 
 using kernels::Trans;
 
-void ensure(Tensor& t, const Shape& shape) {
-  if (t.shape() != shape || t.empty()) t = Tensor(shape);
-}
+using internal::chunk_segments;
+using internal::ensure;
 
 }  // namespace
 
@@ -73,14 +74,15 @@ void LoraGrads::take(int32_t slot, LoraWeights& out) {
 }
 
 void Model::project_backward(const LoraSlotPool* lora, const BackwardOptions& opt, int64_t layer,
-                             LoraTarget target, const Tensor& x, const Tensor& W, const float* dy,
-                             int64_t ld_dy, std::span<const kernels::LoraSegment> segments,
-                             float* dx, float beta_dx, Tensor* dW, ForwardState& st) const {
-  const int64_t T = x.dim(0), k = x.dim(1), n = W.dim(0);
+                             LoraTarget target, const float* x, int64_t T, const Tensor& W,
+                             const float* dy, int64_t ld_dy,
+                             std::span<const kernels::LoraSegment> segments, float* dx,
+                             float beta_dx, Tensor* dW, ForwardState& st) const {
+  const int64_t k = W.dim(1), n = W.dim(0);
   // dx = dy·W (+ beta·dx)
   kernels::gemm(Trans::no, Trans::no, T, k, n, 1.0f, dy, ld_dy, W.data(), k, beta_dx, dx, k);
   if (dW) {  // dW += dyᵀ·x
-    kernels::gemm(Trans::yes, Trans::no, n, k, T, 1.0f, dy, ld_dy, x.data(), k, 1.0f, dW->data(), k);
+    kernels::gemm(Trans::yes, Trans::no, n, k, T, 1.0f, dy, ld_dy, x, k, 1.0f, dW->data(), k);
   }
   if (lora == nullptr || opt.lora_grads == nullptr) return;
   bool any = false;
@@ -90,11 +92,27 @@ void Model::project_backward(const LoraSlotPool* lora, const BackwardOptions& op
   if (!view) return;
   ensure(st.lora_h, {T, view->max_rank});
   ensure(st.lora_dh, {T, view->max_rank});
-  kernels::lora_shrink(x.data(), k, *view, segments, st.lora_h.data());
+  kernels::lora_shrink(x, k, *view, segments, st.lora_h.data());
   kernels::lora_expand_backward(st.lora_h.data(), dy, ld_dy, /*col_offset=*/0, *view, segments,
                                 st.lora_dh.data(), opt.lora_grads->dB(layer, target));
-  kernels::lora_shrink_backward(x.data(), k, st.lora_dh.data(), *view, segments,
+  kernels::lora_shrink_backward(x, k, st.lora_dh.data(), *view, segments,
                                 opt.lora_grads->dA(layer, target), dx, k);
+}
+
+void Model::unembed_backward(ForwardState& st, const LoraSlotPool* lora,
+                             const BackwardOptions& opt, int64_t r0, int64_t r1,
+                             const Tensor& dlogits, Tensor& d_hidden) const {
+  const ModelConfig& c = config();
+  SPINDLE_CHECK(0 <= r0 && r0 < r1 && r1 <= st.x_final.dim(0) &&
+                    dlogits.shape() == (Shape{r1 - r0, c.vocab_size}) &&
+                    d_hidden.shape() == (Shape{st.x_final.dim(0), c.dim}),
+                invalid_argument, "unembed_backward: rows [{}, {}) or shapes do not fit", r0, r1);
+  ModelWeights* G = opt.base_grads;
+  Tensor* dU = G ? (c.tie_embeddings ? &G->tok_emb : &G->lm_head) : nullptr;
+  const auto segs = chunk_segments(st.out_segments, r0, r1);
+  project_backward(lora, opt, 0, LoraTarget::lm_head, st.x_final.row(r0), r1 - r0,
+                   weights_.unembedding(), dlogits.data(), c.vocab_size, segs, d_hidden.row(r0),
+                   /*beta_dx=*/0.0f, dU, st);
 }
 
 void Model::backward(ForwardState& st, const LoraSlotPool* lora,
@@ -109,19 +127,15 @@ void Model::backward(ForwardState& st, const LoraSlotPool* lora,
                   s.n_past);
   }
   const int64_t T = st.T;
-  SPINDLE_CHECK(opt.dlogits && opt.dlogits->shape() == (Shape{T, c.vocab_size}), invalid_argument,
-                "backward: dlogits must be [{}, {}]", T, c.vocab_size);
   ModelWeights* G = opt.base_grads;
-  const Tensor& U = weights_.unembedding();
-  Tensor* dU = G ? (c.tie_embeddings ? &G->tok_emb : &G->lm_head) : nullptr;
-
-  // Unembedding and final norm.
-  Tensor d_xf({T, c.dim});
-  project_backward(lora, opt, 0, LoraTarget::lm_head, st.x_final, U, opt.dlogits->data(),
-                   c.vocab_size, st.out_segments, d_xf.data(), 0.0f, dU, st);
+  const Tensor* d_xf = opt.d_hidden;
+  SPINDLE_CHECK(d_xf != nullptr, invalid_argument,
+                "backward: d_hidden (from unembed_backward over every row) is required");
+  SPINDLE_CHECK(d_xf->shape() == (Shape{T, c.dim}), invalid_argument,
+                "backward: d_hidden must be [{}, {}]", T, c.dim);
   Tensor dx({T, c.dim});
   kernels::rmsnorm_backward(st.x_last.data(), c.dim, weights_.final_norm.data(),
-                            st.inv_rms_final.data(), d_xf.data(), c.dim, dx.data(), c.dim, T,
+                            st.inv_rms_final.data(), d_xf->data(), c.dim, dx.data(), c.dim, T,
                             c.dim, 0.0f, G ? G->final_norm.data() : nullptr);
 
   std::vector<kernels::DenseSeq> dense;
@@ -136,20 +150,20 @@ void Model::backward(ForwardState& st, const LoraSlotPool* lora,
     LayerWeights* g = G ? &G->layers[size_t(l)] : nullptr;
 
     // MLP: x_out = x_mid + down(silu(gate(xn))·up(xn)), xn = ffn_norm(x_mid).
-    project_backward(lora, opt, l, LoraTarget::down, a.act, w.w_down, dx.data(), c.dim,
+    project_backward(lora, opt, l, LoraTarget::down, a.act.data(), T, w.w_down, dx.data(), c.dim,
                      st.segments, d_act.data(), 0.0f, g ? &g->w_down : nullptr, st);
     kernels::swiglu_backward(a.gate.data(), a.up.data(), d_act.data(), d_gate.data(), d_up.data(),
                              T * c.hidden_dim);
-    project_backward(lora, opt, l, LoraTarget::gate, a.xn_mlp, w.w_gate, d_gate.data(),
+    project_backward(lora, opt, l, LoraTarget::gate, a.xn_mlp.data(), T, w.w_gate, d_gate.data(),
                      c.hidden_dim, st.segments, d_xn.data(), 0.0f, g ? &g->w_gate : nullptr, st);
-    project_backward(lora, opt, l, LoraTarget::up, a.xn_mlp, w.w_up, d_up.data(), c.hidden_dim,
+    project_backward(lora, opt, l, LoraTarget::up, a.xn_mlp.data(), T, w.w_up, d_up.data(), c.hidden_dim,
                      st.segments, d_xn.data(), 1.0f, g ? &g->w_up : nullptr, st);
     kernels::rmsnorm_backward(a.x_mid.data(), c.dim, w.ffn_norm.data(), a.inv_rms_mlp.data(),
                               d_xn.data(), c.dim, dx.data(), c.dim, T, c.dim, /*beta_dx=*/1.0f,
                               g ? g->ffn_norm.data() : nullptr);
 
     // Attention: x_mid = x_in + o(attn(rope(norm(q(xn))), rope(norm(k(xn))), v(xn))).
-    project_backward(lora, opt, l, LoraTarget::o, a.attn, w.wo, dx.data(), c.dim, st.segments,
+    project_backward(lora, opt, l, LoraTarget::o, a.attn.data(), T, w.wo, dx.data(), c.dim, st.segments,
                      d_attn.data(), 0.0f, g ? &g->wo : nullptr, st);
     kernels::attention_backward(a.q.data(), a.k.data(), a.v.data(), d_attn.data(), dq.data(),
                                 dk.data(), dv.data(), c.n_heads, c.n_kv_heads, c.head_dim, dense,
@@ -171,11 +185,11 @@ void Model::backward(ForwardState& st, const LoraSlotPool* lora,
       dq = std::move(dq_pre);
       dk = std::move(dk_pre);
     }
-    project_backward(lora, opt, l, LoraTarget::q, a.xn_attn, w.wq, dq.data(), c.q_dim(),
+    project_backward(lora, opt, l, LoraTarget::q, a.xn_attn.data(), T, w.wq, dq.data(), c.q_dim(),
                      st.segments, d_xn.data(), 0.0f, g ? &g->wq : nullptr, st);
-    project_backward(lora, opt, l, LoraTarget::k, a.xn_attn, w.wk, dk.data(), c.kv_dim(),
+    project_backward(lora, opt, l, LoraTarget::k, a.xn_attn.data(), T, w.wk, dk.data(), c.kv_dim(),
                      st.segments, d_xn.data(), 1.0f, g ? &g->wk : nullptr, st);
-    project_backward(lora, opt, l, LoraTarget::v, a.xn_attn, w.wv, dv.data(), c.kv_dim(),
+    project_backward(lora, opt, l, LoraTarget::v, a.xn_attn.data(), T, w.wv, dv.data(), c.kv_dim(),
                      st.segments, d_xn.data(), 1.0f, g ? &g->wv : nullptr, st);
     kernels::rmsnorm_backward(a.x_in.data(), c.dim, w.attn_norm.data(), a.inv_rms_attn.data(),
                               d_xn.data(), c.dim, dx.data(), c.dim, T, c.dim, /*beta_dx=*/1.0f,

@@ -1,5 +1,7 @@
 #include "spindle/engine/model.h"
 
+#include "model_internal.h"
+
 #include <cmath>
 #include <cstring>
 #include <numbers>
@@ -15,10 +17,8 @@
 namespace spindle::engine {
 namespace {
 
-// Reallocates only when the shape changes (ForwardState is reused across steps).
-void ensure(Tensor& t, const Shape& shape) {
-  if (t.shape() != shape || t.empty()) t = Tensor(shape);
-}
+using internal::chunk_segments;
+using internal::ensure;
 
 void append_segment(std::vector<kernels::LoraSegment>& segs, int64_t begin, int64_t end,
                     int32_t slot) {
@@ -123,7 +123,7 @@ void Model::forward(std::span<const BatchSequence> batch, KvCache& cache, const 
   for (size_t i = 0; i < batch.size(); ++i) {
     st.attn_seqs[i].block_table = cache.block_table(batch[i].seq).data();
   }
-  if (options.logits == LogitsFor::all_tokens) st.out_segments = st.segments;
+  if (options.logits != LogitsFor::last_token) st.out_segments = st.segments;
 
   // Embedding gather.
   Tensor x({T, c.dim});
@@ -137,7 +137,7 @@ void Model::forward(std::span<const BatchSequence> batch, KvCache& cache, const 
   }
 
   st.keep_activations = options.keep_activations;
-  st.all_tokens = options.logits == LogitsFor::all_tokens;
+  st.all_tokens = options.logits != LogitsFor::last_token;
   st.layers.resize(options.keep_activations ? size_t(c.n_layers) : 1);
   for (int64_t l = 0; l < c.n_layers; ++l) {
     LayerActivations& a = st.layers[options.keep_activations ? size_t(l) : 0];
@@ -161,9 +161,26 @@ void Model::forward(std::span<const BatchSequence> batch, KvCache& cache, const 
     kernels::rmsnorm(x.data(), c.dim, weights_.final_norm.data(), st.x_final.data(), c.dim, T,
                      c.dim, c.rms_eps, st.inv_rms_final.data());
   }
-  project(lora, 0, LoraTarget::lm_head, st.x_final, weights_.unembedding(), st.out_segments,
-          st.logits, st);
+  if (options.logits != LogitsFor::hidden_only) {
+    project(lora, 0, LoraTarget::lm_head, st.x_final, weights_.unembedding(), st.out_segments,
+            st.logits, st);
+  }
   if (st.keep_activations) st.x_last = std::move(x);
+}
+
+void Model::unembed(ForwardState& st, const LoraSlotPool* lora, int64_t r0, int64_t r1,
+                    Tensor& logits) const {
+  const ModelConfig& c = config();
+  SPINDLE_CHECK(0 <= r0 && r0 < r1 && r1 <= st.x_final.dim(0), invalid_argument,
+                "unembed: rows [{}, {}) outside [0, {})", r0, r1, st.x_final.dim(0));
+  const int64_t n = r1 - r0;
+  ensure(logits, {n, c.vocab_size});
+  const auto segs = chunk_segments(st.out_segments, r0, r1);
+  const Tensor& U = weights_.unembedding();
+  kernels::linear(st.x_final.row(r0), c.dim, n, c.dim, U.data(), c.vocab_size, logits.data(),
+                  c.vocab_size, /*beta=*/0.0f);
+  lora_add(lora, 0, LoraTarget::lm_head, st.x_final.row(r0), c.dim, segs, logits.data(),
+           c.vocab_size, st);
 }
 
 void Model::attention_block(int64_t l, KvCache& cache, const LoraSlotPool* lora, ForwardState& st,

@@ -76,52 +76,80 @@ std::vector<int64_t> forward_batch(const Model& model, std::span<const TrainDatu
     first_row[o] = row;
     row += int64_t(batch[o].input_tokens.size());
   }
-  model.forward(seqs, cache, pool, st, {.logits = LogitsFor::all_tokens, .keep_activations = true});
+  model.forward(seqs, cache, pool, st,
+                {.logits = LogitsFor::hidden_only, .keep_activations = true});
   return first_row;
 }
 
-// Loss, per-token logprobs and (if dlogits) ∂loss/∂logits = g·(onehot(y) − softmax), with
-// g = ∂loss/∂log p, since ∂log p_y/∂z_j = [j = y] − softmax_j.
-ForwardBackwardOutput score(const Tensor& logits, std::span<const TrainDatum> batch,
-                            const std::vector<int64_t>& first_row, LossFn fn,
-                            const LossConfig& config, Tensor* dlogits) {
+// Rows of the logits are scored in chunks of this many (the [T, vocab] logits and their
+// gradient never exist at once: 64 rows of a 151936-token vocabulary are 39 MB).
+constexpr int64_t kUnembedChunk = 64;
+
+// Loss, per-token logprobs and (if dlogits) ∂loss/∂logits = g·(onehot(y) − softmax) for the
+// logits rows [r0, r0 + logits.dim(0)), with g = ∂loss/∂log p (∂log p_y/∂z_j = [j = y] − p_j).
+// where[r] = (datum, position) of row r.
+void score_rows(const Tensor& logits, int64_t r0,
+                const std::vector<std::pair<int32_t, int32_t>>& where,
+                std::span<const TrainDatum> batch, LossFn fn, const LossConfig& config,
+                ForwardBackwardOutput& out, Tensor* dlogits) {
   const int64_t V = logits.dim(1);
-  ForwardBackwardOutput out;
-  out.logprobs.resize(batch.size());
-  if (dlogits) dlogits->fill(0.0f);
-  for (size_t i = 0; i < batch.size(); ++i) {
-    const TrainDatum& d = batch[i];
-    for (size_t t = 0; t < d.target_tokens.size(); ++t) {
-      const int64_t r = first_row[i] + int64_t(t);
-      const float* z = logits.row(r);
-      const float m = *std::max_element(z, z + V);
-      double sum = 0.0;
-      for (int64_t j = 0; j < V; ++j) sum += std::exp(double(z[j] - m));
-      const double lse = double(m) + std::log(sum);
-      const int32_t y = d.target_tokens[t];
-      const float logp = float(double(z[y]) - lse);
-      out.logprobs[i].push_back(logp);
-      const float w = d.weights.empty() ? 1.0f : d.weights[t];
-      const float q = d.logprobs.empty() ? 0.0f : d.logprobs[t];
-      const float a = d.advantages.empty() ? 0.0f : d.advantages[t];
-      const TokenLoss tl = token_loss(fn, config, logp, w, q, a);
-      if (w != 0.0f) {
-        out.metrics.loss += tl.loss;
-        out.metrics.n_tokens += 1;
-        out.metrics.n_clipped += tl.clipped ? 1 : 0;
+  for (int64_t k = 0; k < logits.dim(0); ++k) {
+    const auto [i, t] = where[size_t(r0 + k)];
+    const TrainDatum& d = batch[size_t(i)];
+    const float* z = logits.row(k);
+    const float m = *std::max_element(z, z + V);
+    double sum = 0.0;
+    for (int64_t j = 0; j < V; ++j) sum += std::exp(double(z[j] - m));
+    const double lse = double(m) + std::log(sum);
+    const int32_t y = d.target_tokens[size_t(t)];
+    const float logp = float(double(z[y]) - lse);
+    out.logprobs[size_t(i)][size_t(t)] = logp;
+    const float w = d.weights.empty() ? 1.0f : d.weights[size_t(t)];
+    const float q = d.logprobs.empty() ? 0.0f : d.logprobs[size_t(t)];
+    const float a = d.advantages.empty() ? 0.0f : d.advantages[size_t(t)];
+    const TokenLoss tl = token_loss(fn, config, logp, w, q, a);
+    if (w != 0.0f) {
+      out.metrics.loss += tl.loss;
+      out.metrics.n_tokens += 1;
+      out.metrics.n_clipped += tl.clipped ? 1 : 0;
+    }
+    if (dlogits) {
+      float* g = dlogits->row(k);
+      if (tl.dloss_dlogp == 0.0f) {
+        std::fill(g, g + V, 0.0f);
+        continue;
       }
-      if (dlogits && tl.dloss_dlogp != 0.0f) {
-        float* g = dlogits->row(r);
-        for (int64_t j = 0; j < V; ++j) g[j] = float(-tl.dloss_dlogp * std::exp(double(z[j]) - lse));
-        g[y] += tl.dloss_dlogp;
-      }
+      for (int64_t j = 0; j < V; ++j) g[j] = float(-tl.dloss_dlogp * std::exp(double(z[j]) - lse));
+      g[y] += tl.dloss_dlogp;
     }
   }
-  return out;
 }
 
-void ensure(Tensor& t, const Shape& shape) {
-  if (t.shape() != shape || t.empty()) t = Tensor(shape);
+// Scores a hidden_only forward in row chunks; with `backward`, also fills d_hidden
+// (∂loss/∂x_final) through the unembedding's backward, chunk by chunk.
+ForwardBackwardOutput score_chunked(const Model& model, ForwardState& st, const LoraSlotPool* pool,
+                                    std::span<const TrainDatum> batch,
+                                    const std::vector<int64_t>& first_row, LossFn fn,
+                                    const LossConfig& config, const BackwardOptions* backward,
+                                    Tensor& d_hidden) {
+  std::vector<std::pair<int32_t, int32_t>> where(size_t(st.T));
+  ForwardBackwardOutput out;
+  out.logprobs.resize(batch.size());
+  for (size_t i = 0; i < batch.size(); ++i) {
+    out.logprobs[i].assign(batch[i].target_tokens.size(), 0.0f);
+    for (size_t t = 0; t < batch[i].target_tokens.size(); ++t)
+      where[size_t(first_row[i]) + t] = {int32_t(i), int32_t(t)};
+  }
+  if (backward) d_hidden = Tensor({st.T, model.config().dim});
+  Tensor logits, dlogits;
+  for (int64_t r0 = 0; r0 < st.T; r0 += kUnembedChunk) {
+    const int64_t r1 = std::min(st.T, r0 + kUnembedChunk);
+    model.unembed(st, pool, r0, r1, logits);
+    if (backward && dlogits.shape() != logits.shape()) dlogits = Tensor(logits.shape());
+    score_rows(logits, r0, where, batch, fn, config, out, backward ? &dlogits : nullptr);
+    if (backward) model.unembed_backward(st, pool, *backward, r0, r1, dlogits, d_hidden);
+  }
+  return out;
 }
 
 }  // namespace
@@ -189,10 +217,11 @@ ForwardBackwardOutput LoraTrainer::run(std::span<const TrainDatum> batch, LossFn
                   "datum {}: slot {} has no adapter being trained", i, batch[i].slot);
   }
   const auto first_row = forward_batch(model_, batch, &pool_, /*use_slots=*/true, fwd_);
-  if (!backward) return score(fwd_.logits, batch, first_row, fn, config, nullptr);
-  ensure(dlogits_, fwd_.logits.shape());
-  auto out = score(fwd_.logits, batch, first_row, fn, config, &dlogits_);
-  model_.backward(fwd_, &pool_, {.dlogits = &dlogits_, .lora_grads = &lora_grads_});
+  const BackwardOptions opts{.lora_grads = &lora_grads_};
+  auto out = score_chunked(model_, fwd_, &pool_, batch, first_row, fn, config,
+                           backward ? &opts : nullptr, d_hidden_);
+  if (!backward) return out;
+  model_.backward(fwd_, &pool_, {.d_hidden = &d_hidden_, .lora_grads = &lora_grads_});
   for (const auto& d : batch) {
     State& s = state(d.slot);
     lora_grads_.take(d.slot, s.grads);  // a slot seen twice adds zeros the second time
@@ -254,9 +283,9 @@ ForwardBackwardOutput FullTrainer::forward_backward(std::span<const TrainDatum> 
                                                     const LossConfig& config) {
   validate_batch(batch, fn, config, model_.config());
   const auto first_row = forward_batch(model_, batch, nullptr, /*use_slots=*/false, fwd_);
-  ensure(dlogits_, fwd_.logits.shape());
-  auto out = score(fwd_.logits, batch, first_row, fn, config, &dlogits_);
-  model_.backward(fwd_, nullptr, {.dlogits = &dlogits_, .base_grads = &grads_});
+  const BackwardOptions opts{.base_grads = &grads_};
+  auto out = score_chunked(model_, fwd_, nullptr, batch, first_row, fn, config, &opts, d_hidden_);
+  model_.backward(fwd_, nullptr, {.d_hidden = &d_hidden_, .base_grads = &grads_});
   return out;
 }
 

@@ -11,6 +11,7 @@ namespace {
 using testing::adapter;
 using testing::catch_error;
 using testing::same_weights;
+using engine::LoraTarget;
 
 class PolicyOps : public testing::CatalogTest {};
 

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "spindle/adapters/sha256.h"
+#include "spindle/core/error.h"
 
 namespace spindle::adapters {
 namespace {

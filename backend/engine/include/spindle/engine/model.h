@@ -32,6 +32,9 @@ struct BatchSequence {
 enum class LogitsFor : uint8_t {
   last_token,  // one row per sequence (sampling)
   all_tokens,  // one row per new token (scoring, training)
+  hidden_only,  // no logits: x_final holds every token's final hidden state; the caller
+                // unembeds in row chunks (unembed / unembed_backward), so [T, vocab] never
+                // exists at once (training)
 };
 
 struct ForwardOptions {
@@ -97,10 +100,11 @@ class LoraGrads {
   std::vector<std::array<std::pair<Tensor, Tensor>, kLoraTargetCount>> grads_;  // [layer]
 };
 
-// What a backward pass reads besides the forward state: ∂loss/∂logits for every row of an
-// all_tokens forward, and where to put gradients (either may be null).
+// What a backward pass reads besides the forward state, and where gradients go (either
+// destination may be null). The unembedding's backward is done by the caller in row chunks
+// (unembed_backward), which leaves ∂loss/∂x_final in d_hidden.
 struct BackwardOptions {
-  const Tensor* dlogits = nullptr;  // [T, vocab]
+  const Tensor* d_hidden = nullptr;  // [T, dim] ∂loss/∂x_final
   LoraGrads* lora_grads = nullptr;  // LoRA A/B gradients (accumulated)
   ModelWeights* base_grads = nullptr;  // full-parameter mode: every base weight (accumulated)
 };
@@ -121,10 +125,21 @@ class Model {
   void forward(std::span<const BatchSequence> batch, KvCache& cache, const LoraSlotPool* lora,
                ForwardState& state, const ForwardOptions& options = {}) const;
 
-  // Backward of the last forward, which must have used LogitsFor::all_tokens and
-  // keep_activations over sequences that started at position 0 (training batches). Gradients
+  // Backward of the last forward, which must have used keep_activations and all-token rows
+  // (all_tokens or hidden_only) over sequences that started at position 0 (training batches),
+  // from options.d_hidden through every layer to the embedding. Gradients
   // for the LoRA slots of the batch's rows go to options.lora_grads; with options.base_grads,
   // gradients for every base weight too (full-parameter mode). The base is never modified.
+  // Rows [r0, r1) of an all-token forward's final hidden states through the unembedding
+  // (+ lm_head LoRA): logits = [r1 − r0, vocab]. Reads state.x_final and state.segments.
+  void unembed(ForwardState& state, const LoraSlotPool* lora, int64_t r0, int64_t r1,
+               Tensor& logits) const;
+  // Backward of unembed for rows [r0, r1): d_hidden rows r0..r1 = dlogits·U (+ LoRA part),
+  // accumulating lm_head LoRA gradients and, in full-parameter mode, the unembedding's.
+  void unembed_backward(ForwardState& state, const LoraSlotPool* lora,
+                        const BackwardOptions& options, int64_t r0, int64_t r1,
+                        const Tensor& dlogits, Tensor& d_hidden) const;
+
   // `state` is also scratch space (SGMV buffers); its activations are not modified.
   void backward(ForwardState& state, const LoraSlotPool* lora,
                 const BackwardOptions& options) const;
@@ -147,10 +162,12 @@ class Model {
 
   // Backward of y = x·Wᵀ + LoRA(x) for one (layer, target): dx (+)= dy·W + LoRA part,
   // accumulating LoRA and (if dW non-null) base gradients.
+  // x: [T, W.dim(1)] rows.
   void project_backward(const LoraSlotPool* lora, const BackwardOptions& opt, int64_t layer,
-                        LoraTarget target, const Tensor& x, const Tensor& W, const float* dy,
-                        int64_t ld_dy, std::span<const kernels::LoraSegment> segments,
-                        float* dx, float beta_dx, Tensor* dW, ForwardState& st) const;
+                        LoraTarget target, const float* x, int64_t T, const Tensor& W,
+                        const float* dy, int64_t ld_dy,
+                        std::span<const kernels::LoraSegment> segments, float* dx,
+                        float beta_dx, Tensor* dW, ForwardState& st) const;
 
   const ModelWeights& weights_;
   std::vector<float> inv_freq_;  // [head_dim/2], with rope_scaling applied

@@ -82,7 +82,7 @@ class LoraTrainer {
   LoraGrads lora_grads_;
   std::map<int32_t, State> states_;
   ForwardState fwd_;
-  Tensor dlogits_;
+  Tensor d_hidden_;
 };
 
 class FullTrainer {
@@ -102,7 +102,7 @@ class FullTrainer {
   ModelWeights grads_;
   AdamW adam_;
   ForwardState fwd_;
-  Tensor dlogits_;
+  Tensor d_hidden_;
 };
 
 }  // namespace spindle::engine

@@ -1,0 +1,166 @@
+// spindle catalog fork | rollback | tag | rm | gc | check (see cmd_catalog.cpp).
+
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "spindle/catalog/catalog.h"
+#include "spindle/core/error.h"
+
+namespace spindle::cli::catalog_cli {
+
+using json = nlohmann::json;
+using Run = std::function<void(catalog::Catalog&, const std::string& tenant, bool json)>;
+
+// Defined in cmd_catalog.cpp.
+void run_with_catalog(const Run& fn);
+json policy_json(const catalog::Policy& p);
+void print_json(const json& j);
+std::string actor();
+
+namespace {
+
+struct EditArgs {
+  std::string address, name, tag;
+  bool remove = false;
+  double retention_days = 7;
+  int64_t grace_seconds = 3600;
+};
+
+void print_head(const catalog::Policy& p, bool as_json) {
+  if (as_json) {
+    print_json(policy_json(p));
+  } else {
+    std::printf("%s@%s\n", p.address().c_str(), p.head.value_or("latest").c_str());
+  }
+}
+
+}  // namespace
+
+void register_catalog_edit(CLI::App& cmd) {
+  auto a = std::make_shared<EditArgs>();
+
+  CLI::App* fork = cmd.add_subcommand("fork", "Start a new policy at any revision (lineage kept)");
+  fork->add_option("ADDRESS", a->address, "revision to start from (@latest: the head)")->required();
+  fork->add_option("NAME", a->name, "name of the new policy")->required();
+  fork->callback([a] {
+    run_with_catalog([&](catalog::Catalog& cat, const std::string& tenant, bool as_json) {
+      const auto from = catalog::parse_address_or_name(a->address, tenant);
+      print_head(cat.fork(tenant, from, a->name, actor()), as_json);
+    });
+  });
+
+  CLI::App* rollback =
+      cmd.add_subcommand("rollback", "Move a policy's head to an older revision (nothing deleted)");
+  rollback->add_option("ADDRESS", a->address, "policy@revision to make the head")->required();
+  rollback->callback([a] {
+    run_with_catalog([&](catalog::Catalog& cat, const std::string& tenant, bool as_json) {
+      print_head(cat.rollback(tenant, catalog::parse_address_or_name(a->address, tenant), actor()),
+                 as_json);
+    });
+  });
+
+  CLI::App* tag = cmd.add_subcommand("tag", "Add (or --remove) a tag on a policy");
+  tag->add_option("ADDRESS", a->address, "policy address")->required();
+  tag->add_option("TAG", a->tag, "tag: letters, digits and . _ : -")->required();
+  tag->add_flag("--remove", a->remove, "remove the tag instead");
+  tag->callback([a] {
+    run_with_catalog([&](catalog::Catalog& cat, const std::string& tenant, bool as_json) {
+      const auto addr = catalog::parse_address_or_name(a->address, tenant);
+      SPINDLE_CHECK(addr.latest(), invalid_argument,
+                    "tags label policies, not revisions: drop '@{}' from {}", addr.revision,
+                    a->address);
+      SPINDLE_CHECK(addr.tenant == tenant, not_found, "policy {} not found", addr.policy_str());
+      const catalog::Policy p = a->remove ? cat.untag(tenant, addr.policy, a->tag, actor())
+                                          : cat.tag(tenant, addr.policy, a->tag, actor());
+      if (as_json) {
+        print_json(policy_json(p));
+        return;
+      }
+      std::string tags;
+      for (const auto& t : p.tags) tags += (tags.empty() ? "" : ",") + t;
+      std::printf("%s tags: %s\n", p.address().c_str(), tags.empty() ? "(none)" : tags.c_str());
+    });
+  });
+
+  CLI::App* rm = cmd.add_subcommand("rm", "Delete a policy (soft: purged by gc after retention)");
+  rm->add_option("ADDRESS", a->address, "policy address")->required();
+  rm->callback([a] {
+    run_with_catalog([&](catalog::Catalog& cat, const std::string& tenant, bool as_json) {
+      const auto addr = catalog::parse_address_or_name(a->address, tenant);
+      SPINDLE_CHECK(addr.latest(), invalid_argument,
+                    "rm deletes whole policies; revisions are immutable: drop '@{}'", addr.revision);
+      SPINDLE_CHECK(addr.tenant == tenant, not_found, "policy {} not found", addr.policy_str());
+      cat.remove(tenant, addr.policy, actor());
+      if (as_json) {
+        print_json({{"deleted", addr.policy_str()}});
+      } else {
+        std::fprintf(stderr, "deleted %s (purged by gc after the retention period)\n",
+                     addr.policy_str().c_str());
+      }
+    });
+  });
+
+  CLI::App* gc = cmd.add_subcommand(
+      "gc", "Purge deleted policies past retention, then unreferenced blobs (all tenants)");
+  gc->add_option("--retention-days", a->retention_days, "keep deleted policies this long")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  gc->add_option("--grace-seconds", a->grace_seconds,
+                 "never delete blobs younger than this (commits in flight)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  gc->callback([a] {
+    run_with_catalog([&](catalog::Catalog& cat, const std::string&, bool as_json) {
+      const catalog::GcReport r = cat.gc(
+          {.actor = actor(),
+           .retention = std::chrono::milliseconds(int64_t(a->retention_days * 86400000.0)),
+           .blob_grace = std::chrono::seconds(a->grace_seconds)});
+      const json j = {{"policies_purged", r.policies_purged},
+                      {"revisions_purged", r.revisions_purged},
+                      {"policies_waiting", r.policies_waiting},
+                      {"blobs_scanned", r.blobs.scanned},
+                      {"blobs_deleted", r.blobs.deleted},
+                      {"bytes_freed", r.blobs.bytes_freed},
+                      {"temp_files_removed", r.blobs.temp_removed}};
+      if (as_json) {
+        print_json(j);
+        return;
+      }
+      std::printf("%s\n",
+                  fmt::format("purged {} policies and {} revisions ({} deleted policies wait for "
+                              "live forks); deleted {} of {} blobs ({} bytes), {} temp files",
+                              r.policies_purged, r.revisions_purged, r.policies_waiting,
+                              r.blobs.deleted, r.blobs.scanned, r.blobs.bytes_freed,
+                              r.blobs.temp_removed)
+                      .c_str());
+    });
+  });
+
+  CLI::App* check = cmd.add_subcommand(
+      "check", "Verify the database (integrity, foreign keys) and that every blob is present");
+  check->callback([] {
+    run_with_catalog([&](catalog::Catalog& cat, const std::string&, bool as_json) {
+      const catalog::CheckReport r = cat.check();
+      if (as_json) {
+        print_json({{"ok", r.ok()},
+                    {"integrity", r.integrity},
+                    {"foreign_key_violations", r.foreign_keys},
+                    {"revisions", r.revisions},
+                    {"missing_blobs", r.missing_blobs}});
+      } else {
+        std::printf("integrity %s; %zu foreign-key violations; %lld revisions, %zu missing blobs\n",
+                    r.integrity.c_str(), r.foreign_keys.size(), (long long)r.revisions,
+                    r.missing_blobs.size());
+        for (const auto& b : r.missing_blobs) std::printf("missing blob %s\n", b.c_str());
+      }
+      SPINDLE_CHECK(r.ok(), format, "catalog check failed");
+    });
+  });
+}
+
+}  // namespace spindle::cli::catalog_cli
