@@ -76,7 +76,8 @@ int64_t parse_time(const std::string& s, const char* option) {
   int y = 0, mo = 0, d = 0, h = 0, mi = 0, sec = 0;
   char tail = 0;
   std::tm tm{};
-  if (std::sscanf(s.c_str(), "%4d-%2d-%2dT%2d:%2d:%2dZ%c", &y, &mo, &d, &h, &mi, &sec, &tail) == 6 ||
+  if (std::sscanf(s.c_str(), "%4d-%2d-%2dT%2d:%2d:%2dZ%c", &y, &mo, &d, &h, &mi, &sec, &tail) ==
+          6 ||
       std::sscanf(s.c_str(), "%4d-%2d-%2d%c", &y, &mo, &d, &tail) == 3) {
     tm.tm_year = y - 1900;
     tm.tm_mon = mo - 1;
@@ -93,7 +94,9 @@ int64_t parse_time(const std::string& s, const char* option) {
   return ms;
 }
 
-std::string short_id(const std::optional<std::string>& id) { return id ? id->substr(0, 12) : "-"; }
+std::string short_id(const std::optional<std::string>& id) {
+  return id ? id->substr(0, 12) : "-";
+}
 
 json policy_json(const catalog::Policy& p) {
   json targets = json::array();
@@ -127,7 +130,9 @@ json revision_json(const catalog::Revision& r) {
           {"created_ms", r.created_ms}};
 }
 
-void print_json(const json& j) { std::printf("%s\n", j.dump(2).c_str()); }
+void print_json(const json& j) {
+  std::printf("%s\n", j.dump(2).c_str());
+}
 
 // Opens the catalog named by the options and runs `fn` with it.
 void run_with_catalog(const Run& fn) {
@@ -154,10 +159,10 @@ void print_policy_table(const std::vector<catalog::Policy>& items) {
   for (const auto& p : items) {
     std::string tags;
     for (const auto& t : p.tags) tags += (tags.empty() ? "" : ",") + t;
-    std::printf("%s\n", fmt::format("{:<{}}  {:<14}  {:>4}  {:<12}  {:<20}  {}", p.name, w,
-                                    p.base_id, p.lora.rank, short_id(p.head),
-                                    format_time(p.updated_ms), tags)
-                            .c_str());
+    std::printf("%s\n",
+                fmt::format("{:<{}}  {:<14}  {:>4}  {:<12}  {:<20}  {}", p.name, w, p.base_id,
+                            p.lora.rank, short_id(p.head), format_time(p.updated_ms), tags)
+                    .c_str());
   }
 }
 
@@ -185,7 +190,8 @@ void register_read(CLI::App& cmd) {
       ->check(CLI::IsMember({"name", "updated"}))
       ->capture_default_str();
   ls->add_option("--limit", ls_args->limit, "page size (1..1000)")->capture_default_str();
-  ls->add_option("--cursor", ls_args->cursor, "continue after a previous page (printed at its end)");
+  ls->add_option("--cursor", ls_args->cursor,
+                 "continue after a previous page (printed at its end)");
   ls->callback([ls_args] {
     run_with_catalog([&](catalog::Catalog& cat, const std::string& tenant, bool as_json) {
       catalog::ListQuery q;
@@ -194,7 +200,8 @@ void register_read(CLI::App& cmd) {
       q.name_prefix = ls_args->prefix;
       if (!ls_args->since.empty()) q.created_from_ms = parse_time(ls_args->since, "--since");
       if (!ls_args->until.empty()) q.created_before_ms = parse_time(ls_args->until, "--until");
-      q.sort = ls_args->sort == "updated" ? catalog::PolicySort::updated : catalog::PolicySort::name;
+      q.sort =
+          ls_args->sort == "updated" ? catalog::PolicySort::updated : catalog::PolicySort::name;
       q.limit = ls_args->limit;
       q.cursor = ls_args->cursor;
       const catalog::PolicyPage page = cat.list(tenant, q);
@@ -213,7 +220,8 @@ void register_read(CLI::App& cmd) {
 
   auto address = std::make_shared<std::string>();
   CLI::App* show = cmd.add_subcommand("show", "Show a policy and the revision an address names");
-  show->add_option("ADDRESS", *address, "spindle://tenant/policy[@rev] or policy[@rev]")->required();
+  show->add_option("ADDRESS", *address, "spindle://tenant/policy[@rev] or policy[@rev]")
+      ->required();
   show->callback([address] {
     run_with_catalog([&](catalog::Catalog& cat, const std::string& tenant, bool as_json) {
       const catalog::Address a = catalog::parse_address_or_name(*address, tenant);
@@ -225,23 +233,26 @@ void register_read(CLI::App& cmd) {
         return;
       }
       std::string targets;
-      for (auto t : p.lora.targets) targets += (targets.empty() ? "" : ",") + std::string(engine::lora_target_name(t));
+      for (auto t : p.lora.targets)
+        targets += (targets.empty() ? "" : ",") + std::string(engine::lora_target_name(t));
       std::string tags;
       for (const auto& t : p.tags) tags += (tags.empty() ? "" : ",") + t;
-      std::printf("%s", fmt::format("policy       {}\nbase         {}\nlora         rank {}, alpha {}, "
-                                    "targets {}{}\nhead         {}\nforked from  {}\ntags         "
-                                    "{}\ndescription  {}\ncreated      {}\nupdated      {}\n",
-                                    p.address(), p.base_id, p.lora.rank, p.lora.alpha, targets,
-                                    p.lora.use_rslora ? ", rsLoRA" : "", p.head.value_or("-"),
-                                    p.forked_from.value_or("-"), tags, p.description,
-                                    format_time(p.created_ms), format_time(p.updated_ms))
-                              .c_str());
+      std::printf("%s",
+                  fmt::format("policy       {}\nbase         {}\nlora         rank {}, alpha {}, "
+                              "targets {}{}\nhead         {}\nforked from  {}\ntags         "
+                              "{}\ndescription  {}\ncreated      {}\nupdated      {}\n",
+                              p.address(), p.base_id, p.lora.rank, p.lora.alpha, targets,
+                              p.lora.use_rslora ? ", rsLoRA" : "", p.head.value_or("-"),
+                              p.forked_from.value_or("-"), tags, p.description,
+                              format_time(p.created_ms), format_time(p.updated_ms))
+                      .c_str());
       if (rev) {
-        std::printf("%s", fmt::format("revision     {}\n  parent     {}\n  step       {}\n  blob    "
-                                      "   {} ({} bytes)\n  metrics    {}\n  created    {}\n",
-                                      rev->id, rev->parent.value_or("-"), rev->step, rev->blob,
-                                      rev->bytes, rev->metrics_json, format_time(rev->created_ms))
-                                .c_str());
+        std::printf(
+            "%s", fmt::format("revision     {}\n  parent     {}\n  step       {}\n  blob    "
+                              "   {} ({} bytes)\n  metrics    {}\n  created    {}\n",
+                              rev->id, rev->parent.value_or("-"), rev->step, rev->blob, rev->bytes,
+                              rev->metrics_json, format_time(rev->created_ms))
+                      .c_str());
       }
     });
   });
@@ -256,12 +267,14 @@ void register_read(CLI::App& cmd) {
       ->capture_default_str();
   lineage->callback([lin_address, lin_opts] {
     run_with_catalog([&](catalog::Catalog& cat, const std::string& tenant, bool as_json) {
-      const auto l = cat.lineage(tenant, catalog::parse_address_or_name(*lin_address, tenant),
-                                 *lin_opts);
+      const auto l =
+          cat.lineage(tenant, catalog::parse_address_or_name(*lin_address, tenant), *lin_opts);
       if (as_json) {
         json up = json::array(), down = json::array();
-        for (const auto& e : l.ancestors) up.push_back({{"depth", e.depth}, {"revision", revision_json(e.revision)}});
-        for (const auto& e : l.descendants) down.push_back({{"depth", e.depth}, {"revision", revision_json(e.revision)}});
+        for (const auto& e : l.ancestors)
+          up.push_back({{"depth", e.depth}, {"revision", revision_json(e.revision)}});
+        for (const auto& e : l.descendants)
+          down.push_back({{"depth", e.depth}, {"revision", revision_json(e.revision)}});
         print_json({{"revision", revision_json(l.revision)},
                     {"ancestors", up},
                     {"descendants", down},
@@ -274,14 +287,16 @@ void register_read(CLI::App& cmd) {
         print_revision_line(it->revision, fmt::format("-{}", it->depth));
       }
       print_revision_line(l.revision, "*");
-      for (const auto& e : l.descendants) print_revision_line(e.revision, fmt::format("+{}", e.depth));
+      for (const auto& e : l.descendants)
+        print_revision_line(e.revision, fmt::format("+{}", e.depth));
       if (l.descendants_truncated) std::printf("   …  (more descendants not shown)\n");
     });
   });
 
   auto text = std::make_shared<std::string>();
   auto search_limit = std::make_shared<int>(20);
-  CLI::App* search = cmd.add_subcommand("search", "Full-text search over names, descriptions, tags");
+  CLI::App* search =
+      cmd.add_subcommand("search", "Full-text search over names, descriptions, tags");
   search->add_option("TEXT", *text, "words; each must match (as a prefix)")->required();
   search->add_option("--limit", *search_limit, "most results (1..1000)")->capture_default_str();
   search->callback([text, search_limit] {

@@ -93,7 +93,8 @@ void register_catalog_edit(CLI::App& cmd) {
     run_with_catalog([&](catalog::Catalog& cat, const std::string& tenant, bool as_json) {
       const auto addr = catalog::parse_address_or_name(a->address, tenant);
       SPINDLE_CHECK(addr.latest(), invalid_argument,
-                    "rm deletes whole policies; revisions are immutable: drop '@{}'", addr.revision);
+                    "rm deletes whole policies; revisions are immutable: drop '@{}'",
+                    addr.revision);
       SPINDLE_CHECK(addr.tenant == tenant, not_found, "policy {} not found", addr.policy_str());
       cat.remove(tenant, addr.policy, actor());
       if (as_json) {
@@ -116,28 +117,26 @@ void register_catalog_edit(CLI::App& cmd) {
       ->capture_default_str();
   gc->callback([a] {
     run_with_catalog([&](catalog::Catalog& cat, const std::string&, bool as_json) {
-      const catalog::GcReport r = cat.gc(
-          {.actor = actor(),
-           .retention = std::chrono::milliseconds(int64_t(a->retention_days * 86400000.0)),
-           .blob_grace = std::chrono::seconds(a->grace_seconds)});
-      const json j = {{"policies_purged", r.policies_purged},
-                      {"revisions_purged", r.revisions_purged},
-                      {"policies_waiting", r.policies_waiting},
-                      {"blobs_scanned", r.blobs.scanned},
-                      {"blobs_deleted", r.blobs.deleted},
-                      {"bytes_freed", r.blobs.bytes_freed},
-                      {"temp_files_removed", r.blobs.temp_removed}};
+      const catalog::GcReport r =
+          cat.gc({.actor = actor(),
+                  .retention = std::chrono::milliseconds(int64_t(a->retention_days * 86400000.0)),
+                  .blob_grace = std::chrono::seconds(a->grace_seconds)});
+      const json j = {
+          {"policies_purged", r.policies_purged},      {"revisions_purged", r.revisions_purged},
+          {"policies_waiting", r.policies_waiting},    {"blobs_scanned", r.blobs.scanned},
+          {"blobs_deleted", r.blobs.deleted},          {"bytes_freed", r.blobs.bytes_freed},
+          {"temp_files_removed", r.blobs.temp_removed}};
       if (as_json) {
         print_json(j);
         return;
       }
-      std::printf("%s\n",
-                  fmt::format("purged {} policies and {} revisions ({} deleted policies wait for "
-                              "live forks); deleted {} of {} blobs ({} bytes), {} temp files",
-                              r.policies_purged, r.revisions_purged, r.policies_waiting,
-                              r.blobs.deleted, r.blobs.scanned, r.blobs.bytes_freed,
-                              r.blobs.temp_removed)
-                      .c_str());
+      std::printf(
+          "%s\n",
+          fmt::format("purged {} policies and {} revisions ({} deleted policies wait for "
+                      "live forks); deleted {} of {} blobs ({} bytes), {} temp files",
+                      r.policies_purged, r.revisions_purged, r.policies_waiting, r.blobs.deleted,
+                      r.blobs.scanned, r.blobs.bytes_freed, r.blobs.temp_removed)
+              .c_str());
     });
   });
 

@@ -112,12 +112,12 @@ void ensure_base(catalog::Catalog& cat, const std::string& id, const PeftArgs& a
   if (!a.base_path.empty()) {
     const fs::path p = fs::absolute(a.base_path);
     base.path = p.string();
-    base.arch = fs::is_directory(p)
-                    ? engine::arch_name(engine::parse_hf_config(
-                                            read_file_to_string(p / "config.json"),
-                                            (p / "config.json").string())
-                                            .arch)
-                    : "llama";
+    base.arch =
+        fs::is_directory(p)
+            ? engine::arch_name(engine::parse_hf_config(read_file_to_string(p / "config.json"),
+                                                        (p / "config.json").string())
+                                    .arch)
+            : "llama";
     base.checksum = base_checksum(p);
   }
   cat.register_base(base, actor());
@@ -131,11 +131,13 @@ engine::LoraWeights read_adapter(const fs::path& dir, const catalog::BaseModel& 
   const fs::path config = fs::path(base.path) / "config.json";
   std::error_code ec;
   if (!base.path.empty() && fs::is_regular_file(config, ec)) {
-    return adapters::load_peft(dir, engine::parse_hf_config(read_file_to_string(config),
-                                                            config.string()));
+    return adapters::load_peft(
+        dir, engine::parse_hf_config(read_file_to_string(config), config.string()));
   }
-  std::fprintf(stderr, "note: base %s has no local config.json; shapes checked for consistency "
-               "only\n", base.id.c_str());
+  std::fprintf(stderr,
+               "note: base %s has no local config.json; shapes checked for consistency "
+               "only\n",
+               base.id.c_str());
   return std::move(imported.weights);
 }
 
@@ -145,7 +147,9 @@ void register_catalog_peft(CLI::App& cmd) {
   auto a = std::make_shared<PeftArgs>();
 
   CLI::App* imp = cmd.add_subcommand("import-peft", "Commit a PEFT LoRA directory as a revision");
-  imp->add_option("DIR", a->dir, "PEFT adapter directory")->required()->check(CLI::ExistingDirectory);
+  imp->add_option("DIR", a->dir, "PEFT adapter directory")
+      ->required()
+      ->check(CLI::ExistingDirectory);
   imp->add_option("NAME", a->name, "policy name (created if missing)")->required();
   imp->add_option("--base", a->base, "base model id (default: from adapter_config.json)");
   imp->add_option("--base-path", a->base_path,
@@ -204,9 +208,9 @@ void register_catalog_peft(CLI::App& cmd) {
       const catalog::Resolved r = cat.get(tenant, addr);
       const adapters::DecodedRevision d =
           cat.read_revision(tenant, {addr.tenant, addr.policy, r.revision.id});
-      adapters::save_peft(d.weights, a->dir,
-                          {.base_model_name_or_path = d.meta.base_model_id,
-                           .dtype = parse_dtype(a->dtype)});
+      adapters::save_peft(
+          d.weights, a->dir,
+          {.base_model_name_or_path = d.meta.base_model_id, .dtype = parse_dtype(a->dtype)});
       if (as_json) {
         print_json({{"revision", revision_json(r.revision)}, {"dir", a->dir}});
       } else {

@@ -221,7 +221,7 @@ void run_make_base(const MakeBaseArgs& args) {
     draw_progress(elapsed_s() / 60.0, args.minutes, step, loss_avg, &*last_eval);
   };
   while (elapsed_s() < budget_s) {
-    for (TrainDatum& d : batch) d = arith_datum(task.sample_train(rng), *tokenizer);
+    for (TrainDatum& d : batch) { d = arith_datum(task.sample_train(rng), *tokenizer); if (env("XW", 0) != 0) for (auto& w : d.weights) w = 1.0f; }
     const auto fb = trainer.forward_backward(batch, LossFn::cross_entropy);
     const double loss = fb.metrics.loss / double(std::max<int64_t>(1, fb.metrics.n_tokens));
     ++step;

@@ -8,8 +8,8 @@
 // measured in the same run. Goal at 10^7 policies: lookup p99 < 1 ms, page p99 < 5 ms.
 
 #include <fmt/format.h>
-#include <CLI/CLI.hpp>
 #include <unistd.h>
+#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -36,6 +36,7 @@ struct CatalogBenchOptions {
   int64_t cache_mib = 256;
   std::string dir;  // default: a fresh folder under /tmp, removed afterwards
   bool keep = false;
+  bool reuse = false;  // measure a --dir an earlier run built with the same --policies
 };
 
 constexpr const char* kTenant = "bench";
@@ -48,7 +49,9 @@ uint64_t mix(uint64_t x) {  // splitmix64: names in random order, reproducible
   return x ^ (x >> 31);
 }
 
-std::string policy_name(int64_t i) { return fmt::format("pol-{:016x}", mix(uint64_t(i))); }
+std::string policy_name(int64_t i) {
+  return fmt::format("pol-{:016x}", mix(uint64_t(i)));
+}
 
 double ms_since(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
@@ -95,14 +98,15 @@ engine::LoraWeights bench_adapter() {
 }
 
 void run_catalog_bench(const CatalogBenchOptions& o) {
-  const fs::path dir = o.dir.empty()
-                           ? fs::temp_directory_path() / fmt::format("spindle-bench-catalog-{}", ::getpid())
-                           : fs::path(o.dir);
-  SPINDLE_CHECK(!fs::exists(dir / "catalog.db"), invalid_argument,
-                "{} already holds a catalog; give an empty --dir", dir.string());
+  const fs::path dir = o.dir.empty() ? fs::temp_directory_path() /
+                                           fmt::format("spindle-bench-catalog-{}", ::getpid())
+                                     : fs::path(o.dir);
+  const bool reuse = o.reuse && fs::exists(dir / "catalog.db");
+  SPINDLE_CHECK(reuse || !fs::exists(dir / "catalog.db"), invalid_argument,
+                "{} already holds a catalog; give an empty --dir (or --reuse it)", dir.string());
   std::mt19937_64 rng(7);
   double bulk_rows_per_s = 0;
-  {
+  if (!reuse) {
     catalog::CatalogOptions copt;
     copt.cache_mib = o.cache_mib;
     catalog::Catalog cat(dir, copt);
@@ -112,9 +116,8 @@ void run_catalog_bench(const CatalogBenchOptions& o) {
     std::string blob[2];
     for (int b = 0; b < 2; ++b) {
       blob[b] = cat.blobs().put(adapters::encode_revision(
-          weights, adapters::revision_meta_for(
-                       weights, {.base_model_id = b ? "base-b" : "base-a",
-                                 .base_checksum = b ? "b" : "a"})));
+          weights, adapters::revision_meta_for(weights, {.base_model_id = b ? "base-b" : "base-a",
+                                                         .base_checksum = b ? "b" : "a"})));
     }
 
     // ---- bulk registration --------------------------------------------------------------
@@ -128,8 +131,9 @@ void run_catalog_bench(const CatalogBenchOptions& o) {
         e.spec.name = policy_name(i);
         e.spec.base_id = b ? "base-b" : "base-a";
         e.spec.lora = bench_spec();
-        e.spec.description = fmt::format("run w{:04} w{:04} w{:04}", mix(3 * i) % kVocabulary,
-                                         mix(3 * i + 1) % kVocabulary, mix(3 * i + 2) % kVocabulary);
+        e.spec.description =
+            fmt::format("run w{:04} w{:04} w{:04}", mix(3 * i) % kVocabulary,
+                        mix(3 * i + 1) % kVocabulary, mix(3 * i + 2) % kVocabulary);
         if (i % 10 == 0) e.spec.tags = {fmt::format("team-{}", i % 100)};
         e.blob_id = blob[b];
         batch.push_back(std::move(e));
@@ -138,10 +142,11 @@ void run_catalog_bench(const CatalogBenchOptions& o) {
     }
     const double bulk_s = ms_since(t0) / 1000;
     bulk_rows_per_s = double(o.policies) / bulk_s;
-    std::printf("catalog: %lld policies (+1 revision each) in %.1f s: %.0f policies/s; "
-                "db + blobs %.1f MiB\n",
-                (long long)o.policies, bulk_s, double(o.policies) / bulk_s,
-                double(dir_bytes(dir)) / (1 << 20));
+    std::printf(
+        "catalog: %lld policies (+1 revision each) in %.1f s: %.0f policies/s; "
+        "db + blobs %.1f MiB\n",
+        (long long)o.policies, bulk_s, double(o.policies) / bulk_s,
+        double(dir_bytes(dir)) / (1 << 20));
 
     // ---- a lineage 50 deep --------------------------------------------------------------
     catalog::PolicySpec chain;
@@ -195,16 +200,16 @@ void run_catalog_bench(const CatalogBenchOptions& o) {
     hits += cat.search(kTenant, word, 20).size();
     search.push_back(ms_since(t));
   }
-  const Percentiles pl = percentiles(lookup), pp = percentiles(page),
-                    pg = percentiles(lineage), ps = percentiles(search);
+  const Percentiles pl = percentiles(lookup), pp = percentiles(page), pg = percentiles(lineage),
+                    ps = percentiles(search);
   std::printf("get by address    p50 %.3f ms  p99 %.3f ms  (%zu samples)\n", pl.p50, pl.p99,
               lookup.size());
   std::printf("page of 100       p50 %.3f ms  p99 %.3f ms  (%zu samples)\n", pp.p50, pp.p99,
               page.size());
   std::printf("lineage depth 50  p50 %.3f ms  p99 %.3f ms  (%zu samples)\n", pg.p50, pg.p99,
               lineage.size());
-  std::printf("search one word   p50 %.3f ms  p99 %.3f ms  (%zu samples, %.1f hits each)\n",
-              ps.p50, ps.p99, search.size(), double(hits) / double(search.size()));
+  std::printf("search one word   p50 %.3f ms  p99 %.3f ms  (%zu samples, %.1f hits each)\n", ps.p50,
+              ps.p99, search.size(), double(hits) / double(search.size()));
   std::printf("bulk_policies_per_s = %.0f\n", bulk_rows_per_s);
   std::printf("lookup_p99_ms = %.3f\n", pl.p99);
   std::printf("page_p99_ms = %.3f\n", pp.p99);
@@ -231,6 +236,7 @@ void register_catalog_bench(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--dir", o->dir, "data directory to build in (default: fresh, under /tmp)");
   cmd->add_flag("--keep", o->keep, "keep the default data directory afterwards");
+  cmd->add_flag("--reuse", o->reuse, "measure an existing --dir built by an earlier run");
   cmd->callback([o] { run_catalog_bench(*o); });
 }
 

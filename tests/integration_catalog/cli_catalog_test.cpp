@@ -33,8 +33,9 @@ std::string quote(const std::string& s) {
 class CatalogCli : public ::testing::Test {
  protected:
   void SetUp() override {
-    root_ = fs::temp_directory_path() / ("spindle_catalog_cli_" + std::to_string(::getpid()) + "_" +
-                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    root_ = fs::temp_directory_path() /
+            ("spindle_catalog_cli_" + std::to_string(::getpid()) + "_" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(root_);
     fs::create_directories(root_);
   }
@@ -43,7 +44,8 @@ class CatalogCli : public ::testing::Test {
   // Runs `spindle catalog --data-dir <root>/data <args...>`.
   RunResult run(const std::vector<std::string>& args, const std::string& env = "") {
     const fs::path err_file = root_ / "stderr.txt";
-    std::string cmd = env + " " + quote((spindle::testing::binary_dir() / "app" / "spindle").string()) +
+    std::string cmd = env + " " +
+                      quote((spindle::testing::binary_dir() / "app" / "spindle").string()) +
                       " catalog --data-dir " + quote((root_ / "data").string());
     for (const auto& a : args) cmd += " " + quote(a);
     cmd += " 2>" + quote(err_file.string());
@@ -116,7 +118,8 @@ TEST_F(CatalogCli, ImportShowListSearchForkRollbackTagExportRmGc) {
   EXPECT_EQ(rb.out, "spindle://local/math-grpo@" + rev1 + "\n");
 
   EXPECT_EQ(run({"tag", "explore", "wip"}).out, "spindle://local/explore tags: wip\n");
-  EXPECT_EQ(run({"tag", "explore", "wip", "--remove"}).out, "spindle://local/explore tags: (none)\n");
+  EXPECT_EQ(run({"tag", "explore", "wip", "--remove"}).out,
+            "spindle://local/explore tags: (none)\n");
 
   const json page1 = run_json({"ls", "--limit", "1"});
   ASSERT_EQ(page1["items"].size(), 1u);
@@ -164,7 +167,8 @@ TEST_F(CatalogCli, ErrorsAreClearAndTenantScoped) {
   EXPECT_EQ(run_json({"show", "secret", "--tenant", "a"})["policy"]["name"], "secret");
   // The data dir comes from SPINDLE_DATA_DIR when --data-dir is absent.
   const std::string env = "SPINDLE_DATA_DIR=" + quote((root_ / "data").string());
-  std::string cmd = env + " " + quote((spindle::testing::binary_dir() / "app" / "spindle").string()) +
+  std::string cmd = env + " " +
+                    quote((spindle::testing::binary_dir() / "app" / "spindle").string()) +
                     " catalog --tenant a ls --json";
   FILE* p = ::popen(cmd.c_str(), "r");
   std::string out;
@@ -187,8 +191,8 @@ TEST_F(CatalogCli, ImportValidatesAgainstARealBase) {
                                            spindle::engine::LoraTarget::up};
   const auto w = spindle::engine::LoraWeights::random(base.config, 4, 8.0f, t, 5, 0.1f, 0.1f);
   spindle::adapters::save_peft(w, root_ / "ok", {.base_model_name_or_path = "x"});
-  const RunResult ok = run({"import-peft", (root_ / "ok").string(), "story", "--base", "stories260K",
-                            "--base-path", hf.string()});
+  const RunResult ok = run({"import-peft", (root_ / "ok").string(), "story", "--base",
+                            "stories260K", "--base-path", hf.string()});
   ASSERT_EQ(ok.exit_code, 0) << ok.err;
   const json b = run_json({"show", "story"});
   EXPECT_EQ(b["policy"]["base"], "stories260K");
@@ -197,7 +201,8 @@ TEST_F(CatalogCli, ImportValidatesAgainstARealBase) {
   other_cfg.hidden_dim += 8;
   const auto bad = spindle::engine::LoraWeights::random(other_cfg, 4, 8.0f, t, 6, 0.1f, 0.1f);
   spindle::adapters::save_peft(bad, root_ / "bad", {.base_model_name_or_path = "x"});
-  const RunResult r = run({"import-peft", (root_ / "bad").string(), "story", "--base", "stories260K"});
+  const RunResult r =
+      run({"import-peft", (root_ / "bad").string(), "story", "--base", "stories260K"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("up_proj"), std::string::npos) << r.err;
 }

@@ -84,8 +84,8 @@ std::vector<std::pair<std::string, uint64_t>> run_and_kill(const fs::path& dir, 
   int status = 0;
   ::waitpid(pid, &status, 0);
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
-      << "the child exited by itself (status " << status << "); run it by hand: "
-      << SPINDLE_CATALOG_COMMIT_LOOP << " " << dir << " " << first_seed;
+      << "the child exited by itself (status " << status
+      << "); run it by hand: " << SPINDLE_CATALOG_COMMIT_LOOP << " " << dir << " " << first_seed;
   std::vector<std::pair<std::string, uint64_t>> acked;
   std::istringstream lines(out);
   std::string id;
@@ -126,8 +126,8 @@ TEST(CatalogDurability, AcknowledgedRevisionsSurviveSigkill) {
   std::uniform_int_distribution<int> startup_us(0, 30000), stream_us(30000, 250000);
   std::uniform_int_distribution<int> which(0, 4);
   auto run_us = [&](std::mt19937& g) { return which(g) == 0 ? startup_us(g) : stream_us(g); };
-  const fs::path dir = fs::temp_directory_path() /
-                       ("spindle_catalog_durability_" + std::to_string(::getpid()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("spindle_catalog_durability_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   RecordProperty("rng_seed", rng_seed);
 
@@ -143,8 +143,8 @@ TEST(CatalogDurability, AcknowledgedRevisionsSurviveSigkill) {
     const CheckReport check = cat.check();
     ASSERT_EQ(check.integrity, "ok") << "round " << round;
     ASSERT_TRUE(check.foreign_keys.empty()) << check.foreign_keys.front();
-    ASSERT_TRUE(check.missing_blobs.empty()) << "round " << round << ": row -> missing blob "
-                                             << check.missing_blobs.front();
+    ASSERT_TRUE(check.missing_blobs.empty())
+        << "round " << round << ": row -> missing blob " << check.missing_blobs.front();
     // This round's acknowledgements, plus a few older ones, read back exactly.
     std::vector<std::pair<std::string, uint64_t>> to_read = got;
     std::uniform_int_distribution<size_t> pick(0, acked.empty() ? 0 : acked.size() - 1);
@@ -169,15 +169,16 @@ TEST(CatalogDurability, AcknowledgedRevisionsSurviveSigkill) {
   Catalog cat(dir);
   EXPECT_TRUE(cat.check().ok());
   for (const auto& [id, seed] : acked) {
-    EXPECT_TRUE(same(cat.read_revision(kTenant, {kTenant, kPolicy, id}).weights,
-                     loop_adapter(seed)))
+    EXPECT_TRUE(
+        same(cat.read_revision(kTenant, {kTenant, kPolicy, id}).weights, loop_adapter(seed)))
         << id;
   }
   EXPECT_GT(acked.size(), size_t(kills)) << "the child barely committed anything";
-  std::printf("durability: %d kills, %zu acknowledged revisions verified, %llu orphan blobs and "
-              "%llu temp files reclaimed by GC\n",
-              kills, acked.size(), (unsigned long long)orphans_reclaimed,
-              (unsigned long long)temps_reclaimed);
+  std::printf(
+      "durability: %d kills, %zu acknowledged revisions verified, %llu orphan blobs and "
+      "%llu temp files reclaimed by GC\n",
+      kills, acked.size(), (unsigned long long)orphans_reclaimed,
+      (unsigned long long)temps_reclaimed);
   fs::remove_all(dir);
 }
 

@@ -18,7 +18,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-int64_t to_ns(const struct timespec& t) { return int64_t(t.tv_sec) * 1000000000 + t.tv_nsec; }
+int64_t to_ns(const struct timespec& t) {
+  return int64_t(t.tv_sec) * 1000000000 + t.tv_nsec;
+}
 
 void fsync_dir(const fs::path& dir) {
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -139,7 +141,9 @@ std::string BlobStore::get(std::string_view id) const {
   return bytes;
 }
 
-bool BlobStore::exists(std::string_view id) const { return size_of(id).has_value(); }
+bool BlobStore::exists(std::string_view id) const {
+  return size_of(id).has_value();
+}
 
 std::optional<uint64_t> BlobStore::size_of(std::string_view id) const {
   const fs::path path = path_of(id);

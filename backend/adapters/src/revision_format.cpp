@@ -23,7 +23,9 @@ constexpr const char* kFormatVersion = "1";
 constexpr int64_t kMaxLayers = 1 << 16;
 constexpr int64_t kMaxRank = 1 << 16;
 
-bool floating(DType d) { return d == DType::f32 || d == DType::f16 || d == DType::bf16; }
+bool floating(DType d) {
+  return d == DType::f32 || d == DType::f16 || d == DType::bf16;
+}
 
 std::string targets_csv(const std::vector<LoraTarget>& targets) {
   std::string s;
@@ -36,7 +38,8 @@ std::string targets_csv(const std::vector<LoraTarget>& targets) {
 
 // (layer, target, 'A'|'B') for every tensor name a revision with `meta` may hold.
 using Slot = std::tuple<int64_t, LoraTarget, char>;
-std::map<std::string, Slot> expected_keys(int64_t n_layers, const std::vector<LoraTarget>& targets) {
+std::map<std::string, Slot> expected_keys(int64_t n_layers,
+                                          const std::vector<LoraTarget>& targets) {
   std::map<std::string, Slot> keys;
   for (LoraTarget t : targets) {
     const int64_t layers = engine::lora_target_per_layer(t) ? n_layers : 1;
@@ -87,8 +90,8 @@ RevisionMeta meta_from_header(const engine::SafetensorsHeader& header, const std
   m.n_layers = parse_number<int64_t>(md, "spindle.n_layers", source);
   SPINDLE_CHECK(m.rank >= 1 && m.rank <= kMaxRank, format, "{}: rank {} out of range", source,
                 m.rank);
-  SPINDLE_CHECK(m.n_layers >= 1 && m.n_layers <= kMaxLayers, format,
-                "{}: n_layers {} out of range", source, m.n_layers);
+  SPINDLE_CHECK(m.n_layers >= 1 && m.n_layers <= kMaxLayers, format, "{}: n_layers {} out of range",
+                source, m.n_layers);
   SPINDLE_CHECK(std::isfinite(m.alpha), format, "{}: alpha is not finite", source);
   const std::string& rs = text_field(md, "spindle.use_rslora", source);
   SPINDLE_CHECK(rs == "true" || rs == "false", format,
@@ -164,11 +167,10 @@ std::string encode_revision(const engine::LoraWeights& w, const RevisionMeta& me
       const std::string key = peft_module_key(int64_t(l), t);
       SPINDLE_CHECK(engine::lora_target_per_layer(t) || l == 0, invalid_argument,
                     "encode_revision: lm_head must live at layer 0, found at layer {}", l);
-      SPINDLE_CHECK(p.A.rank() == 2 && p.B.rank() == 2 && p.A.dim(0) == w.rank &&
-                        p.B.dim(1) == w.rank,
-                    invalid_argument,
-                    "encode_revision: {}: lora_A {} / lora_B {} do not have rank {}", key,
-                    shape_str(p.A.shape()), shape_str(p.B.shape()), w.rank);
+      SPINDLE_CHECK(
+          p.A.rank() == 2 && p.B.rank() == 2 && p.A.dim(0) == w.rank && p.B.dim(1) == w.rank,
+          invalid_argument, "encode_revision: {}: lora_A {} / lora_B {} do not have rank {}", key,
+          shape_str(p.A.shape()), shape_str(p.B.shape()), w.rank);
       tensors[key + ".lora_A.weight"] = &p.A;
       tensors[key + ".lora_B.weight"] = &p.B;
     }

@@ -76,9 +76,9 @@ PeftImport read_peft_dir(const std::filesystem::path& dir) {
     SPINDLE_CHECK(std::find(configured.begin(), configured.end(), target) != configured.end(),
                   format, "{}: tensor '{}' adapts {}, which target_modules does not list", src,
                   e.name, engine::lora_target_name(target));
-    SPINDLE_CHECK(e.shape.size() == 2 && (which == 'A' ? e.shape[0] : e.shape[1]) == w.rank,
-                  format, "{}: tensor '{}' has shape {}, expected rank r = {} on its {} axis",
-                  src, e.name, shape_str(e.shape), w.rank, which == 'A' ? "first" : "second");
+    SPINDLE_CHECK(e.shape.size() == 2 && (which == 'A' ? e.shape[0] : e.shape[1]) == w.rank, format,
+                  "{}: tensor '{}' has shape {}, expected rank r = {} on its {} axis", src, e.name,
+                  shape_str(e.shape), w.rank, which == 'A' ? "first" : "second");
     engine::LoraPair& p = w.modules[size_t(layer)][size_t(target)];
     Tensor& dst = which == 'A' ? p.A : p.B;
     SPINDLE_CHECK(dst.empty(), format, "{}: tensor '{}' appears twice", src, e.name);

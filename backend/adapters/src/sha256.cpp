@@ -14,7 +14,9 @@ Sha256::Sha256() : ctx_(EVP_MD_CTX_new()) {
   }
 }
 
-Sha256::~Sha256() { EVP_MD_CTX_free(static_cast<EVP_MD_CTX*>(ctx_)); }
+Sha256::~Sha256() {
+  EVP_MD_CTX_free(static_cast<EVP_MD_CTX*>(ctx_));
+}
 
 void Sha256::update(const void* data, size_t n) {
   SPINDLE_CHECK(!finished_, internal, "sha256: update after finish");

@@ -8,20 +8,24 @@ namespace {
 constexpr std::string_view kScheme = "spindle://";
 constexpr std::string_view kGrammar = "spindle://<tenant>/<policy>[@<revision>|@latest]";
 
-bool alnum(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'); }
+bool alnum(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+}
 
 // Empty when `s` is a valid name; else what is wrong with it.
 std::string name_problem(std::string_view s, size_t max_chars, std::string_view extra_chars) {
   if (s.empty()) return "it is empty";
-  if (s.size() > max_chars) return fmt::format("it has {} characters, at most {} allowed", s.size(), max_chars);
+  if (s.size() > max_chars)
+    return fmt::format("it has {} characters, at most {} allowed", s.size(), max_chars);
   if (!alnum(s[0])) return fmt::format("it must start with a letter or digit, not '{}'", s[0]);
   for (size_t i = 0; i < s.size(); ++i) {
     const char c = s[i];
     if (!alnum(c) && extra_chars.find(c) == std::string_view::npos) {
       const bool printable = c >= 0x20 && c < 0x7f;
-      return printable ? fmt::format("character '{}' at position {} is not allowed (use letters, "
-                                     "digits and '{}')",
-                                     c, i, extra_chars)
+      return printable ? fmt::format(
+                             "character '{}' at position {} is not allowed (use letters, "
+                             "digits and '{}')",
+                             c, i, extra_chars)
                        : fmt::format("byte 0x{:02x} at position {} is not allowed", uint8_t(c), i);
     }
   }
@@ -67,7 +71,9 @@ std::string Address::str() const {
   return fmt::format("spindle://{}/{}@{}", tenant, policy, latest() ? "latest" : revision);
 }
 
-std::string Address::policy_str() const { return fmt::format("spindle://{}/{}", tenant, policy); }
+std::string Address::policy_str() const {
+  return fmt::format("spindle://{}/{}", tenant, policy);
+}
 
 Address parse_address(std::string_view text) {
   if (!text.starts_with(kScheme)) {

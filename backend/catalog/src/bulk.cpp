@@ -50,9 +50,9 @@ size_t Catalog::bulk_register(std::string_view tenant, std::span<const BulkEntry
                   "policy's LoRA spec (rank {}, alpha {}, rslora {}, targets {})",
                   e.spec.name, e.blob_id, m.rank, m.alpha, m.use_rslora, s.rank, s.alpha,
                   s.use_rslora, targets_to_csv(s.targets));
-    SPINDLE_CHECK(m.base_model_id == base.id && m.base_checksum == base.checksum,
-                  invalid_argument, "bulk_register: {}: blob {} was made for base '{}', not '{}'",
-                  e.spec.name, e.blob_id, m.base_model_id, base.id);
+    SPINDLE_CHECK(m.base_model_id == base.id && m.base_checksum == base.checksum, invalid_argument,
+                  "bulk_register: {}: blob {} was made for base '{}', not '{}'", e.spec.name,
+                  e.blob_id, m.base_model_id, base.id);
   }
 
   detail::WriteTxn txn(impl_->db);
@@ -80,7 +80,7 @@ size_t Catalog::bulk_register(std::string_view tenant, std::span<const BulkEntry
     const std::string rev = revision_id(id, std::nullopt, e.step, e.blob_id, metrics[i]);
     impl_->db
         .query(
-            "INSERT INTO revisions(id, policy_id, parent_id, step, blob, bytes, metrics, "
+            "INSERT INTO revisions(id, policy_id, parent_seq, step, blob, bytes, metrics, "
             "created_ms) VALUES (?1, ?2, NULL, ?3, ?4, ?5, ?6, ?7)")
         .bind(1, rev)
         .bind(2, id)
@@ -90,8 +90,8 @@ size_t Catalog::bulk_register(std::string_view tenant, std::span<const BulkEntry
         .bind(6, metrics[i])
         .bind(7, now)
         .run();
-    impl_->db.query("UPDATE policies SET head_revision = ?1 WHERE id = ?2")
-        .bind(1, rev)
+    impl_->db.query("UPDATE policies SET head_seq = ?1 WHERE id = ?2")
+        .bind(1, impl_->db.last_insert_rowid())
         .bind(2, id)
         .run();
     impl_->audit(tid, actor, "create_policy+commit", fmt::format("{}@{}", address, rev),

@@ -7,6 +7,7 @@
 #include <chrono>
 
 #include "catalog_impl.h"
+#include "fts_rank.h"
 #include "schema.h"
 #include "spindle/catalog/schema.h"
 #include "spindle/core/error.h"
@@ -32,11 +33,12 @@ std::filesystem::path prepared_dir(const std::filesystem::path& dir) {
 
 Catalog::Impl::Impl(const std::filesystem::path& dir, const CatalogOptions& options)
     : data_dir(prepared_dir(dir)),
-      db(dir / "catalog.db", {.busy_timeout_ms = options.busy_timeout_ms,
-                              .cache_kib = options.cache_mib * 1024}),
+      db(dir / "catalog.db",
+         {.busy_timeout_ms = options.busy_timeout_ms, .cache_kib = options.cache_mib * 1024}),
       blobs(dir / "blobs"),
       clock(options.clock_ms ? options.clock_ms : system_ms) {
   detail::migrate_db(db, latest_schema_version());
+  detail::register_fts_rank(db.raw());
 }
 
 Catalog::Catalog(const std::filesystem::path& data_dir, CatalogOptions options)
@@ -44,8 +46,12 @@ Catalog::Catalog(const std::filesystem::path& data_dir, CatalogOptions options)
 
 Catalog::~Catalog() = default;
 
-const std::filesystem::path& Catalog::data_dir() const { return impl_->data_dir; }
-const adapters::BlobStore& Catalog::blobs() const { return impl_->blobs; }
+const std::filesystem::path& Catalog::data_dir() const {
+  return impl_->data_dir;
+}
+const adapters::BlobStore& Catalog::blobs() const {
+  return impl_->blobs;
+}
 
 // ---- base models --------------------------------------------------------------------------
 
@@ -72,23 +78,23 @@ void Catalog::register_base(const BaseModel& base, std::string_view actor) {
       .bind(4, base.checksum)
       .bind(5, impl_->now())
       .run();
-  impl_->audit(std::nullopt, actor, "register_base", base.id,
-               nlohmann::json{{"arch", base.arch}, {"path", base.path}, {"checksum", base.checksum}}
-                   .dump());
+  impl_->audit(
+      std::nullopt, actor, "register_base", base.id,
+      nlohmann::json{{"arch", base.arch}, {"path", base.path}, {"checksum", base.checksum}}.dump());
   txn.commit();
 }
 
 BaseModel Catalog::get_base(std::string_view id) {
-  auto q = impl_->db.query(
-      "SELECT id, arch, path, checksum, created_ms FROM base_models WHERE id = ?1");
+  auto q =
+      impl_->db.query("SELECT id, arch, path, checksum, created_ms FROM base_models WHERE id = ?1");
   q.bind(1, id);
   SPINDLE_CHECK(q.step(), not_found, "base model '{}' is not registered", id);
   return {q.text(0), q.text(1), q.text(2), q.text(3), q.int64(4)};
 }
 
 std::vector<BaseModel> Catalog::list_bases() {
-  auto q = impl_->db.query(
-      "SELECT id, arch, path, checksum, created_ms FROM base_models ORDER BY id");
+  auto q =
+      impl_->db.query("SELECT id, arch, path, checksum, created_ms FROM base_models ORDER BY id");
   std::vector<BaseModel> out;
   while (q.step()) out.push_back({q.text(0), q.text(1), q.text(2), q.text(3), q.int64(4)});
   return out;
@@ -128,7 +134,8 @@ CheckReport Catalog::check() {
   {
     auto q = db.query("PRAGMA foreign_key_check");
     while (q.step()) {
-      report.foreign_keys.push_back(fmt::format("{} row {} -> {}", q.text(0), q.text(1), q.text(2)));
+      report.foreign_keys.push_back(
+          fmt::format("{} row {} -> {}", q.text(0), q.text(1), q.text(2)));
     }
   }
   detail::ReadTxn snapshot(db);

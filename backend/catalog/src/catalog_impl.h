@@ -14,13 +14,19 @@
 
 namespace spindle::catalog {
 
+// Internal keys beside the public structs: policy ids and revision seqs never leave the
+// catalog (clients name revisions by their content hash).
 struct PolicyRow {
   int64_t id = 0;
   int64_t tenant_id = 0;
+  std::optional<int64_t> head_seq;
+  std::optional<int64_t> forked_seq;
   Policy policy;
 };
 
 struct RevisionRow {
+  int64_t seq = 0;
+  std::optional<int64_t> parent_seq;
   int64_t policy_id = 0;
   int64_t tenant_id = 0;
   Revision revision;
@@ -52,6 +58,7 @@ struct Catalog::Impl {
 
   // ---- revisions ------------------------------------------------------------------------
   std::optional<RevisionRow> find_revision(std::string_view id);
+  RevisionRow revision_by_seq(int64_t seq);
   // The revision an address names, checked to be in the policy's history: one of its own
   // commits, or an ancestor-or-self of the revision it was forked at. not_found otherwise.
   RevisionRow resolve_revision(const PolicyRow& policy, const Address& address);
@@ -62,12 +69,12 @@ struct Catalog::Impl {
              std::string_view target, const std::string& detail_json);
 };
 
-// Column list + FROM clause shared by policy queries; policy_from_row reads it from column 0.
+// Column list + FROM clause shared by policy queries; policy_row reads it from column 0.
 extern const char* const kPolicySelect;
 // Just the column list (for queries with their own FROM clause; aliases p and t required).
 extern const char* const kPolicyColumnsSql;
-Policy policy_from_row(const detail::Query& q, int64_t* id = nullptr, int64_t* tenant_id = nullptr);
-constexpr int kPolicyColumns = 15;
+PolicyRow policy_row(const detail::Query& q);
+constexpr int kPolicyColumns = 17;
 
 // Column list + FROM clause shared by revision queries; revision_from_row reads it.
 extern const char* const kRevisionSelect;
@@ -75,7 +82,7 @@ extern const char* const kRevisionSelect;
 extern const char* const kRevisionColumnsSql;
 extern const char* const kRevisionFromSql;
 RevisionRow revision_from_row(const detail::Query& q, int first_col = 0);
-constexpr int kRevisionColumns = 11;
+constexpr int kRevisionColumns = 13;
 
 std::string targets_to_csv(const std::vector<engine::LoraTarget>& targets);
 std::vector<engine::LoraTarget> targets_from_csv(const std::string& csv);
@@ -94,8 +101,7 @@ namespace spindle::catalog {
 // Inserts a live policy row (and its tags); returns its id. The caller holds the write
 // transaction and has checked the spec, the tenant and that the name is free.
 int64_t insert_policy(Catalog::Impl& impl, int64_t tenant_id, const PolicySpec& spec,
-                      const std::optional<std::string>& head,
-                      const std::optional<std::string>& forked_from);
+                      std::optional<int64_t> head_seq, std::optional<int64_t> forked_seq);
 
 // The content hash naming a revision: SHA-256 over the policy's row id, the parent, the step,
 // the blob and the canonical metrics. Including the parent makes ids a hash chain over the

@@ -27,7 +27,7 @@ GcReport Catalog::gc(const GcOptions& options) {
   {
     detail::WriteTxn txn(db);
     db.exec(
-        "CREATE TEMP TABLE IF NOT EXISTS gc_candidates(id TEXT PRIMARY KEY) WITHOUT ROWID;"
+        "CREATE TEMP TABLE IF NOT EXISTS gc_candidates(seq INTEGER PRIMARY KEY);"
         "CREATE TEMP TABLE IF NOT EXISTS gc_purgeable(id INTEGER PRIMARY KEY);"
         "DELETE FROM gc_candidates; DELETE FROM gc_purgeable;");
     db.query(
@@ -36,25 +36,25 @@ GcReport Catalog::gc(const GcOptions& options) {
         .bind(1, cutoff)
         .run();
     db.exec(
-        "INSERT INTO gc_candidates SELECT r.id FROM revisions r "
+        "INSERT INTO gc_candidates SELECT r.seq FROM revisions r "
         "  WHERE r.policy_id IN (SELECT id FROM gc_purgeable);"
-        "WITH RECURSIVE keep(id) AS ("
-        "  SELECT r.parent_id FROM revisions r"
-        "    WHERE r.parent_id IN (SELECT id FROM gc_candidates)"
+        "WITH RECURSIVE keep(seq) AS ("
+        "  SELECT r.parent_seq FROM revisions r"
+        "    WHERE r.parent_seq IN (SELECT seq FROM gc_candidates)"
         "      AND r.policy_id NOT IN (SELECT id FROM gc_purgeable)"
-        "  UNION SELECT head_revision FROM policies"
-        "    WHERE head_revision IN (SELECT id FROM gc_candidates)"
+        "  UNION SELECT head_seq FROM policies"
+        "    WHERE head_seq IN (SELECT seq FROM gc_candidates)"
         "      AND id NOT IN (SELECT id FROM gc_purgeable)"
-        "  UNION SELECT forked_from FROM policies"
-        "    WHERE forked_from IN (SELECT id FROM gc_candidates)"
+        "  UNION SELECT forked_seq FROM policies"
+        "    WHERE forked_seq IN (SELECT seq FROM gc_candidates)"
         "      AND id NOT IN (SELECT id FROM gc_purgeable)"
-        "  UNION SELECT r.parent_id FROM revisions r JOIN keep ON r.id = keep.id"
-        "    WHERE r.parent_id IN (SELECT id FROM gc_candidates))"
-        "DELETE FROM gc_candidates WHERE id IN (SELECT id FROM keep);"
+        "  UNION SELECT r.parent_seq FROM revisions r JOIN keep ON r.seq = keep.seq"
+        "    WHERE r.parent_seq IN (SELECT seq FROM gc_candidates))"
+        "DELETE FROM gc_candidates WHERE seq IN (SELECT seq FROM keep);"
         // Tombstones no longer point anywhere (their targets may be going).
-        "UPDATE policies SET head_revision = NULL, forked_from = NULL"
+        "UPDATE policies SET head_seq = NULL, forked_seq = NULL"
         "  WHERE id IN (SELECT id FROM gc_purgeable);");
-    db.exec("DELETE FROM revisions WHERE id IN (SELECT id FROM gc_candidates)");
+    db.exec("DELETE FROM revisions WHERE seq IN (SELECT seq FROM gc_candidates)");
     report.revisions_purged = db.changes();
     db.exec(
         "DELETE FROM policies WHERE id IN (SELECT id FROM gc_purgeable)"

@@ -25,8 +25,8 @@ struct Cursor {
 
 std::string encode_cursor(PolicySort sort, const Policy& last, int64_t id) {
   if (sort == PolicySort::name) {
-    return "n." + adapters::to_hex(reinterpret_cast<const uint8_t*>(last.name.data()),
-                                   last.name.size());
+    return "n." +
+           adapters::to_hex(reinterpret_cast<const uint8_t*>(last.name.data()), last.name.size());
   }
   return fmt::format("u.{}.{}", last.updated_ms, id);
 }
@@ -38,7 +38,8 @@ Cursor decode_cursor(PolicySort sort, const std::string& text) {
   };
   Cursor c;
   if (sort == PolicySort::name) {
-    if (!text.starts_with("n.") || text.size() % 2 != 0 || text.size() > 2 + 2 * kMaxNameChars) bad();
+    if (!text.starts_with("n.") || text.size() % 2 != 0 || text.size() > 2 + 2 * kMaxNameChars)
+      bad();
     for (size_t i = 2; i < text.size(); i += 2) {
       unsigned v = 0;
       const auto r = std::from_chars(text.data() + i, text.data() + i + 2, v, 16);
@@ -69,14 +70,15 @@ std::string fts_query(int64_t tenant_id, std::string_view text) {
     const std::string_view word = text.substr(i, j - i);
     i = j;
     bool has_token_char = false;
-    for (char c : word) has_token_char = has_token_char || std::isalnum(uint8_t(c)) || uint8_t(c) >= 0x80;
+    for (char c : word)
+      has_token_char = has_token_char || std::isalnum(uint8_t(c)) || uint8_t(c) >= 0x80;
     if (!has_token_char) continue;
     std::string quoted = "\"";
     for (char c : word) quoted += c == '"' ? std::string("\"\"") : std::string(1, c);
     terms += (terms.empty() ? "" : " ") + quoted + "\"*";
   }
-  SPINDLE_CHECK(!terms.empty(), invalid_argument,
-                "search text '{}' has no words to search for", text);
+  SPINDLE_CHECK(!terms.empty(), invalid_argument, "search text '{}' has no words to search for",
+                text);
   return fmt::format("tenant : t{} AND {{name description tags}} : ({})", tenant_id, terms);
 }
 
@@ -105,12 +107,14 @@ PolicyPage Catalog::list(std::string_view tenant, const ListQuery& query) {
     return fmt::format("?{}", binds.size());
   };
   if (tag_driven) {
-    sql += "FROM policy_tags g2 JOIN policies p ON p.id = g2.policy_id "
-           "JOIN tenants t ON t.id = p.tenant_id WHERE g2.tenant_id = " + bind(*tid) +
-           " AND g2.tag = " + bind(*query.tag) + " AND p.deleted_ms IS NULL";
+    sql +=
+        "FROM policy_tags g2 JOIN policies p ON p.id = g2.policy_id "
+        "JOIN tenants t ON t.id = p.tenant_id WHERE g2.tenant_id = " +
+        bind(*tid) + " AND g2.tag = " + bind(*query.tag) + " AND p.deleted_ms IS NULL";
   } else {
-    sql += "FROM policies p JOIN tenants t ON t.id = p.tenant_id WHERE p.tenant_id = " +
-           bind(*tid) + " AND p.deleted_ms IS NULL";
+    sql +=
+        "FROM policies p JOIN tenants t ON t.id = p.tenant_id WHERE p.tenant_id = " + bind(*tid) +
+        " AND p.deleted_ms IS NULL";
     if (query.tag) {
       sql += " AND EXISTS (SELECT 1 FROM policy_tags g3 WHERE g3.policy_id = p.id AND g3.tag = " +
              bind(*query.tag) + ")";
@@ -134,8 +138,8 @@ PolicyPage Catalog::list(std::string_view tenant, const ListQuery& query) {
     sql += " ORDER BY " + name_col;
   } else {
     if (cursor) {
-      sql += " AND (p.updated_ms, p.id) < (" + bind(cursor->updated_ms) + ", " +
-             bind(cursor->id) + ")";
+      sql += " AND (p.updated_ms, p.id) < (" + bind(cursor->updated_ms) + ", " + bind(cursor->id) +
+             ")";
     }
     sql += " ORDER BY p.updated_ms DESC, p.id DESC";
   }
@@ -147,9 +151,9 @@ PolicyPage Catalog::list(std::string_view tenant, const ListQuery& query) {
   }
   std::vector<int64_t> ids;
   while (q.step()) {
-    int64_t id = 0;
-    page.items.push_back(policy_from_row(q, &id));
-    ids.push_back(id);
+    PolicyRow row = policy_row(q);
+    ids.push_back(row.id);
+    page.items.push_back(std::move(row.policy));
   }
   if (page.items.size() > size_t(query.limit)) {
     page.items.pop_back();
@@ -169,14 +173,16 @@ std::vector<Policy> Catalog::search(std::string_view tenant, std::string_view te
     fts_query(0, text);  // still reject text with no words, whatever the tenant
     return out;
   }
-  // The tenant term scopes the match inside the index; the join re-checks it.
-  auto q = impl_->db.query(std::string(kPolicyColumnsSql) +
-                           "FROM (SELECT rowid AS pid, rank AS score FROM policy_fts "
-                           "      WHERE policy_fts MATCH ?1 ORDER BY rank LIMIT ?2) m "
-                           "JOIN policies p ON p.id = m.pid JOIN tenants t ON t.id = p.tenant_id "
-                           "WHERE p.tenant_id = ?3 AND p.deleted_ms IS NULL ORDER BY m.score");
+  // The tenant term scopes the match inside the index (the join re-checks it); spindle_rank
+  // is bm25 without that term (fts_rank.h).
+  auto q = impl_->db.query(
+      std::string(kPolicyColumnsSql) +
+      "FROM (SELECT rowid AS pid, spindle_rank(policy_fts) AS score FROM policy_fts "
+      "      WHERE policy_fts MATCH ?1 ORDER BY score LIMIT ?2) m "
+      "JOIN policies p ON p.id = m.pid JOIN tenants t ON t.id = p.tenant_id "
+      "WHERE p.tenant_id = ?3 AND p.deleted_ms IS NULL ORDER BY m.score");
   q.bind(1, fts_query(*tid, text)).bind(2, int64_t(limit)).bind(3, *tid);
-  while (q.step()) out.push_back(policy_from_row(q));
+  while (q.step()) out.push_back(policy_row(q).policy);
   return out;
 }
 

@@ -12,13 +12,12 @@ namespace spindle::catalog {
 using json = nlohmann::json;
 
 int64_t insert_policy(Catalog::Impl& impl, int64_t tenant_id, const PolicySpec& spec,
-                      const std::optional<std::string>& head,
-                      const std::optional<std::string>& forked_from) {
+                      std::optional<int64_t> head_seq, std::optional<int64_t> forked_seq) {
   const int64_t now = impl.now();
   impl.db
       .query(
           "INSERT INTO policies(tenant_id, name, base_id, lora_rank, lora_alpha, lora_targets, "
-          "use_rslora, head_revision, forked_from, description, created_ms, updated_ms) "
+          "use_rslora, head_seq, forked_seq, description, created_ms, updated_ms) "
           "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?11)")
       .bind(1, tenant_id)
       .bind(2, spec.name)
@@ -27,8 +26,8 @@ int64_t insert_policy(Catalog::Impl& impl, int64_t tenant_id, const PolicySpec& 
       .bind(5, double(spec.lora.alpha))
       .bind(6, targets_to_csv(spec.lora.targets))
       .bind(7, int64_t(spec.lora.use_rslora))
-      .bind(8, head)
-      .bind(9, forked_from)
+      .bind(8, head_seq)
+      .bind(9, forked_seq)
       .bind(10, spec.description)
       .bind(11, now)
       .run();
@@ -95,7 +94,7 @@ Policy Catalog::fork(std::string_view tenant, const Address& from, std::string_v
   spec.base_id = src.policy.base_id;
   spec.lora = src.policy.lora;
   spec.description = src.policy.description;
-  const int64_t id = insert_policy(*impl_, src.tenant_id, spec, rev.revision.id, rev.revision.id);
+  const int64_t id = insert_policy(*impl_, src.tenant_id, spec, rev.seq, rev.seq);
   impl_->audit(src.tenant_id, actor, "fork", address, json{{"from", origin}}.dump());
   txn.commit();
   return impl_->policy_by_id(id).policy;
@@ -108,8 +107,8 @@ Policy Catalog::rollback(std::string_view tenant, const Address& to, std::string
   const PolicyRow p = impl_->require_policy(tenant, to);
   const RevisionRow rev = impl_->resolve_revision(p, to);
   if (p.policy.head != rev.revision.id) {
-    impl_->db.query("UPDATE policies SET head_revision = ?1, updated_ms = ?2 WHERE id = ?3")
-        .bind(1, rev.revision.id)
+    impl_->db.query("UPDATE policies SET head_seq = ?1, updated_ms = ?2 WHERE id = ?3")
+        .bind(1, rev.seq)
         .bind(2, impl_->now())
         .bind(3, p.id)
         .run();

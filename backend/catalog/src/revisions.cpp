@@ -29,10 +29,10 @@ void check_fits(const Policy& p, const engine::LoraWeights& w) {
                 "revision for {} has use_rslora={}, the policy's is {}", where, w.use_rslora,
                 p.lora.use_rslora);
   for (engine::LoraTarget t : adapters::adapted_targets(w)) {
-    SPINDLE_CHECK(std::find(p.lora.targets.begin(), p.lora.targets.end(), t) !=
-                      p.lora.targets.end(),
-                  invalid_argument, "revision for {} adapts {}, which the policy does not target",
-                  where, engine::lora_target_name(t));
+    SPINDLE_CHECK(
+        std::find(p.lora.targets.begin(), p.lora.targets.end(), t) != p.lora.targets.end(),
+        invalid_argument, "revision for {} adapts {}, which the policy does not target", where,
+        engine::lora_target_name(t));
   }
 }
 
@@ -77,39 +77,41 @@ Revision Catalog::commit_revision(std::string_view tenant, std::string_view poli
                   p.policy.address(), *options.expected_head, p.policy.head.value_or(""));
   }
   int64_t step = options.step.value_or(0);
-  if (!options.step && p.policy.head) {
-    step = impl_->find_revision(*p.policy.head).value().revision.step + 1;
-  }
+  if (!options.step && p.head_seq) step = impl_->revision_by_seq(*p.head_seq).revision.step + 1;
   // GC deletes blobs only inside write transactions, so while we hold this one the blob
   // cannot disappear between this check and the insert. If an earlier GC removed an orphan
   // with these bytes after put() saw it, write it again.
   if (!impl_->blobs.exists(blob)) impl_->blobs.put(bytes);
   const std::string id = revision_id(p.id, p.policy.head, step, blob, metrics);
-  if (!impl_->find_revision(id)) {
+  int64_t seq = 0;
+  if (const auto existing = impl_->find_revision(id)) {
+    seq = existing->seq;  // the same commit again (same parent, step, content): idempotent
+  } else {
     impl_->db
         .query(
-            "INSERT INTO revisions(id, policy_id, parent_id, step, blob, bytes, metrics, "
+            "INSERT INTO revisions(id, policy_id, parent_seq, step, blob, bytes, metrics, "
             "created_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)")
         .bind(1, id)
         .bind(2, p.id)
-        .bind(3, p.policy.head)
+        .bind(3, p.head_seq)
         .bind(4, step)
         .bind(5, blob)
         .bind(6, int64_t(bytes.size()))
         .bind(7, metrics)
         .bind(8, impl_->now())
         .run();
+    seq = impl_->db.last_insert_rowid();
   }
-  impl_->db.query("UPDATE policies SET head_revision = ?1, updated_ms = ?2 WHERE id = ?3")
-      .bind(1, id)
+  impl_->db.query("UPDATE policies SET head_seq = ?1, updated_ms = ?2 WHERE id = ?3")
+      .bind(1, seq)
       .bind(2, impl_->now())
       .bind(3, p.id)
       .run();
   impl_->audit(p.tenant_id, options.actor, "commit", fmt::format("{}@{}", p.policy.address(), id),
                json{{"parent", p.policy.head.value_or("")}, {"step", step}, {"blob", blob}}.dump());
-  auto row = impl_->find_revision(id);
+  RevisionRow row = impl_->revision_by_seq(seq);
   txn.commit();  // 3. acknowledged once this returns: the WAL is fsynced
-  return std::move(row.value().revision);
+  return std::move(row.revision);
 }
 
 adapters::DecodedRevision Catalog::read_revision(std::string_view tenant, const Address& address) {

@@ -12,26 +12,32 @@ namespace spindle::catalog {
 
 using engine::LoraTarget;
 
-#define SPINDLE_POLICY_COLUMNS                                                            \
-  "SELECT p.id, p.tenant_id, t.name, p.name, p.base_id, p.lora_rank, p.lora_alpha, "      \
-  "p.lora_targets, p.use_rslora, p.head_revision, p.forked_from, p.description, "         \
-  "p.created_ms, p.updated_ms, "                                                          \
-  "(SELECT group_concat(g.tag, ',') FROM policy_tags g WHERE g.policy_id = p.id) "
+#define SPINDLE_POLICY_COLUMNS                                                       \
+  "SELECT p.id, p.tenant_id, t.name, p.name, p.base_id, p.lora_rank, p.lora_alpha, " \
+  "p.lora_targets, p.use_rslora, "                                                   \
+  "(SELECT h.id FROM revisions h WHERE h.seq = p.head_seq), "                        \
+  "(SELECT f.id FROM revisions f WHERE f.seq = p.forked_seq), p.description, "       \
+  "p.created_ms, p.updated_ms, "                                                     \
+  "(SELECT group_concat(g.tag, ',') FROM policy_tags g WHERE g.policy_id = p.id), "  \
+  "p.head_seq, p.forked_seq "
 
 const char* const kPolicyColumnsSql = SPINDLE_POLICY_COLUMNS;
 const char* const kPolicySelect =
     SPINDLE_POLICY_COLUMNS "FROM policies p JOIN tenants t ON t.id = p.tenant_id ";
 
-#define SPINDLE_REVISION_COLUMNS                                                           \
-  "SELECT r.id, r.policy_id, p.tenant_id, p.name, p.deleted_ms IS NOT NULL, r.parent_id, " \
-  "r.step, r.blob, r.bytes, r.metrics, r.created_ms "
+#define SPINDLE_REVISION_COLUMNS                                              \
+  "SELECT r.id, r.policy_id, p.tenant_id, p.name, p.deleted_ms IS NOT NULL, " \
+  "(SELECT x.id FROM revisions x WHERE x.seq = r.parent_seq), "               \
+  "r.step, r.blob, r.bytes, r.metrics, r.created_ms, r.seq, r.parent_seq "
 #define SPINDLE_REVISION_FROM "FROM revisions r JOIN policies p ON p.id = r.policy_id "
 
 const char* const kRevisionColumnsSql = SPINDLE_REVISION_COLUMNS;
 const char* const kRevisionFromSql = SPINDLE_REVISION_FROM;
 const char* const kRevisionSelect = SPINDLE_REVISION_COLUMNS SPINDLE_REVISION_FROM;
 
-std::string Policy::address() const { return fmt::format("spindle://{}/{}", tenant, name); }
+std::string Policy::address() const {
+  return fmt::format("spindle://{}/{}", tenant, name);
+}
 
 std::string targets_to_csv(const std::vector<LoraTarget>& targets) {
   std::string s;
@@ -56,10 +62,13 @@ std::vector<LoraTarget> targets_from_csv(const std::string& csv) {
   return out;
 }
 
-Policy policy_from_row(const detail::Query& q, int64_t* id, int64_t* tenant_id) {
-  if (id) *id = q.int64(0);
-  if (tenant_id) *tenant_id = q.int64(1);
-  Policy p;
+PolicyRow policy_row(const detail::Query& q) {
+  PolicyRow row;
+  row.id = q.int64(0);
+  row.tenant_id = q.int64(1);
+  row.head_seq = q.opt_int64(15);
+  row.forked_seq = q.opt_int64(16);
+  Policy& p = row.policy;
   p.tenant = q.text(2);
   p.name = q.text(3);
   p.base_id = q.text(4);
@@ -79,7 +88,7 @@ Policy policy_from_row(const detail::Query& q, int64_t* id, int64_t* tenant_id) 
     start = comma + 1;
   }
   std::sort(p.tags.begin(), p.tags.end());
-  return p;
+  return row;
 }
 
 RevisionRow revision_from_row(const detail::Query& q, int c) {
@@ -96,6 +105,8 @@ RevisionRow revision_from_row(const detail::Query& q, int c) {
   r.bytes = q.int64(c + 8);
   r.metrics_json = q.text(c + 9);
   r.created_ms = q.int64(c + 10);
+  row.seq = q.int64(c + 11);
+  row.parent_seq = q.opt_int64(c + 12);
   return row;
 }
 
@@ -166,8 +177,7 @@ std::optional<PolicyRow> Catalog::Impl::find_policy(int64_t tenant_id, std::stri
                     "WHERE p.tenant_id = ?1 AND p.name = ?2 AND p.deleted_ms IS NULL");
   q.bind(1, tenant_id).bind(2, name);
   if (!q.step()) return std::nullopt;
-  PolicyRow row;
-  row.policy = policy_from_row(q, &row.id, &row.tenant_id);
+  PolicyRow row = policy_row(q);
   SPINDLE_ASSERT(row.policy.tenant == tenant);
   return row;
 }
@@ -192,9 +202,14 @@ PolicyRow Catalog::Impl::policy_by_id(int64_t id) {
   auto q = db.query(std::string(kPolicySelect) + "WHERE p.id = ?1");
   q.bind(1, id);
   SPINDLE_CHECK(q.step(), internal, "catalog: policy row {} vanished", id);
-  PolicyRow row;
-  row.policy = policy_from_row(q, &row.id, &row.tenant_id);
-  return row;
+  return policy_row(q);
+}
+
+RevisionRow Catalog::Impl::revision_by_seq(int64_t seq) {
+  auto q = db.query(std::string(kRevisionSelect) + "WHERE r.seq = ?1");
+  q.bind(1, seq);
+  SPINDLE_CHECK(q.step(), internal, "catalog: revision row {} vanished", seq);
+  return revision_from_row(q);
 }
 
 std::optional<RevisionRow> Catalog::Impl::find_revision(std::string_view id) {
@@ -207,26 +222,22 @@ std::optional<RevisionRow> Catalog::Impl::find_revision(std::string_view id) {
 bool Catalog::Impl::in_history(const PolicyRow& policy, const RevisionRow& rev) {
   if (rev.tenant_id != policy.tenant_id) return false;
   if (rev.policy_id == policy.id) return true;
-  if (!policy.policy.forked_from) return false;
+  if (!policy.forked_seq) return false;
   auto q = db.query(
-      "WITH RECURSIVE anc(id) AS ("
+      "WITH RECURSIVE anc(seq) AS ("
       "  SELECT ?1 UNION ALL"
-      "  SELECT r.parent_id FROM revisions r JOIN anc ON r.id = anc.id"
-      "  WHERE r.parent_id IS NOT NULL)"
-      "SELECT 1 FROM anc WHERE id = ?2 LIMIT 1");
-  q.bind(1, *policy.policy.forked_from).bind(2, rev.revision.id);
+      "  SELECT r.parent_seq FROM revisions r JOIN anc ON r.seq = anc.seq"
+      "  WHERE r.parent_seq IS NOT NULL)"
+      "SELECT 1 FROM anc WHERE seq = ?2 LIMIT 1");
+  q.bind(1, *policy.forked_seq).bind(2, rev.seq);
   return q.step();
 }
 
 RevisionRow Catalog::Impl::resolve_revision(const PolicyRow& policy, const Address& address) {
   const std::string where = policy.policy.address();
   if (address.latest()) {
-    SPINDLE_CHECK(policy.policy.head.has_value(), not_found, "policy {} has no revisions yet",
-                  where);
-    auto row = find_revision(*policy.policy.head);
-    SPINDLE_CHECK(row.has_value(), internal, "catalog: head {} of {} has no row",
-                  *policy.policy.head, where);
-    return std::move(*row);
+    SPINDLE_CHECK(policy.head_seq.has_value(), not_found, "policy {} has no revisions yet", where);
+    return revision_by_seq(*policy.head_seq);
   }
   std::vector<RevisionRow> matches;
   {

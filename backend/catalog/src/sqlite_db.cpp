@@ -10,16 +10,21 @@ namespace {
 ErrorCode code_for(int rc) {
   switch (rc & 0xff) {
     case SQLITE_BUSY:
-    case SQLITE_LOCKED: return ErrorCode::resource;
-    case SQLITE_CONSTRAINT: return ErrorCode::invalid_argument;
+    case SQLITE_LOCKED:
+      return ErrorCode::resource;
+    case SQLITE_CONSTRAINT:
+      return ErrorCode::invalid_argument;
     case SQLITE_CORRUPT:
-    case SQLITE_NOTADB: return ErrorCode::format;
+    case SQLITE_NOTADB:
+      return ErrorCode::format;
     case SQLITE_IOERR:
     case SQLITE_FULL:
     case SQLITE_CANTOPEN:
     case SQLITE_READONLY:
-    case SQLITE_PERM: return ErrorCode::io;
-    default: return ErrorCode::internal;
+    case SQLITE_PERM:
+      return ErrorCode::io;
+    default:
+      return ErrorCode::internal;
   }
 }
 
@@ -40,7 +45,9 @@ Query::Query(sqlite3* db, CachedStmt& s) : db_(db), s_(&s) {
   s.in_use = true;
 }
 
-Query::Query(Query&& other) noexcept : db_(other.db_), s_(other.s_) { other.s_ = nullptr; }
+Query::Query(Query&& other) noexcept : db_(other.db_), s_(other.s_) {
+  other.s_ = nullptr;
+}
 
 Query::~Query() {
   if (!s_) return;
@@ -60,8 +67,8 @@ Query& Query::bind(int i, double v) {
 }
 
 Query& Query::bind(int i, std::string_view v) {
-  SQLITE_CHECK(db_, sqlite3_bind_text64(s_->stmt, i, v.data(), v.size(), SQLITE_TRANSIENT,
-                                        SQLITE_UTF8),
+  SQLITE_CHECK(db_,
+               sqlite3_bind_text64(s_->stmt, i, v.data(), v.size(), SQLITE_TRANSIENT, SQLITE_UTF8),
                s_->sql);
   return *this;
 }
@@ -70,7 +77,9 @@ Query& Query::bind(int i, const std::optional<std::string>& v) {
   return v ? bind(i, std::string_view(*v)) : bind_null(i);
 }
 
-Query& Query::bind(int i, const std::optional<int64_t>& v) { return v ? bind(i, *v) : bind_null(i); }
+Query& Query::bind(int i, const std::optional<int64_t>& v) {
+  return v ? bind(i, *v) : bind_null(i);
+}
 
 Query& Query::bind_null(int i) {
   SQLITE_CHECK(db_, sqlite3_bind_null(s_->stmt, i), s_->sql);
@@ -88,9 +97,15 @@ void Query::run() {
   SPINDLE_CHECK(!step(), internal, "catalog: statement unexpectedly returned rows: {}", s_->sql);
 }
 
-int64_t Query::int64(int col) const { return sqlite3_column_int64(s_->stmt, col); }
-double Query::real(int col) const { return sqlite3_column_double(s_->stmt, col); }
-bool Query::is_null(int col) const { return sqlite3_column_type(s_->stmt, col) == SQLITE_NULL; }
+int64_t Query::int64(int col) const {
+  return sqlite3_column_int64(s_->stmt, col);
+}
+double Query::real(int col) const {
+  return sqlite3_column_double(s_->stmt, col);
+}
+bool Query::is_null(int col) const {
+  return sqlite3_column_type(s_->stmt, col) == SQLITE_NULL;
+}
 
 std::string Query::text(int col) const {
   const auto* p = sqlite3_column_text(s_->stmt, col);
@@ -131,10 +146,10 @@ Db::Db(const std::filesystem::path& file, const Options& options) : file_(file) 
                     "filesystem?)",
                     file.string());
     }
-    exec(fmt::format(
-        "PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON; PRAGMA temp_store=MEMORY; "
-        "PRAGMA cache_size=-{};",
-        options.cache_kib));
+    exec(
+        fmt::format("PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON; PRAGMA temp_store=MEMORY; "
+                    "PRAGMA cache_size=-{};",
+                    options.cache_kib));
   } catch (...) {
     for (auto& [sql, s] : cache_) sqlite3_finalize(s->stmt);
     cache_.clear();
@@ -187,7 +202,8 @@ WriteTxn::WriteTxn(Db& db) : db_(db) {
 }
 
 WriteTxn::~WriteTxn() {
-  if (!done_ && db_.in_transaction()) sqlite3_exec(db_.raw(), "ROLLBACK", nullptr, nullptr, nullptr);
+  if (!done_ && db_.in_transaction())
+    sqlite3_exec(db_.raw(), "ROLLBACK", nullptr, nullptr, nullptr);
 }
 
 void WriteTxn::commit() {

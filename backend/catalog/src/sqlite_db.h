@@ -25,13 +25,13 @@ namespace spindle::catalog::detail {
 [[noreturn]] void throw_sqlite(sqlite3* db, int rc, std::string_view what, const char* file,
                                int line);
 
-#define SQLITE_CHECK(db, expr, what)                                                      \
-  do {                                                                                    \
-    const int sqlite_rc_ = (expr);                                                        \
-    if (sqlite_rc_ != SQLITE_OK && sqlite_rc_ != SQLITE_ROW && sqlite_rc_ != SQLITE_DONE) \
-        [[unlikely]] {                                                                    \
+#define SQLITE_CHECK(db, expr, what)                                                          \
+  do {                                                                                        \
+    const int sqlite_rc_ = (expr);                                                            \
+    if (sqlite_rc_ != SQLITE_OK && sqlite_rc_ != SQLITE_ROW && sqlite_rc_ != SQLITE_DONE)     \
+        [[unlikely]] {                                                                        \
       ::spindle::catalog::detail::throw_sqlite((db), sqlite_rc_, (what), __FILE__, __LINE__); \
-    }                                                                                     \
+    }                                                                                         \
   } while (0)
 
 struct CachedStmt {

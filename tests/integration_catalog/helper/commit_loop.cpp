@@ -40,9 +40,9 @@ int main(int argc, char** argv) {
       cat.create_policy(kTenant, loop_spec(), "loop");
     }
     for (uint64_t seed = std::strtoull(argv[2], nullptr, 10);; ++seed) {
-      const Revision r = cat.commit_revision(kTenant, kPolicy, loop_adapter(seed),
-                                             {.actor = "loop",
-                                              .metrics_json = "{\"seed\":" + std::to_string(seed) + "}"});
+      const Revision r = cat.commit_revision(
+          kTenant, kPolicy, loop_adapter(seed),
+          {.actor = "loop", .metrics_json = "{\"seed\":" + std::to_string(seed) + "}"});
       say(r.id + " " + std::to_string(seed));
       if (seed % 7 == 0 && r.parent) {
         cat.rollback(kTenant, {kTenant, kPolicy, *r.parent}, "loop");

@@ -58,9 +58,9 @@ TEST(Address, MalformedAddressesSayWhatIsWrong) {
     EXPECT_NE(err.message.find(why), std::string::npos) << text << " -> " << err.message;
   }
   const std::string long_name(129, 'a');
-  EXPECT_NE(catch_error([&] { parse_address("spindle://t/" + long_name); })
-                .message.find("at most 128"),
-            std::string::npos);
+  EXPECT_NE(
+      catch_error([&] { parse_address("spindle://t/" + long_name); }).message.find("at most 128"),
+      std::string::npos);
 }
 
 TEST(Address, NamesAndTags) {

@@ -133,8 +133,8 @@ TEST_F(BlobStoreTest, GcNeverDeletesABlobWrittenAfterItStarted) {
   // GC's start is the filesystem's clock when it begins; a blob stamped at or after it is
   // kept even with grace 0 and nothing referencing it.
   const std::string late = store_.put("written while gc runs");
-  fs::last_write_time(store_.path_of(late), fs::last_write_time(store_.path_of(late)) +
-                                                std::chrono::seconds(30));
+  fs::last_write_time(store_.path_of(late),
+                      fs::last_write_time(store_.path_of(late)) + std::chrono::seconds(30));
   const BlobGcReport r =
       store_.gc([](std::string_view) { return false; }, {.grace = std::chrono::seconds(0)});
   EXPECT_EQ(r.deleted, 0u);

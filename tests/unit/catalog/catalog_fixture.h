@@ -93,8 +93,8 @@ class CatalogTest : public ::testing::Test {
     PolicySpec s;
     s.name = name;
     s.base_id = "tiny";
-    s.lora = {.rank = 4, .alpha = 8.0f, .targets = {LoraTarget::q, LoraTarget::v},
-              .use_rslora = false};
+    s.lora = {
+        .rank = 4, .alpha = 8.0f, .targets = {LoraTarget::q, LoraTarget::v}, .use_rslora = false};
     s.description = description;
     s.tags = std::move(tags);
     return s;

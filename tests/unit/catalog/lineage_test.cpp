@@ -60,8 +60,7 @@ TEST_F(LineageTest, LimitsTruncateAndSaySo) {
   const Lineage full = cat_->lineage("acme", addr("acme", "deep"));
   EXPECT_EQ(full.ancestors.size(), 11u);
   EXPECT_FALSE(full.ancestors_truncated);
-  const Lineage down =
-      cat_->lineage("acme", addr("acme", "deep", r[0].id), {.max_descendants = 5});
+  const Lineage down = cat_->lineage("acme", addr("acme", "deep", r[0].id), {.max_descendants = 5});
   EXPECT_EQ(down.descendants.size(), 5u);
   EXPECT_TRUE(down.descendants_truncated);
   EXPECT_EQ(down.descendants.back().depth, 5);

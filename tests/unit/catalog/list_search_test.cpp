@@ -112,7 +112,8 @@ TEST_F(ListSearch, FiltersByBaseTagPrefixAndCreatedRange) {
   EXPECT_EQ(ranged.size(), 10u);
   const auto combo = names({.base_id = "big", .tag = "prod", .name_prefix = "code", .limit = 1});
   EXPECT_EQ(combo, (std::vector<std::string>{"code-10", "code-20"}));
-  const auto math_updated = names({.name_prefix = "math-1", .sort = PolicySort::updated, .limit = 2});
+  const auto math_updated =
+      names({.name_prefix = "math-1", .sort = PolicySort::updated, .limit = 2});
   EXPECT_EQ(math_updated, (std::vector<std::string>{"math-18", "math-15", "math-12"}));
 }
 
@@ -141,17 +142,16 @@ TEST_F(ListSearch, FullTextSearchOverNameDescriptionAndTags) {
     std::sort(out.begin(), out.end());
     return out;
   };
-  EXPECT_EQ(names("gsm8k"), (std::vector<std::string>{"gsm8k-grpo"}));   // name
-  EXPECT_EQ(names("sonnets"), (std::vector<std::string>{"poetry"}));     // description
-  EXPECT_EQ(names("prod"), (std::vector<std::string>{"code-sft"}));      // tag
+  EXPECT_EQ(names("gsm8k"), (std::vector<std::string>{"gsm8k-grpo"}));           // name
+  EXPECT_EQ(names("sonnets"), (std::vector<std::string>{"poetry"}));             // description
+  EXPECT_EQ(names("prod"), (std::vector<std::string>{"code-sft"}));              // tag
   EXPECT_EQ(names("math"), (std::vector<std::string>{"gsm8k-grpo", "poetry"}));  // prefix
   EXPECT_EQ(names("grade problems"), (std::vector<std::string>{"gsm8k-grpo"}));  // all words
   EXPECT_TRUE(names("grade python").empty());
   EXPECT_EQ(names("PYTHON"), (std::vector<std::string>{"code-sft"}));  // case-insensitive
   // FTS syntax in user text is literal, never an error.
   EXPECT_NO_THROW(names("\"unbalanced NEAR( * OR AND -"));
-  EXPECT_EQ(catch_error([&] { cat_->search("acme", "  - * "); }).code,
-            ErrorCode::invalid_argument);
+  EXPECT_EQ(catch_error([&] { cat_->search("acme", "  - * "); }).code, ErrorCode::invalid_argument);
   // Triggers keep the index in sync with tags and deletes.
   cat_->tag("acme", "poetry", "verse", "t");
   EXPECT_EQ(names("verse"), (std::vector<std::string>{"poetry"}));
@@ -159,6 +159,22 @@ TEST_F(ListSearch, FullTextSearchOverNameDescriptionAndTags) {
   EXPECT_TRUE(names("prod").empty());
   cat_->remove("acme", "poetry", "t");
   EXPECT_EQ(names("math"), (std::vector<std::string>{"gsm8k-grpo"}));
+}
+
+TEST_F(ListSearch, SearchRanksNameMatchesFirstAndHonoursTheLimit) {
+  for (int i = 0; i < 30; ++i) {
+    cat_->create_policy("acme", spec(fmt::format("filler-{:02}", i), {}, "mentions zebra once"),
+                        "t");
+  }
+  cat_->create_policy("acme", spec("zebra-tuned", {}, "the zebra policy, all about zebra"), "t");
+  // Another tenant's matches neither show up nor change the order.
+  cat_->create_policy("other", spec("zebra-zebra"), "t");
+  const auto found = cat_->search("acme", "zebra", 5);
+  ASSERT_EQ(found.size(), 5u);
+  EXPECT_EQ(found[0].name, "zebra-tuned");
+  EXPECT_EQ(cat_->search("acme", "zebra", 1000).size(), 31u);
+  EXPECT_EQ(catch_error([&] { cat_->search("acme", "zebra", 0); }).code,
+            ErrorCode::invalid_argument);
 }
 
 }  // namespace

@@ -31,7 +31,8 @@ TEST(Migration, Version1DatabaseIsMigratedWithItsData) {
       "INSERT INTO base_models VALUES ('tiny', 'qwen3', '', 'c0ffee', 1);"
       "INSERT INTO policies(id, tenant_id, name, base_id, lora_rank, lora_alpha, lora_targets,"
       "  use_rslora, description, created_ms, updated_ms)"
-      "  VALUES (1, 1, 'legacy', 'tiny', 4, 8.0, 'q_proj,v_proj', 0, 'trained before search', 5, 5);"
+      "  VALUES (1, 1, 'legacy', 'tiny', 4, 8.0, 'q_proj,v_proj', 0, 'trained before search', 5, "
+      "5);"
       "INSERT INTO policy_tags VALUES (1, 1, 'vintage', 'legacy');");
   {
     Catalog cat(dir);

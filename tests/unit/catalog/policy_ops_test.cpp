@@ -8,10 +8,10 @@
 namespace spindle::catalog {
 namespace {
 
+using engine::LoraTarget;
 using testing::adapter;
 using testing::catch_error;
 using testing::same_weights;
-using engine::LoraTarget;
 
 class PolicyOps : public testing::CatalogTest {};
 
@@ -36,8 +36,9 @@ TEST_F(PolicyOps, CreateCommitGetAndReadBack) {
   EXPECT_FALSE(r1.parent.has_value());
   EXPECT_EQ(r1.id.size(), 64u);
   clock_ms_ += 1000;
-  const Revision r2 = cat_->commit_revision(
-      "acme", "math", adapter(2), {.actor = "alice", .metrics_json = R"({"reward": 0.5, "kl": 0.01})"});
+  const Revision r2 =
+      cat_->commit_revision("acme", "math", adapter(2),
+                            {.actor = "alice", .metrics_json = R"({"reward": 0.5, "kl": 0.01})"});
   EXPECT_EQ(r2.parent, r1.id);
   EXPECT_EQ(r2.step, 1);
   EXPECT_EQ(r2.metrics_json, R"({"kl":0.01,"reward":0.5})");  // canonical
@@ -56,7 +57,8 @@ TEST_F(PolicyOps, CreateCommitGetAndReadBack) {
   EXPECT_EQ(back.meta.base_checksum, "c0ffee");
   EXPECT_EQ(uint64_t(r1.bytes), cat_->blobs().size_of(r1.blob).value());
 
-  const auto missing = catch_error([&] { cat_->get("acme", addr("acme", "math", "0123456789abcdef")); });
+  const auto missing =
+      catch_error([&] { cat_->get("acme", addr("acme", "math", "0123456789abcdef")); });
   EXPECT_EQ(missing.code, ErrorCode::not_found);
   EXPECT_EQ(missing.message, "revision 0123456789abcdef not found in spindle://acme/math");
 }
@@ -81,13 +83,13 @@ TEST_F(PolicyOps, CreateRefusesDuplicatesUnknownBasesAndBadSpecs) {
 
 TEST_F(PolicyOps, CommitMustFitThePolicySpecAndHonoursExpectedHead) {
   cat_->create_policy("acme", spec("p"), "t");
-  EXPECT_NE(catch_error([&] { cat_->commit_revision("acme", "p", adapter(1, 8), {}); })
-                .message.find("rank 8"),
+  EXPECT_NE(catch_error([&] {
+              cat_->commit_revision("acme", "p", adapter(1, 8), {});
+            }).message.find("rank 8"),
             std::string::npos);
   const LoraTarget k[] = {LoraTarget::k};
   const auto wk = engine::LoraWeights::random(testing::tiny(), 4, 8.0f, k, 1, 0.1f, 0.1f);
-  EXPECT_NE(catch_error([&] { cat_->commit_revision("acme", "p", wk, {}); })
-                .message.find("k_proj"),
+  EXPECT_NE(catch_error([&] { cat_->commit_revision("acme", "p", wk, {}); }).message.find("k_proj"),
             std::string::npos);
   const Revision r1 = cat_->commit_revision("acme", "p", adapter(1), {.expected_head = ""});
   EXPECT_EQ(catch_error([&] {
@@ -123,9 +125,9 @@ TEST_F(PolicyOps, ForkKeepsLineageAndStartsAtAnyRevision) {
   EXPECT_EQ(cat_->get("acme", addr("acme", "explore", r1.id)).revision.id, r1.id);
   EXPECT_EQ(catch_error([&] { cat_->get("acme", addr("acme", "explore", r2.id)); }).code,
             ErrorCode::not_found);
-  EXPECT_EQ(catch_error([&] { cat_->fork("acme", addr("acme", "base-run"), "explore", "t"); })
-                .message,
-            "policy spindle://acme/explore already exists");
+  EXPECT_EQ(
+      catch_error([&] { cat_->fork("acme", addr("acme", "base-run"), "explore", "t"); }).message,
+      "policy spindle://acme/explore already exists");
   cat_->create_policy("acme", spec("empty"), "t");
   EXPECT_EQ(catch_error([&] { cat_->fork("acme", addr("acme", "empty"), "e2", "t"); }).code,
             ErrorCode::not_found);

@@ -21,8 +21,8 @@ using engine::LoraTarget;
 const RevisionBase kBase{.base_model_id = "tiny", .base_checksum = "c0ffee"};
 
 TEST(RevisionFormat, RoundTripIsBitExactWithMetadata) {
-  const LoraTarget all[] = {LoraTarget::q,  LoraTarget::k,    LoraTarget::v,
-                            LoraTarget::o,  LoraTarget::gate, LoraTarget::up,
+  const LoraTarget all[] = {LoraTarget::q,    LoraTarget::k,      LoraTarget::v,
+                            LoraTarget::o,    LoraTarget::gate,   LoraTarget::up,
                             LoraTarget::down, LoraTarget::lm_head};
   auto w = engine::LoraWeights::random(tiny(), 6, 12.0f, all, 5, 0.2f, 0.2f);
   w.use_rslora = true;

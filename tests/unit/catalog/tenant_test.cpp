@@ -71,7 +71,8 @@ TEST_F(TenantIsolation, ListSearchAndAuditAreScoped) {
   EXPECT_EQ(names(cat_->list("b", {})), std::vector<std::string>{"mine"});
   EXPECT_EQ(names(cat_->list("b", {.tag = "classified"})), std::vector<std::string>{});
   EXPECT_EQ(names(cat_->list("b", {.name_prefix = "sec"})), std::vector<std::string>{});
-  EXPECT_EQ(names(cat_->list("b", {.sort = PolicySort::updated})), std::vector<std::string>{"mine"});
+  EXPECT_EQ(names(cat_->list("b", {.sort = PolicySort::updated})),
+            std::vector<std::string>{"mine"});
   EXPECT_TRUE(cat_->search("b", "secret").empty());
   EXPECT_TRUE(cat_->search("b", "classified").empty());
   EXPECT_TRUE(cat_->search("b", "revenue").empty());
