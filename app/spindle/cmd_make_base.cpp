@@ -1,21 +1,28 @@
 // spindle make-base: builds the embedded default base from scratch — a small Llama trained
 // full-parameter on generated arithmetic ("<|bos|>37+45=82<|eos|>", spindle/engine/arith_task.h)
 // for a wall-clock budget — and writes it as an HF directory with a byte-level tokenizer.json.
-// Stdout: one "eval ..." line per held-out evaluation (greedy exact match on the fixed 200
-// held-out problems) and a final summary; stderr: a progress bar redrawn in place with \r.
-// The run stops on time, so the step count (and the result) varies with the machine.
+// Training stops when greedy exact match on 200 *training* problems reaches --target-accuracy
+// (the base is meant to solve some problems, not all: RL improves it later) or when --minutes
+// run out. Stopping on a target rather than on time alone keeps the base's skill about the same
+// on fast and slow machines (this task is learnt to 100% within minutes on one core); the
+// held-out accuracy, never used for a decision, is what gets reported.
+// Stdout: an "eval ..." line at every tenth of the budget and a "final ..." line (held-out
+// greedy exact match on the fixed 200 held-out problems); stderr: a progress bar redrawn with \r.
 
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <numbers>
+#include <optional>
 #include <random>
 #include <string>
+#include <span>
 #include <vector>
 
 #include "commands.h"
@@ -37,11 +44,13 @@ struct MakeBaseArgs {
   std::string task = "arithmetic";
   std::string out;
   double minutes = 5.0;
+  double target_accuracy = 0.5;
   uint64_t seed = 0;
 };
 
-// The recipe. Sized so a few minutes on 2 CPU cores solve some held-out problems, not all:
-// the base is the starting point RL later improves.
+// The recipe. Measured on 1–2 contended cores, this model learns the task to ~100% in 2–4
+// minutes (~5000 steps; smaller and larger models get there about as fast in wall-clock time),
+// so partial skill comes from the accuracy target, not from starving the model.
 struct Recipe {
   int64_t dim = 128;
   int64_t hidden_dim = 384;
@@ -49,12 +58,14 @@ struct Recipe {
   int64_t n_heads = 4;
   int64_t max_seq_len = 32;
   int64_t batch = 32;           // sequences per step
-  float peak_lr = 3e-3f;
+  float peak_lr = 1e-3f;
   float final_lr_fraction = 0.1f;  // cosine decay over the time budget down to this
   int64_t warmup_steps = 50;
   float weight_decay = 0.01f;
   float grad_clip = 1.0f;
-  int evals = 10;               // held-out evaluations over the budget (plus the last)
+  int evals = 10;               // held-out reports over the budget (plus the last)
+  double check_every_s = 5.0;   // target-accuracy checks (at most every budget/20)
+  size_t check_problems = 200;  // training problems the stop criterion is measured on
 };
 
 ModelConfig arith_config(const Recipe& r) {
@@ -119,9 +130,9 @@ struct Eval {
   double accuracy() const { return total ? double(correct) / double(total) : 0.0; }
 };
 
-// Greedy exact match over the held-out set (one batched generate call).
-Eval evaluate(const Model& model, const Tokenizer& tokenizer, const ArithTask& task) {
-  const auto& problems = task.heldout();
+// Greedy exact match over `problems` (one batched generate call).
+Eval evaluate(const Model& model, const Tokenizer& tokenizer, const ArithTask& task,
+              std::span<const ArithProblem> problems) {
   KvCache cache(model.config(), {.block_size = 16, .n_blocks = 0,
                                  .max_seqs = int64_t(problems.size())});
   Generator generator(model, cache, nullptr, &tokenizer);
@@ -145,7 +156,7 @@ Eval evaluate(const Model& model, const Tokenizer& tokenizer, const ArithTask& t
 // then cosine decay on time (the budget is wall-clock, not steps).
 float learning_rate(const Recipe& r, int64_t step, double progress) {
   const float warm = std::min(1.0f, float(step) / float(r.warmup_steps));
-  const double cosine = 0.5 * (1.0 + std::cos(M_PI * std::min(1.0, progress)));
+  const double cosine = 0.5 * (1.0 + std::cos(std::numbers::pi * std::min(1.0, progress)));
   return r.peak_lr * warm * float(r.final_lr_fraction + (1.0 - r.final_lr_fraction) * cosine);
 }
 
@@ -173,16 +184,15 @@ void run_make_base(const MakeBaseArgs& args) {
                 "--task {}: the only task is 'arithmetic'", args.task);
   SPINDLE_CHECK(args.minutes > 0.0 && args.minutes <= 24 * 60, invalid_argument,
                 "--minutes must be in (0, 1440], got {}", args.minutes);
-  Recipe recipe;
-  auto env = [](const char* n, double d) { const char* v = std::getenv(n); return v ? std::atof(v) : d; };
-  recipe.dim = int64_t(env("XD", 128)); recipe.hidden_dim = int64_t(env("XH", 384));
-  recipe.n_layers = int64_t(env("XL", 3)); recipe.peak_lr = float(env("XLR", 3e-3));
-  recipe.evals = int(env("XE", 10));
-  const ArithTask task({.with_subtraction = env("XS", 0) != 0});  // fixed split: every base is judged on the same held-out problems
+  SPINDLE_CHECK(args.target_accuracy > 0.0 && args.target_accuracy <= 1.0, invalid_argument,
+                "--target-accuracy must be in (0, 1], got {}", args.target_accuracy);
+  const Recipe recipe;
+  const ArithTask task;  // fixed split: every base is judged on the same held-out problems
+  const std::span<const ArithProblem> check_set(
+      task.train().data(), std::min(recipe.check_problems, task.train().size()));
   const std::filesystem::path out(args.out);
   std::filesystem::create_directories(out);
-  const ByteTokenizerSpec tok_spec{.model_max_length = recipe.max_seq_len};
-  write_byte_tokenizer(out, tok_spec);
+  write_byte_tokenizer(out, {.model_max_length = recipe.max_seq_len});
   const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(out / "tokenizer.json");
 
   ModelWeights weights = init_weights(arith_config(recipe), args.seed);
@@ -196,23 +206,25 @@ void run_make_base(const MakeBaseArgs& args) {
   adam.weight_decay = recipe.weight_decay;
   adam.grad_clip_norm = recipe.grad_clip;
 
-  std::printf("make-base: arithmetic, %lld train / %zu held-out problems; llama dim %lld, %lld "
-              "layers, %lld heads, vocab %lld; %.2f minutes, seed %llu\n",
-              (long long)task.train().size(), task.heldout().size(), (long long)recipe.dim,
-              (long long)recipe.n_layers, (long long)recipe.n_heads,
-              (long long)kByteTokenizerVocabSize, args.minutes, (unsigned long long)args.seed);
+  std::printf("make-base: arithmetic, %zu train / %zu held-out problems; llama dim %lld, %lld "
+              "layers, %lld heads, vocab %d; up to %.2f minutes or %.0f%% on training problems; "
+              "seed %llu\n",
+              task.train().size(), task.heldout().size(), (long long)recipe.dim,
+              (long long)recipe.n_layers, (long long)recipe.n_heads, kByteTokenizerVocabSize,
+              args.minutes, 100.0 * args.target_accuracy, (unsigned long long)args.seed);
   std::fflush(stdout);
 
   const auto start = Clock::now();
   const double budget_s = args.minutes * 60.0;
   const auto elapsed_s = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
-  const double eval_every_s = budget_s / recipe.evals;
-  double next_eval_s = eval_every_s, last_draw_s = -1.0, loss_avg = 0.0;
+  const double report_every_s = budget_s / recipe.evals;
+  const double check_every_s = std::min(recipe.check_every_s, budget_s / 20);
+  double next_report_s = report_every_s, next_check_s = check_every_s, last_draw_s = -1.0;
+  double loss_avg = 0.0;
   std::optional<Eval> last_eval;
   int64_t step = 0;
-  std::vector<TrainDatum> batch(size_t(recipe.batch));
   const auto report = [&](const char* what) {
-    last_eval = evaluate(model, *tokenizer, task);
+    last_eval = evaluate(model, *tokenizer, task, task.heldout());
     clear_progress();
     std::printf("%s step %lld minutes %.2f loss %.4f accuracy %.4f (%d/%d)\n", what,
                 (long long)step, elapsed_s() / 60.0, loss_avg, last_eval->accuracy(),
@@ -220,8 +232,11 @@ void run_make_base(const MakeBaseArgs& args) {
     std::fflush(stdout);
     draw_progress(elapsed_s() / 60.0, args.minutes, step, loss_avg, &*last_eval);
   };
+
+  std::vector<TrainDatum> batch(size_t(recipe.batch));
+  std::string stopped = "time budget spent";
   while (elapsed_s() < budget_s) {
-    for (TrainDatum& d : batch) { d = arith_datum(task.sample_train(rng), *tokenizer); if (env("XW", 0) != 0) for (auto& w : d.weights) w = 1.0f; }
+    for (TrainDatum& d : batch) d = arith_datum(task.sample_train(rng), *tokenizer);
     const auto fb = trainer.forward_backward(batch, LossFn::cross_entropy);
     const double loss = fb.metrics.loss / double(std::max<int64_t>(1, fb.metrics.n_tokens));
     ++step;
@@ -233,16 +248,24 @@ void run_make_base(const MakeBaseArgs& args) {
       draw_progress(now / 60.0, args.minutes, step, loss_avg, last_eval ? &*last_eval : nullptr);
       last_draw_s = now;
     }
-    if (now >= next_eval_s && now < budget_s) {
+    if (now >= next_check_s) {
+      const Eval check = evaluate(model, *tokenizer, task, check_set);
+      if (check.accuracy() >= args.target_accuracy) {
+        stopped = fmt::format("{:.1f}% on training problems reached the target",
+                              100.0 * check.accuracy());
+        break;
+      }
+      next_check_s = elapsed_s() + check_every_s;
+    }
+    if (now >= next_report_s && now < budget_s) {
       report("eval");
-      next_eval_s = elapsed_s() + eval_every_s;
+      next_report_s = elapsed_s() + report_every_s;
     }
   }
   report("final");
   save_hf_dir(weights, out);
-  std::fprintf(stderr, "\nspindle make-base: wrote %s (config.json, model.safetensors, "
-                       "tokenizer.json) after %lld steps\n",
-               out.string().c_str(), (long long)step);
+  std::fprintf(stderr, "\nspindle make-base: stopped after %lld steps (%s); wrote %s\n",
+               (long long)step, stopped.c_str(), out.string().c_str());
 }
 
 }  // namespace
@@ -256,6 +279,10 @@ void register_make_base(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--out", args->out, "output HF directory (created if missing)")->required();
   cmd->add_option("--minutes", args->minutes, "wall-clock training budget (fractions allowed)")
+      ->capture_default_str();
+  cmd->add_option("--target-accuracy", args->target_accuracy,
+                  "stop once greedy exact match on 200 training problems reaches this (1 = keep "
+                  "training to the end of the budget unless perfect)")
       ->capture_default_str();
   cmd->add_option("--seed", args->seed, "weight init and training order")->capture_default_str();
   cmd->callback([args] { run_make_base(*args); });

@@ -18,6 +18,7 @@
 #include <random>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "helper/commit_loop_common.h"
 #include "spindle/core/error.h"
@@ -156,6 +157,9 @@ TEST(CatalogDurability, AcknowledgedRevisionsSurviveSigkill) {
       ASSERT_TRUE(same(rev.weights, loop_adapter(seed))) << "round " << round << " " << id;
     }
     // GC with no grace: every blob not referenced by a row is an orphan of a killed commit.
+    // Wait out the filesystem's coarse timestamp tick first: GC keeps anything stamped at or
+    // after its own start, which a blob written in the same tick as the kill could be.
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
     const GcReport gc = cat.gc({.actor = "test", .blob_grace = std::chrono::seconds(0)});
     orphans_reclaimed += gc.blobs.deleted;
     temps_reclaimed += gc.blobs.temp_removed;

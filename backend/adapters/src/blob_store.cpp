@@ -94,8 +94,10 @@ bool is_fanout_name(const std::string& s) {
 
 BlobStore::BlobStore(fs::path root) : root_(std::move(root)) {
   std::error_code ec;
-  fs::create_directories(root_, ec);
+  const bool created = fs::create_directories(root_, ec);
   SPINDLE_CHECK(!ec, io, "blob store: cannot create {}: {}", root_.string(), ec.message());
+  // A new root must itself survive a crash before blobs in it are acknowledged.
+  if (created) fsync_dir(root_.has_parent_path() ? root_.parent_path() : fs::path("."));
 }
 
 fs::path BlobStore::path_of(std::string_view id) const {

@@ -121,7 +121,9 @@ TEST_F(BlobStoreTest, GcDeletesOnlyOldUnreferencedBlobs) {
   EXPECT_TRUE(store_.exists(young_orphan));  // inside the grace period: a commit may be in flight
   EXPECT_FALSE(fs::exists(tmp));
 
-  // grace 0: anything written before GC started and unreferenced goes.
+  // grace 0: anything written before GC started and unreferenced goes. (Aged by 10 s so it
+  // cannot share a coarse filesystem timestamp tick with the start of this GC.)
+  age(store_.path_of(young_orphan), 10);
   const BlobGcReport r0 = store_.gc([&](std::string_view id) { return id == keep; },
                                     {.grace = std::chrono::seconds(0)});
   EXPECT_EQ(r0.deleted, 1u);

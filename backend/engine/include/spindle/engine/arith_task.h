@@ -4,8 +4,9 @@
 // answer check (the reward).
 //
 // Text format of one example: <|bos|>37+45=82<|eos|> — prompt "37+45=", answer "82". Operands
-// are 0..max_operand (1–2 digits by default); subtraction problems, when enabled, have a >= b
-// so answers are never negative.
+// are 0..max_operand (1–2 digits by default); subtraction problems (on by default) have a >= b
+// so answers are never negative. ArithTask{} is exactly the task `spindle make-base` trains and
+// evaluates on.
 //
 // The split is by construction: every problem of the space is enumerated, shuffled with
 // split_seed (Fisher–Yates over Rng, identical on every platform) and the first heldout_size
@@ -50,7 +51,7 @@ inline float arith_reward(const ArithProblem& problem, std::string_view completi
 
 struct ArithTaskOptions {
   int32_t max_operand = 99;       // operands in [0, max_operand], max_operand in [1, 9999]
-  bool with_subtraction = false;  // add a−b (a >= b) problems to the space
+  bool with_subtraction = true;   // a−b (a >= b) problems besides a+b
   int32_t heldout_size = 200;     // must leave at least one training problem
   uint64_t split_seed = 0;
 };
