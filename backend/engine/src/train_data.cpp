@@ -83,16 +83,31 @@ std::string text_field(const json& row, const char* key, const std::string& wher
 
 TrainDatum completion_datum(const Tokenizer& tokenizer, std::string_view prompt,
                             std::string_view completion) {
-  std::vector<int32_t> seq = tokenizer.encode(prompt, {.add_special_tokens = true});
-  if (seq.empty()) {
+  SPINDLE_CHECK(!completion.empty(), invalid_argument, "the completion is empty");
+  std::vector<int32_t> head = tokenizer.encode(prompt, {.add_special_tokens = true});
+  if (head.empty()) {
     SPINDLE_CHECK(tokenizer.bos_id().has_value(), invalid_argument,
                   "the prompt is empty and the tokenizer has no BOS token to start from");
-    seq.push_back(*tokenizer.bos_id());
+    head.push_back(*tokenizer.bos_id());
   }
-  const size_t n_prompt = seq.size();
-  const std::vector<int32_t> c = tokenizer.encode(completion, {.add_special_tokens = false});
-  SPINDLE_CHECK(!c.empty(), invalid_argument, "the completion is empty");
-  seq.insert(seq.end(), c.begin(), c.end());
+  // Encode prompt + completion as one text (what the model sees at sampling time: no second
+  // dummy-prefix space, merges across the boundary as the tokenizer makes them). When the
+  // prompt's own tokens are a prefix of that, they are the unweighted part; otherwise (a merge
+  // straddles the boundary) the two are encoded separately.
+  std::vector<int32_t> seq;
+  if (!prompt.empty()) {
+    std::string joint(prompt);
+    joint += completion;
+    seq = tokenizer.encode(joint, {.add_special_tokens = true});
+    if (seq.size() <= head.size() || !std::equal(head.begin(), head.end(), seq.begin())) seq.clear();
+  }
+  if (seq.empty()) {
+    seq = head;
+    const std::vector<int32_t> c = tokenizer.encode(completion, {.add_special_tokens = false});
+    SPINDLE_CHECK(!c.empty(), invalid_argument, "the completion encodes to no tokens");
+    seq.insert(seq.end(), c.begin(), c.end());
+  }
+  const size_t n_prompt = head.size();
   if (const auto eos = tokenizer.eos_id()) seq.push_back(*eos);
 
   TrainDatum d;

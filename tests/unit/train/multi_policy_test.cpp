@@ -150,3 +150,42 @@ TEST(Sft, Stories260KThirtyStepsLowerTheLoss) {
 
 }  // namespace
 }  // namespace spindle::engine
+
+namespace spindle::engine {
+namespace {
+
+TEST(MultiPolicy, GradientsAccumulateAcrossCallsUntilTheStep) {
+  const ModelWeights w = testing::random_weights(testing::tiny_config(Arch::llama), 73);
+  const Model model(w);
+  const LoraWeights init = LoraWeights::random(w.config, 4, 8.0f, kAll, 5, 0.2f, 0.1f);
+  std::vector<TrainDatum> batch(3);
+  std::mt19937 rng(4);
+  for (auto& d : batch) {
+    d.slot = 0;
+    for (int t = 0; t < 6; ++t) {
+      d.input_tokens.push_back(int32_t(rng() % 97));
+      d.target_tokens.push_back(int32_t(rng() % 97));
+    }
+  }
+  LoraSlotPool p1(w.config, {.max_slots = 1, .max_rank = 4});
+  LoraSlotPool p2(w.config, {.max_slots = 1, .max_rank = 4});
+  LoraTrainer once(model, p1), twice(model, p2);
+  once.attach(0, init.clone());
+  twice.attach(0, init.clone());
+  once.forward_backward(batch, LossFn::cross_entropy);
+  twice.forward_backward(std::span(batch).first(1), LossFn::cross_entropy);
+  twice.forward_backward(std::span(batch).subspan(1), LossFn::cross_entropy);
+  EXPECT_LE(max_abs_diff(once.grads(0), twice.grads(0)), 1e-5f);
+  once.optim_step(0, {.learning_rate = 1e-2f});
+  twice.optim_step(0, {.learning_rate = 1e-2f});
+  EXPECT_LE(max_abs_diff(once.weights(0), twice.weights(0)), 1e-6f);
+  float max_grad = 0;  // the step zeroes the gradient sums
+  for (const auto& layer : twice.grads(0).modules)
+    for (const auto& p : layer)
+      for (const Tensor* t : {&p.A, &p.B})
+        for (float x : t->span()) max_grad = std::max(max_grad, std::abs(x));
+  EXPECT_EQ(max_grad, 0.0f);
+}
+
+}  // namespace
+}  // namespace spindle::engine
