@@ -139,6 +139,10 @@ void run_catalog_bench(const CatalogBenchOptions& o) {
         batch.push_back(std::move(e));
       }
       cat.bulk_register(kTenant, batch, "bench");
+      if (o.policies >= 2'000'000 && i % 1'000'000 < int64_t(batch.size())) {
+        std::printf("  ... %lld registered, %.0f policies/s so far\n", (long long)i,
+                    double(i) / (ms_since(t0) / 1000));
+      }
     }
     const double bulk_s = ms_since(t0) / 1000;
     bulk_rows_per_s = double(o.policies) / bulk_s;

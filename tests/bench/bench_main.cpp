@@ -15,6 +15,7 @@
 
 namespace spindle::bench {
 void register_catalog_bench(CLI::App& app);  // bench_catalog.cpp
+void register_residency_bench(CLI::App& app);  // bench_residency.cpp
 }
 
 namespace {
@@ -32,6 +33,7 @@ int main(int argc, char** argv) {
   CLI::App app{"spindle-bench: engine speed, reported as ratios measured in one run"};
   app.require_subcommand(1);
   spindle::bench::register_catalog_bench(app);  // runs from its own callback
+  spindle::bench::register_residency_bench(app);  // runs from its own callback
 
   spindle::bench::EngineBenchOptions engine_opts;
   std::string shared;

@@ -1,0 +1,131 @@
+#include "spindle/adapters/residency.h"
+
+#include <chrono>
+
+#include "spindle/core/error.h"
+
+namespace spindle::adapters {
+
+const char* residency_tier_name(ResidencyTier tier) {
+  switch (tier) {
+    case ResidencyTier::device: return "device";
+    case ResidencyTier::host: return "host";
+    case ResidencyTier::loading: return "loading";
+    case ResidencyTier::cold: return "cold";
+  }
+  return "?";
+}
+
+ResidencyManager::ResidencyManager(engine::LoraSlotPool& pool, HostCache& cache, Loader& loader)
+    : pool_(pool), cache_(cache), loader_(loader), slots_(size_t(pool.max_slots())) {}
+
+std::optional<int32_t> ResidencyManager::claim_slot() {
+  std::optional<int32_t> victim;
+  for (int32_t s = 0; s < int32_t(slots_.size()); ++s) {
+    const Slot& slot = slots_[size_t(s)];
+    if (slot.revision_id.empty()) return s;
+    if (slot.in_use == 0 && (!victim || slot.last_used < slots_[size_t(*victim)].last_used))
+      victim = s;
+  }
+  if (victim) {
+    Slot& slot = slots_[size_t(*victim)];
+    SPINDLE_ASSERT(slot.in_use == 0);
+    slot_of_.erase(slot.revision_id);
+    slot.revision_id.clear();
+    pool_.clear(*victim);
+    ++stats_.slot_evictions;
+  }
+  return victim;
+}
+
+std::optional<int32_t> ResidencyManager::acquire(const std::string& revision_id,
+                                                 int32_t priority) {
+  ++stats_.acquires;
+  if (known_set_.emplace(revision_id, true).second) known_.push_back(revision_id);
+  if (auto it = slot_of_.find(revision_id); it != slot_of_.end()) {
+    Slot& slot = slots_[size_t(it->second)];
+    ++slot.in_use;
+    slot.last_used = ++tick_;
+    ++stats_.device_hits;
+    return it->second;
+  }
+  // Host memory: a load that landed (held here even if the cache evicted it), or the cache.
+  AdapterPtr adapter;
+  if (auto it = landed_.find(revision_id); it != landed_.end()) adapter = it->second;
+  if (!adapter) adapter = cache_.get(revision_id);
+  if (!adapter) {
+    if (!pending_.count(revision_id)) pending_.emplace(revision_id, loader_.request(revision_id, priority));
+    ++stats_.cold_parks;
+    return std::nullopt;
+  }
+  const std::optional<int32_t> claimed = claim_slot();
+  if (!claimed) {
+    landed_.emplace(revision_id, adapter);  // keep it in hand until a slot frees up
+    ++stats_.busy_parks;
+    return std::nullopt;
+  }
+  pool_.load(*claimed, *adapter);  // validated first; throws with the slot left free
+  landed_.erase(revision_id);
+  Slot& slot = slots_[size_t(*claimed)];
+  slot.revision_id = revision_id;
+  slot.in_use = 1;
+  slot.last_used = ++tick_;
+  slot_of_[revision_id] = *claimed;
+  ++stats_.host_hits;
+  return claimed;
+}
+
+void ResidencyManager::release(int32_t slot) {
+  SPINDLE_CHECK(slot >= 0 && slot < int32_t(slots_.size()) && slots_[size_t(slot)].in_use > 0,
+                invalid_argument, "residency: release of slot {} that no batch holds", slot);
+  --slots_[size_t(slot)].in_use;
+}
+
+std::vector<LandedLoad> ResidencyManager::take_landed() {
+  std::vector<LandedLoad> out;
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    if (it->second.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+      ++it;
+      continue;
+    }
+    LandedLoad landed{it->first, {}};
+    try {
+      AdapterPtr adapter = it->second.get();
+      // Already placed by an acquire that found it in the cache: nothing to hold on to.
+      if (!slot_of_.count(it->first)) landed_[it->first] = std::move(adapter);
+    } catch (const std::exception& e) {
+      landed.error = e.what();
+      ++stats_.load_failures;
+    }
+    out.push_back(std::move(landed));
+    it = pending_.erase(it);
+  }
+  return out;
+}
+
+std::optional<int32_t> ResidencyManager::slot_of(const std::string& revision_id) const {
+  auto it = slot_of_.find(revision_id);
+  if (it == slot_of_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::vector<RevisionPlacement> ResidencyManager::snapshot() const {
+  std::vector<RevisionPlacement> out;
+  out.reserve(known_.size());
+  for (const std::string& id : known_) {
+    RevisionPlacement p{id, ResidencyTier::cold, -1, 0};
+    if (auto it = slot_of_.find(id); it != slot_of_.end()) {
+      p.tier = ResidencyTier::device;
+      p.slot = it->second;
+      p.in_use = slots_[size_t(it->second)].in_use;
+    } else if (landed_.count(id) || cache_.contains(id)) {
+      p.tier = ResidencyTier::host;
+    } else if (pending_.count(id) || loader_.in_flight(id)) {
+      p.tier = ResidencyTier::loading;
+    }
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+}  // namespace spindle::adapters
