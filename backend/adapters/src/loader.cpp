@@ -1,5 +1,7 @@
 #include "spindle/adapters/loader.h"
 
+#include "spindle/adapters/revision_format.h"
+
 #include <fmt/format.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -11,6 +13,17 @@ namespace spindle::adapters {
 
 LoadCancelled::LoadCancelled(const std::string& revision_id)
     : Error(ErrorCode::resource, fmt::format("load of revision '{}' was cancelled", revision_id)) {}
+
+LoadFn blob_store_load_fn(const BlobStore& store, engine::ModelConfig base,
+                          std::function<std::string(const std::string&)> blob_of) {
+  return [&store, base = std::move(base), blob_of = std::move(blob_of)](const std::string& id) {
+    const std::string blob_id = blob_of ? blob_of(id) : id;
+    const std::string source = fmt::format("revision '{}' (blob {})", id, blob_id);
+    DecodedRevision decoded = decode_revision(store.get(blob_id), source);
+    decoded.weights.validate(base, source);
+    return std::make_shared<const engine::LoraWeights>(std::move(decoded.weights));
+  };
+}
 
 Loader::Loader(HostCache& cache, LoadFn load, LoaderOptions options)
     : thread_nice_(options.thread_nice), cache_(cache), load_(std::move(load)) {

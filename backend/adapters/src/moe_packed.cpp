@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -250,20 +251,15 @@ PackedMoeLora load_per_expert_moe(const std::filesystem::path& path, const MoeDi
   dims.validate();
   engine::SafetensorsFile f(path);
   const MoeAdapterParams params = params_of(f, dims, "per_expert");
-  // One read and one allocation per expert tensor, as a PEFT loader does, then pack.
+  // One read and one allocation per tensor, as a PEFT loader does (in file order, so the
+  // disk sees one forward sweep), then pack; pack_moe_from_peft names any missing tensor.
+  std::vector<const engine::SafetensorsEntry*> order;
+  order.reserve(f.entries().size());
+  for (const auto& e : f.entries()) order.push_back(&e);
+  std::sort(order.begin(), order.end(),
+            [](const auto* a, const auto* b) { return a->data_begin < b->data_begin; });
   PeftTensorMap tensors;
-  for (int64_t l = 0; l < dims.n_layers; ++l) {
-    for (MoeProj proj : kAllMoeProjs) {
-      for (int64_t e = 0; e < dims.n_experts; ++e) {
-        for (LoraMatrix m : {LoraMatrix::A, LoraMatrix::B}) {
-          const std::string name = moe_expert_tensor_name(l, e, proj, m);
-          SPINDLE_CHECK(f.find(name) != nullptr, not_found, "{}: tensor '{}' is missing",
-                        path.string(), name);
-          tensors.emplace(name, f.read_f32(name));
-        }
-      }
-    }
-  }
+  for (const engine::SafetensorsEntry* e : order) tensors.emplace(e->name, f.read_f32(*e));
   return pack_moe_from_peft(tensors, dims, params, path.string());
 }
 

@@ -41,7 +41,7 @@ std::optional<int32_t> ResidencyManager::claim_slot() {
 std::optional<int32_t> ResidencyManager::acquire(const std::string& revision_id,
                                                  int32_t priority) {
   ++stats_.acquires;
-  if (known_set_.emplace(revision_id, true).second) known_.push_back(revision_id);
+  if (known_set_.insert(revision_id).second) known_.push_back(revision_id);
   if (auto it = slot_of_.find(revision_id); it != slot_of_.end()) {
     Slot& slot = slots_[size_t(it->second)];
     ++slot.in_use;
@@ -54,7 +54,8 @@ std::optional<int32_t> ResidencyManager::acquire(const std::string& revision_id,
   if (auto it = landed_.find(revision_id); it != landed_.end()) adapter = it->second;
   if (!adapter) adapter = cache_.get(revision_id);
   if (!adapter) {
-    if (!pending_.count(revision_id)) pending_.emplace(revision_id, loader_.request(revision_id, priority));
+    if (!pending_.count(revision_id))
+      pending_.emplace(revision_id, loader_.request(revision_id, priority));
     ++stats_.cold_parks;
     return std::nullopt;
   }

@@ -3,9 +3,13 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <thread>
+#include <unistd.h>
 
+#include "../model/model_fixtures.h"
 #include "residency_fixtures.h"
+#include "spindle/adapters/revision_format.h"
 #include "spindle/adapters/loader.h"
 
 namespace spindle::adapters {
@@ -117,6 +121,37 @@ TEST(Loader, RefusedCacheInsertFailsTheWaiters) {
   }
   EXPECT_EQ(loader.stats().loads_failed, 1u);
   EXPECT_THROW(Loader(cache, fn_of(src), {/*threads=*/0}), Error);
+}
+
+TEST(Loader, BlobStoreSourceDecodesRevisions) {
+  const auto root = std::filesystem::temp_directory_path() /
+                    ("spindle_loader_blobs_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(root);
+  const engine::ModelConfig config = spindle::testing::tiny_config(engine::Arch::qwen3);
+  const engine::LoraTarget targets[] = {engine::LoraTarget::q, engine::LoraTarget::down};
+  const auto w = engine::LoraWeights::random(config, 2, 4.0f, targets, 5, 0.1f, 0.1f);
+  BlobStore store(root);
+  const std::string blob = store.put(encode_revision(w, revision_meta_for(w, {"base", "sum"})));
+  HostCache cache(1 << 20);
+  Loader loader(cache, blob_store_load_fn(store, config, [&](const std::string&) { return blob; }),
+                {/*threads=*/1});
+  const AdapterPtr got = loader.request("rev-1").get();
+  ASSERT_EQ(got->modules.size(), w.modules.size());
+  const auto& q = got->modules[0][size_t(engine::LoraTarget::q)];
+  EXPECT_EQ(std::memcmp(q.A.data(), w.modules[0][0].A.data(), q.A.bytes()), 0);
+  EXPECT_TRUE(cache.contains("rev-1"));
+  engine::ModelConfig other = config;
+  other.dim = 64;
+  HostCache cache2(1 << 20);
+  Loader wrong(cache2, blob_store_load_fn(store, other, [&](const std::string&) { return blob; }),
+               {/*threads=*/1});
+  try {
+    wrong.request("rev-1").get();
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("revision 'rev-1'"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove_all(root);
 }
 
 TEST(Loader, ShutdownCancelsQueuedJobs) {

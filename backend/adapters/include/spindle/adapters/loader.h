@@ -25,9 +25,11 @@
 #include <unordered_map>
 #include <vector>
 
+#include "spindle/adapters/blob_store.h"
 #include "spindle/adapters/host_cache.h"
 #include "spindle/core/error.h"
 #include "spindle/engine/lora.h"
+#include "spindle/engine/model_config.h"
 
 namespace spindle::adapters {
 
@@ -68,6 +70,13 @@ struct LoaderStats {
   double wait_ms_max = 0.0;
   double mean_wait_ms() const { return loads_started ? wait_ms_total / double(loads_started) : 0.0; }
 };
+
+// Production source: maps a revision id to its blob id (`blob_of`; the catalog's lookup, or
+// the identity when revisions are addressed by blob id), reads and verifies the blob, decodes
+// the revision format and validates it against `base`. `store` must outlive the function.
+// Errors name the revision (not_found, format, ...).
+LoadFn blob_store_load_fn(const BlobStore& store, engine::ModelConfig base,
+                          std::function<std::string(const std::string& revision_id)> blob_of = {});
 
 class Loader {
  public:

@@ -20,6 +20,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "spindle/adapters/host_cache.h"
@@ -93,9 +94,11 @@ class ResidencyManager {
   std::vector<Slot> slots_;                              // [pool.max_slots()]
   std::unordered_map<std::string, int32_t> slot_of_;     // resident revision -> slot
   std::unordered_map<std::string, LoadFuture> pending_;  // loads not yet reported landed
-  std::unordered_map<std::string, AdapterPtr> landed_;   // landed, not yet placed in a slot
+  // Landed (or waiting for a free slot), not yet placed: held here so a host-cache eviction
+  // cannot send parked work back to disk; bounded by the parked work's distinct ids.
+  std::unordered_map<std::string, AdapterPtr> landed_;
   std::vector<std::string> known_;                       // every id seen, first-seen order
-  std::unordered_map<std::string, bool> known_set_;
+  std::unordered_set<std::string> known_set_;
   uint64_t tick_ = 0;
   ResidencyStats stats_;
 };
