@@ -11,6 +11,7 @@
 #include <sstream>
 #include <sys/wait.h>
 
+#include "run_spindle.h"
 #include "shared_fixtures.h"
 #include "spindle/adapters/optimizer_state.h"
 #include "spindle/adapters/peft.h"
@@ -18,40 +19,13 @@
 
 namespace {
 
+using spindle::testing::RunResult;
+using spindle::testing::run_spindle;
+
 namespace fs = std::filesystem;
 
-struct RunResult {
-  int exit_code = -1;
-  std::string out;  // stdout
-  std::string err;  // stderr
-};
 
-std::string quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
 
-RunResult run_spindle(const std::vector<std::string>& args) {
-  const auto err_file = fs::temp_directory_path() /
-                        ("spindle_train_cli_err_" + std::to_string(::getpid()));
-  std::string cmd = quote((spindle::testing::binary_dir() / "app" / "spindle").string());
-  for (const auto& a : args) cmd += " " + quote(a);
-  cmd += " 2>" + quote(err_file.string());
-  RunResult r;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int status = ::pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream e(err_file);
-  std::stringstream ss;
-  ss << e.rdbuf();
-  r.err = ss.str();
-  fs::remove(err_file);
-  return r;
-}
 
 fs::path temp_dir(const std::string& name) {
   const fs::path p =

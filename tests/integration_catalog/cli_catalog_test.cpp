@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "helper/commit_loop_common.h"
+#include "run_spindle.h"
 #include "shared_fixtures.h"
 #include "spindle/adapters/peft.h"
 #include "spindle/engine/loader.h"
@@ -19,16 +20,8 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-struct RunResult {
-  int exit_code = -1;
-  std::string out, err;
-};
-
-std::string quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
+using spindle::testing::RunResult;
+using spindle::testing::shell_quote;
 
 class CatalogCli : public ::testing::Test {
  protected:
@@ -43,24 +36,9 @@ class CatalogCli : public ::testing::Test {
 
   // Runs `spindle catalog --data-dir <root>/data <args...>`.
   RunResult run(const std::vector<std::string>& args, const std::string& env = "") {
-    const fs::path err_file = root_ / "stderr.txt";
-    std::string cmd = env + " " +
-                      quote((spindle::testing::binary_dir() / "app" / "spindle").string()) +
-                      " catalog --data-dir " + quote((root_ / "data").string());
-    for (const auto& a : args) cmd += " " + quote(a);
-    cmd += " 2>" + quote(err_file.string());
-    RunResult r;
-    FILE* p = ::popen(cmd.c_str(), "r");
-    std::array<char, 4096> buf{};
-    size_t n;
-    while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-    const int status = ::pclose(p);
-    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    std::ifstream e(err_file);
-    std::stringstream ss;
-    ss << e.rdbuf();
-    r.err = ss.str();
-    return r;
+    std::vector<std::string> full = {"catalog", "--data-dir", (root_ / "data").string()};
+    full.insert(full.end(), args.begin(), args.end());
+    return spindle::testing::run_spindle(full, env);
   }
 
   json run_json(const std::vector<std::string>& args) {
@@ -166,26 +144,20 @@ TEST_F(CatalogCli, ErrorsAreClearAndTenantScoped) {
   EXPECT_EQ(run_json({"search", "secret", "--tenant", "b"})["items"].size(), 0u);
   EXPECT_EQ(run_json({"show", "secret", "--tenant", "a"})["policy"]["name"], "secret");
   // The data dir comes from SPINDLE_DATA_DIR when --data-dir is absent.
-  const std::string env = "SPINDLE_DATA_DIR=" + quote((root_ / "data").string());
-  std::string cmd = env + " " +
-                    quote((spindle::testing::binary_dir() / "app" / "spindle").string()) +
-                    " catalog --tenant a ls --json";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  EXPECT_EQ(::pclose(p), 0);
+  const auto r = spindle::testing::run_spindle(
+      {"catalog", "--tenant", "a", "ls", "--json"},
+      "SPINDLE_DATA_DIR=" + shell_quote((root_ / "data").string()));
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  const std::string out = r.out;
   EXPECT_EQ(json::parse(out)["items"].size(), 1u);
 }
 
 TEST_F(CatalogCli, ImportValidatesAgainstARealBase) {
   SPINDLE_SHARED_OR_SKIP(bin, "models/stories260K/stories260K.bin");
   const fs::path hf = root_ / "stories-hf";
-  const std::string convert = quote((spindle::testing::binary_dir() / "app" / "spindle").string()) +
-                              " convert --from " + quote(bin.string()) + " --to " +
-                              quote(hf.string()) + " 2>/dev/null";
-  ASSERT_EQ(std::system(convert.c_str()), 0);
+  const auto converted =
+      spindle::testing::run_spindle({"convert", "--from", bin.string(), "--to", hf.string()});
+  ASSERT_EQ(converted.exit_code, 0) << converted.err;
   const auto base = spindle::engine::load_model(hf);
   const spindle::engine::LoraTarget t[] = {spindle::engine::LoraTarget::q,
                                            spindle::engine::LoraTarget::up};
