@@ -5,6 +5,7 @@
 #include <cmath>
 #include <regex>
 
+#include "spindle/adapters/revision_format.h"
 #include "spindle/core/error.h"
 #include "spindle/core/file_io.h"
 #include "spindle/engine/safetensors.h"
@@ -101,73 +102,19 @@ PeftConfig parse_peft_config(const std::string& text, const std::string& source)
   return c;
 }
 
-namespace {
-
-// Splits "base_model.model.model.layers.3.self_attn.q_proj.lora_A.weight" into (3, q, 'A').
-struct ParsedKey {
-  int64_t layer = 0;
-  LoraTarget target = LoraTarget::q;
-  char which = 'A';
-};
-
-std::optional<ParsedKey> parse_key(const std::string& key) {
-  static const std::regex layer_re(
-      R"(^base_model\.model\.model\.layers\.(\d+)\.(self_attn|mlp)\.(\w+)\.lora_([AB])(?:\.default)?\.weight$)");
-  static const std::regex head_re(
-      R"(^base_model\.model\.lm_head\.lora_([AB])(?:\.default)?\.weight$)");
-  std::smatch m;
-  if (std::regex_match(key, m, layer_re)) {
-    const auto t = engine::lora_target_from_name(m[3].str());
-    if (!t || *t == LoraTarget::lm_head || m[1].str().size() > 6) return std::nullopt;
-    return ParsedKey{std::stoll(m[1].str()), *t, m[4].str()[0]};
-  }
-  if (std::regex_match(key, m, head_re)) return ParsedKey{0, LoraTarget::lm_head, m[1].str()[0]};
-  return std::nullopt;
-}
-
-}  // namespace
-
 engine::LoraWeights load_peft(const std::filesystem::path& dir, const engine::ModelConfig& base) {
-  const auto config_path = dir / "adapter_config.json";
-  const auto model_path = dir / "adapter_model.safetensors";
-  SPINDLE_CHECK(std::filesystem::is_directory(dir), not_found,
-                "adapter directory {} does not exist", dir.string());
-  SPINDLE_CHECK(std::filesystem::exists(config_path), not_found, "{} is missing",
-                config_path.string());
-  SPINDLE_CHECK(std::filesystem::exists(model_path), not_found,
-                "{} is missing (only the safetensors format is read)", model_path.string());
-  const PeftConfig cfg = parse_peft_config(read_file_to_string(config_path), config_path.string());
-
-  engine::LoraWeights w;
-  w.rank = cfg.r;
-  w.alpha = cfg.lora_alpha;
-  w.use_rslora = cfg.use_rslora;
+  // read_peft_dir checks the files on their own (config, keys, ranks, pairs); what is left is
+  // whether they fit this base.
+  PeftImport imported = read_peft_dir(dir);
+  engine::LoraWeights& w = imported.weights;
+  const std::string src = (dir / "adapter_model.safetensors").string();
+  SPINDLE_CHECK(int64_t(w.modules.size()) <= base.n_layers, invalid_argument,
+                "{}: the adapter has tensors for layer {}, the base has {} layers (hint: maybe "
+                "wrong base model?)",
+                src, w.modules.size() - 1, base.n_layers);
   w.modules.resize(size_t(base.n_layers));
-  const engine::SafetensorsFile file(model_path);
-  const std::string src = model_path.string();
-  for (const auto& e : file.entries()) {
-    const auto key = parse_key(e.name);
-    SPINDLE_CHECK(key.has_value(), unsupported,
-                  "{}: tensor '{}' is not a LoRA A/B weight of a module Spindle adapts", src,
-                  e.name);
-    SPINDLE_CHECK(key->layer < base.n_layers, invalid_argument,
-                  "{}: tensor '{}' is for layer {}, the base has {} layers (hint: maybe wrong "
-                  "base model?)",
-                  src, e.name, key->layer, base.n_layers);
-    engine::LoraPair& p = w.modules[size_t(key->layer)][size_t(key->target)];
-    Tensor& dst = key->which == 'A' ? p.A : p.B;
-    SPINDLE_CHECK(dst.empty(), format, "{}: tensor '{}' appears twice", src, e.name);
-    dst = file.read_f32(e);
-  }
-  for (int64_t l = 0; l < base.n_layers; ++l) {
-    for (LoraTarget t : engine::kAllLoraTargets) {
-      const engine::LoraPair& p = w.modules[size_t(l)][size_t(t)];
-      SPINDLE_CHECK(p.A.empty() == p.B.empty(), format, "{}: {} has lora_{} but no lora_{}", src,
-                    peft_module_key(l, t), p.A.empty() ? "B" : "A", p.A.empty() ? "A" : "B");
-    }
-  }
   w.validate(base, src);
-  return w;
+  return std::move(w);
 }
 
 void save_peft(const engine::LoraWeights& adapter, const std::filesystem::path& dir,
