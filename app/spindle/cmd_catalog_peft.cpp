@@ -16,6 +16,7 @@
 #include <memory>
 #include <string>
 
+#include "spindle/adapters/optimizer_state.h"
 #include "spindle/adapters/peft.h"
 #include "spindle/adapters/revision_format.h"
 #include "spindle/adapters/sha256.h"
@@ -187,6 +188,11 @@ void register_catalog_peft(CLI::App& cmd) {
       opts.dtype = parse_dtype(a->dtype);
       if (a->step >= 0) opts.step = a->step;
       opts.metrics_json = json{{"imported_from", fs::absolute(a->dir).string()}}.dump();
+      // An optimizer_state.safetensors beside the adapter (spindle sft writes one) travels
+      // with the revision as its own blob.
+      std::optional<engine::AdamW> state;
+      if (adapters::has_optimizer_state(a->dir)) state = adapters::load_optimizer_state(a->dir);
+      opts.optimizer_state = state ? &*state : nullptr;
       const catalog::Revision r = cat.commit_revision(tenant, a->name, weights, opts);
       if (as_json) {
         print_json(revision_json(r));
@@ -211,6 +217,8 @@ void register_catalog_peft(CLI::App& cmd) {
       adapters::save_peft(
           d.weights, a->dir,
           {.base_model_name_or_path = d.meta.base_model_id, .dtype = parse_dtype(a->dtype)});
+      const auto state = cat.read_optimizer_state(tenant, {addr.tenant, addr.policy, r.revision.id});
+      if (state) adapters::save_optimizer_state(*state, a->dir);
       if (as_json) {
         print_json({{"revision", revision_json(r.revision)}, {"dir", a->dir}});
       } else {

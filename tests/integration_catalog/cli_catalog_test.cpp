@@ -12,6 +12,7 @@
 #include "helper/commit_loop_common.h"
 #include "run_spindle.h"
 #include "shared_fixtures.h"
+#include "spindle/adapters/optimizer_state.h"
 #include "spindle/adapters/peft.h"
 #include "spindle/engine/loader.h"
 
@@ -177,6 +178,37 @@ TEST_F(CatalogCli, ImportValidatesAgainstARealBase) {
       run({"import-peft", (root_ / "bad").string(), "story", "--base", "stories260K"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("up_proj"), std::string::npos) << r.err;
+}
+
+}  // namespace
+
+namespace {
+
+TEST_F(CatalogCli, OptimizerStateTravelsThroughImportAndExport) {
+  const fs::path dir = peft_dir(3);
+  // An adapter directory as `spindle sft` leaves it: weights plus optimizer state.
+  spindle::engine::LoraWeights w = spindle::catalog::durability::loop_adapter(3);
+  spindle::engine::LoraWeights g = w.clone();
+  std::vector<spindle::engine::ParamRef> refs;
+  for (size_t l = 0; l < w.modules.size(); ++l)
+    for (size_t t = 0; t < w.modules[l].size(); ++t) {
+      if (w.modules[l][t].empty()) continue;
+      const std::string key =
+          spindle::engine::lora_module_key(int64_t(l), spindle::engine::LoraTarget(t));
+      refs.push_back({key + ".lora_A.weight", &w.modules[l][t].A, &g.modules[l][t].A});
+      refs.push_back({key + ".lora_B.weight", &w.modules[l][t].B, &g.modules[l][t].B});
+    }
+  spindle::engine::AdamW adam;
+  for (int i = 0; i < 2; ++i) adam.step(refs, {.learning_rate = 1e-3f});
+  spindle::adapters::save_optimizer_state(adam, dir);
+
+  const RunResult imp = run({"import-peft", dir.string(), "resumable"});
+  ASSERT_EQ(imp.exit_code, 0) << imp.err;
+  const fs::path out = root_ / "exported";
+  const RunResult exp = run({"export-peft", "resumable", out.string()});
+  ASSERT_EQ(exp.exit_code, 0) << exp.err;
+  ASSERT_TRUE(spindle::adapters::has_optimizer_state(out));
+  EXPECT_EQ(spindle::adapters::load_optimizer_state(out).serialize(), adam.serialize());
 }
 
 }  // namespace

@@ -145,6 +145,11 @@ CheckReport Catalog::check() {
     const std::string blob = q.text(0);
     if (!impl_->blobs.exists(blob)) report.missing_blobs.push_back(blob);
   }
+  auto s = db.query("SELECT DISTINCT state_blob FROM revisions WHERE state_blob IS NOT NULL");
+  while (s.step()) {
+    const std::string blob = s.text(0);
+    if (!impl_->blobs.exists(blob)) report.missing_blobs.push_back(blob);
+  }
   return report;
 }
 

@@ -82,7 +82,7 @@ extern const char* const kRevisionSelect;
 extern const char* const kRevisionColumnsSql;
 extern const char* const kRevisionFromSql;
 RevisionRow revision_from_row(const detail::Query& q, int first_col = 0);
-constexpr int kRevisionColumns = 13;
+constexpr int kRevisionColumns = 14;
 
 std::string targets_to_csv(const std::vector<engine::LoraTarget>& targets);
 std::vector<engine::LoraTarget> targets_from_csv(const std::string& csv);

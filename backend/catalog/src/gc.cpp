@@ -81,7 +81,9 @@ GcReport Catalog::gc(const GcOptions& options) {
   };
   report.blobs = impl_->blobs.gc(
       [&](std::string_view blob) {
-        auto q = db.query("SELECT 1 FROM revisions WHERE blob = ?1 LIMIT 1");
+        auto q = db.query(
+            "SELECT 1 FROM revisions WHERE blob = ?1 UNION ALL "
+            "SELECT 1 FROM revisions WHERE state_blob = ?1 LIMIT 1");
         q.bind(1, blob);
         return q.step();
       },

@@ -64,6 +64,12 @@ Revision Catalog::commit_revision(std::string_view tenant, std::string_view poli
                                                      .base_checksum = base.checksum,
                                                      .dtype = options.dtype}));
   const std::string blob = impl_->blobs.put(bytes);
+  std::string state_bytes;
+  std::optional<std::string> state_blob;
+  if (options.optimizer_state) {
+    state_bytes = options.optimizer_state->serialize();
+    state_blob = impl_->blobs.put(state_bytes);
+  }
 
   // 2. One transaction: everything is re-read under the write lock.
   detail::WriteTxn txn(impl_->db);
@@ -82,7 +88,10 @@ Revision Catalog::commit_revision(std::string_view tenant, std::string_view poli
   // cannot disappear between this check and the insert. If an earlier GC removed an orphan
   // with these bytes after put() saw it, write it again.
   if (!impl_->blobs.exists(blob)) impl_->blobs.put(bytes);
-  const std::string id = revision_id(p.id, p.policy.head, step, blob, metrics);
+  if (state_blob && !impl_->blobs.exists(*state_blob)) impl_->blobs.put(state_bytes);
+  // The state takes part in the id only when present, so weight-only ids stay as they were.
+  const std::string id = revision_id(p.id, p.policy.head, step,
+                                     state_blob ? blob + ":" + *state_blob : blob, metrics);
   int64_t seq = 0;
   if (const auto existing = impl_->find_revision(id)) {
     seq = existing->seq;  // the same commit again (same parent, step, content): idempotent
@@ -90,7 +99,7 @@ Revision Catalog::commit_revision(std::string_view tenant, std::string_view poli
     impl_->db
         .query(
             "INSERT INTO revisions(id, policy_id, parent_seq, step, blob, bytes, metrics, "
-            "created_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)")
+            "created_ms, state_blob) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)")
         .bind(1, id)
         .bind(2, p.id)
         .bind(3, p.head_seq)
@@ -99,6 +108,7 @@ Revision Catalog::commit_revision(std::string_view tenant, std::string_view poli
         .bind(6, int64_t(bytes.size()))
         .bind(7, metrics)
         .bind(8, impl_->now())
+        .bind(9, state_blob)
         .run();
     seq = impl_->db.last_insert_rowid();
   }
@@ -119,6 +129,16 @@ adapters::DecodedRevision Catalog::read_revision(std::string_view tenant, const 
   const std::string bytes = impl_->blobs.get(r.revision.blob);  // verifies the checksum
   return adapters::decode_revision(
       bytes, fmt::format("{}@{} (blob {})", r.policy.address(), r.revision.id, r.revision.blob));
+}
+
+std::optional<engine::AdamW> Catalog::read_optimizer_state(std::string_view tenant,
+                                                          const Address& address) {
+  const Resolved r = get(tenant, address);
+  if (!r.revision.state_blob) return std::nullopt;
+  std::string bytes = impl_->blobs.get(*r.revision.state_blob);  // verifies the checksum
+  return engine::AdamW::deserialize(
+      std::move(bytes), fmt::format("{}@{} optimizer state (blob {})", r.policy.address(),
+                                    r.revision.id, *r.revision.state_blob));
 }
 
 }  // namespace spindle::catalog

@@ -28,7 +28,7 @@ const char* const kPolicySelect =
 #define SPINDLE_REVISION_COLUMNS                                              \
   "SELECT r.id, r.policy_id, p.tenant_id, p.name, p.deleted_ms IS NOT NULL, " \
   "(SELECT x.id FROM revisions x WHERE x.seq = r.parent_seq), "               \
-  "r.step, r.blob, r.bytes, r.metrics, r.created_ms, r.seq, r.parent_seq "
+  "r.step, r.blob, r.bytes, r.metrics, r.created_ms, r.seq, r.parent_seq, r.state_blob "
 #define SPINDLE_REVISION_FROM "FROM revisions r JOIN policies p ON p.id = r.policy_id "
 
 const char* const kRevisionColumnsSql = SPINDLE_REVISION_COLUMNS;
@@ -107,6 +107,7 @@ RevisionRow revision_from_row(const detail::Query& q, int c) {
   r.created_ms = q.int64(c + 10);
   row.seq = q.int64(c + 11);
   row.parent_seq = q.opt_int64(c + 12);
+  r.state_blob = q.opt_text(c + 13);
   return row;
 }
 

@@ -153,8 +153,15 @@ BEGIN
 END;
 )sql";
 
-const Migration kMigrations[] = {{1, kV1}, {2, kV2}};
-constexpr int kLatest = 2;
+// Version 3: a revision may carry its optimizer state (AdamW moments) as a second blob, so
+// training resumes exactly from any revision. NULL for revisions saved without state.
+constexpr const char* kV3 = R"sql(
+ALTER TABLE revisions ADD COLUMN state_blob TEXT;
+CREATE INDEX revisions_by_state_blob ON revisions(state_blob) WHERE state_blob IS NOT NULL;
+)sql";
+
+const Migration kMigrations[] = {{1, kV1}, {2, kV2}, {3, kV3}};
+constexpr int kLatest = 3;
 
 }  // namespace
 

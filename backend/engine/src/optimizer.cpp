@@ -10,6 +10,7 @@
 #include <set>
 
 #include "spindle/core/error.h"
+#include "spindle/core/file_io.h"
 #include "spindle/engine/safetensors.h"
 
 namespace spindle::engine {
@@ -134,7 +135,7 @@ OptimStepResult AdamW::step(std::span<const ParamRef> params, const AdamParams& 
   return result;
 }
 
-void AdamW::save(const std::filesystem::path& file) const {
+std::string AdamW::serialize() const {
   std::vector<SafetensorsTensorIn> tensors;
   tensors.reserve(moments_.size() * 2);
   for (const auto& [name, mv] : moments_) {
@@ -147,12 +148,17 @@ void AdamW::save(const std::filesystem::path& file) const {
                        .shape = mv.second.shape(),
                        .data = mv.second.data()});
   }
-  write_safetensors(file, tensors, {{"step", std::to_string(step_)}, {"format", kFormat}});
+  return encode_safetensors(tensors, {{"step", std::to_string(step_)}, {"format", kFormat}});
 }
 
+void AdamW::save(const std::filesystem::path& file) const { write_file_atomic(file, serialize()); }
+
 AdamW AdamW::load(const std::filesystem::path& file) {
-  const SafetensorsFile st(file);
-  const std::string source = file.string();
+  return deserialize(read_file_to_string(file, /*max_bytes=*/size_t(64) << 30), file.string());
+}
+
+AdamW AdamW::deserialize(std::string bytes, const std::string& source) {
+  const SafetensorsBytes st(std::move(bytes), source);
   const auto& meta = st.metadata();
   const auto fmt_it = meta.find("format");
   SPINDLE_CHECK(fmt_it != meta.end() && fmt_it->second == kFormat, format,

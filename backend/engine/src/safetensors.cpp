@@ -316,4 +316,22 @@ Tensor SafetensorsFile::read_f32(const SafetensorsEntry& entry) const {
   return t;
 }
 
+SafetensorsBytes::SafetensorsBytes(std::string bytes, std::string source)
+    : bytes_(std::move(bytes)), source_(std::move(source)) {
+  header_ = parse_safetensors_header(reinterpret_cast<const uint8_t*>(bytes_.data()),
+                                     bytes_.size(), bytes_.size(), source_);
+}
+
+Tensor SafetensorsBytes::read_f32(const SafetensorsEntry& entry) const {
+  const auto dt = entry.known_dtype;
+  SPINDLE_CHECK(dt == DType::f32 || dt == DType::f16 || dt == DType::bf16, unsupported,
+                "{}: tensor '{}' has dtype {}; only F32, F16 and BF16 can be read as fp32",
+                source_, clip(entry.name), entry.dtype);
+  Tensor t(entry.shape);
+  // parse_safetensors_header checked that the range lies inside the data section.
+  convert_to_f32(*dt, bytes_.data() + header_.data_offset + entry.data_begin, t.data(),
+                 size_t(t.numel()));
+  return t;
+}
+
 }  // namespace spindle::engine

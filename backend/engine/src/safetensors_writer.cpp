@@ -2,6 +2,7 @@
 // serializer does (data sorted by decreasing element size then name; header padded to 8 bytes).
 
 #include <algorithm>
+#include <functional>
 #include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -53,9 +54,13 @@ void convert_chunk(DType dtype, const float* src, uint8_t* dst, size_t n, const 
 
 }  // namespace
 
-void write_safetensors(const std::filesystem::path& path,
-                       std::span<const SafetensorsTensorIn> tensors,
-                       const std::map<std::string, std::string>& metadata) {
+namespace {
+
+// Serialises to `write(data, n)` in order: length, header, tensor data. `what` names the
+// destination in errors.
+void emit_safetensors(std::span<const SafetensorsTensorIn> tensors,
+                      const std::map<std::string, std::string>& metadata, const std::string& what,
+                      const std::function<void(const void*, size_t)>& write) {
   // Layout order: larger elements first keeps every tensor naturally aligned.
   std::vector<size_t> order(tensors.size());
   std::iota(order.begin(), order.end(), size_t(0));
@@ -70,12 +75,12 @@ void write_safetensors(const std::filesystem::path& path,
     const auto& t = tensors[order[k]];
     SPINDLE_CHECK(t.name != "__metadata__", invalid_argument,
                   "write_safetensors: {}: '__metadata__' is reserved, not a tensor name",
-                  path.string());
+                  what);
     SPINDLE_CHECK(!header.contains(t.name), invalid_argument,
-                  "write_safetensors: {}: tensor '{}' given twice", path.string(), t.name);
+                  "write_safetensors: {}: tensor '{}' given twice", what, t.name);
     const uint64_t numel = uint64_t(shape_numel(t.shape));
     SPINDLE_CHECK(numel == 0 || t.data != nullptr, invalid_argument,
-                  "write_safetensors: {}: tensor '{}' has no data", path.string(), t.name);
+                  "write_safetensors: {}: tensor '{}' has no data", what, t.name);
     const uint64_t bytes = numel * dtype_size(t.dtype);
     header[t.name] = {{"dtype", std::string(dtype_name(t.dtype))},
                       {"shape", t.shape},
@@ -88,34 +93,54 @@ void write_safetensors(const std::filesystem::path& path,
   try {
     text = header.dump();  // keys sorted (nlohmann objects are ordered maps)
   } catch (const json::exception& ex) {
-    SPINDLE_THROW(invalid_argument, "write_safetensors: {}: cannot encode header: {}",
-                  path.string(), ex.what());
+    SPINDLE_THROW(invalid_argument, "write_safetensors: {}: cannot encode header: {}", what,
+                  ex.what());
   }
   text.append((8 - text.size() % 8) % 8, ' ');
   uint8_t len_le[8];
   for (int i = 0; i < 8; ++i) len_le[i] = uint8_t(uint64_t(text.size()) >> (8 * i));
 
-  write_file_atomic(path, [&](FileSink& sink) {
-    sink.write(len_le, 8);
-    sink.write(text);
+  write(len_le, 8);
+  write(text.data(), text.size());
+  {
     std::vector<uint8_t> buf;
     for (size_t idx : order) {
       const auto& t = tensors[idx];
       const size_t n = size_t(shape_numel(t.shape));
       const size_t esize = dtype_size(t.dtype);
       if (t.dtype == DType::f32) {  // no conversion: write straight from the caller's buffer
-        sink.write(t.data, n * 4);
+        write(t.data, n * 4);
         continue;
       }
       buf.resize(std::min(n, kChunk) * esize);
       for (size_t done = 0; done < n;) {
         const size_t count = std::min(kChunk, n - done);
         convert_chunk(t.dtype, t.data + done, buf.data(), count, t.name);
-        sink.write(buf.data(), count * esize);
+        write(buf.data(), count * esize);
         done += count;
       }
     }
+  }
+}
+
+}  // namespace
+
+void write_safetensors(const std::filesystem::path& path,
+                       std::span<const SafetensorsTensorIn> tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  write_file_atomic(path, [&](FileSink& sink) {
+    emit_safetensors(tensors, metadata, path.string(),
+                     [&](const void* data, size_t n) { sink.write(data, n); });
   });
+}
+
+std::string encode_safetensors(std::span<const SafetensorsTensorIn> tensors,
+                               const std::map<std::string, std::string>& metadata) {
+  std::string out;
+  emit_safetensors(tensors, metadata, "(in memory)", [&](const void* data, size_t n) {
+    out.append(static_cast<const char*>(data), n);
+  });
+  return out;
 }
 
 }  // namespace spindle::engine

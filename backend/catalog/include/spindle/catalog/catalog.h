@@ -69,6 +69,10 @@ class Catalog {
   Resolved get(std::string_view tenant, const Address& address);
   // The revision's file read from the blob store, checksum verified, decoded.
   adapters::DecodedRevision read_revision(std::string_view tenant, const Address& address);
+  // The optimizer state saved with the revision (CommitOptions::optimizer_state), checksum
+  // verified; nullopt when the revision was saved without one.
+  std::optional<engine::AdamW> read_optimizer_state(std::string_view tenant,
+                                                    const Address& address);
 
   PolicyPage list(std::string_view tenant, const ListQuery& query);
   // Full-text search over name, description and tags (FTS5, bm25 order). Every word of

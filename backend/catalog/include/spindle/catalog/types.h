@@ -11,6 +11,7 @@
 #include "spindle/adapters/blob_store.h"
 #include "spindle/core/dtype.h"
 #include "spindle/engine/lora.h"
+#include "spindle/engine/optimizer.h"
 
 namespace spindle::catalog {
 
@@ -65,6 +66,7 @@ struct Revision {
   int64_t bytes = 0;  // its size
   std::string metrics_json = "{}";
   int64_t created_ms = 0;
+  std::optional<std::string> state_blob;  // optimizer state (AdamW) blob, if it was saved
 };
 
 // What an address resolves to.
@@ -123,6 +125,8 @@ struct CommitOptions {
   // revision id ("" = the policy has no revision yet).
   std::optional<std::string> expected_head;
   DType dtype = DType::f32;  // tensor dtype in the revision file: f32, f16 or bf16
+  // Optimizer state saved with the revision as its own blob (save_state); null: weights only.
+  const engine::AdamW* optimizer_state = nullptr;
 };
 
 // One policy with one revision whose revision file is already in the blob store.

@@ -59,6 +59,9 @@ class AdamW {
   // (bit-exact resume). load throws naming the file and tensor on a missing or misshapen entry.
   void save(const std::filesystem::path& file) const;
   static AdamW load(const std::filesystem::path& file);
+  // The same safetensors bytes in memory (a blob); `source` names them in errors.
+  std::string serialize() const;
+  static AdamW deserialize(std::string bytes, const std::string& source);
 
  private:
   int64_t step_ = 0;

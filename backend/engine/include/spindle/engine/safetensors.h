@@ -78,6 +78,25 @@ class SafetensorsFile {
   SafetensorsHeader header_;
 };
 
+// A safetensors file held in memory (a blob read from a store): the same checks as
+// SafetensorsFile. Read-only; concurrent reads are safe.
+class SafetensorsBytes {
+ public:
+  SafetensorsBytes(std::string bytes, std::string source);
+
+  const std::string& source() const { return source_; }
+  const std::vector<SafetensorsEntry>& entries() const { return header_.entries; }
+  const std::map<std::string, std::string>& metadata() const { return header_.metadata; }
+  const SafetensorsEntry* find(std::string_view name) const { return header_.find(name); }
+  // F32, F16 or BF16 converted to fp32 (unsupported for other dtypes, naming the tensor).
+  Tensor read_f32(const SafetensorsEntry& entry) const;
+
+ private:
+  std::string bytes_;
+  std::string source_;
+  SafetensorsHeader header_;
+};
+
 // One tensor to write: fp32 values converted to `dtype` on write (F32/F16/BF16 round to
 // nearest even; I32/I64/U8 round to nearest and must be in range).
 struct SafetensorsTensorIn {
@@ -93,5 +112,8 @@ struct SafetensorsTensorIn {
 void write_safetensors(const std::filesystem::path& path,
                        std::span<const SafetensorsTensorIn> tensors,
                        const std::map<std::string, std::string>& metadata = {});
+// The same bytes write_safetensors would write, in memory (for blobs).
+std::string encode_safetensors(std::span<const SafetensorsTensorIn> tensors,
+                               const std::map<std::string, std::string>& metadata = {});
 
 }  // namespace spindle::engine
