@@ -175,17 +175,11 @@ std::string encode_revision(const engine::LoraWeights& w, const RevisionMeta& me
       tensors[key + ".lora_B.weight"] = &p.B;
     }
   }
-  const size_t esize = dtype_size(meta.dtype);
-  json header = json::object();
-  uint64_t offset = 0;
-  for (const auto& [name, t] : tensors) {
-    const uint64_t bytes = uint64_t(t->numel()) * esize;
-    header[name] = {{"dtype", std::string(dtype_name(meta.dtype))},
-                    {"shape", t->shape()},
-                    {"data_offsets", {offset, offset + bytes}}};
-    offset += bytes;
-  }
-  header["__metadata__"] = std::map<std::string, std::string>{
+  // Same layout as engine::write_safetensors (sorted keys, one dtype, space-padded header), so
+  // equal content gives equal bytes and equal blob ids.
+  std::vector<engine::SafetensorsTensorIn> ins;
+  for (const auto& [name, t] : tensors) ins.push_back({name, meta.dtype, t->shape(), t->data()});
+  const std::map<std::string, std::string> metadata{
       {"spindle.format", kFormat},
       {"spindle.format_version", kFormatVersion},
       {"spindle.base_model", meta.base_model_id},
@@ -197,18 +191,7 @@ std::string encode_revision(const engine::LoraWeights& w, const RevisionMeta& me
       {"spindle.n_layers", std::to_string(meta.n_layers)},
       {"spindle.dtype", std::string(dtype_name(meta.dtype))},
   };
-  std::string text = header.dump();
-  text.append((8 - text.size() % 8) % 8, ' ');
-  std::string out;
-  out.reserve(8 + text.size() + offset);
-  for (int i = 0; i < 8; ++i) out.push_back(char(uint8_t(uint64_t(text.size()) >> (8 * i))));
-  out += text;
-  for (const auto& [name, t] : tensors) {
-    const size_t at = out.size();
-    out.resize(at + size_t(t->numel()) * esize);
-    convert_from_f32(meta.dtype, t->data(), out.data() + at, size_t(t->numel()));
-  }
-  return out;
+  return engine::encode_safetensors(ins, metadata);
 }
 
 RevisionMeta decode_revision_meta(std::string_view bytes, const std::string& source) {
