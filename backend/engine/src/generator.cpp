@@ -53,22 +53,23 @@ void Generator::validate(const GenerationRequest& r, size_t i) const {
 bool Generator::accept(Live& s, const float* logits, const GenerationRequest& r) {
   const SampledToken t =
       sample_token(logits, model_.config().vocab_size, r.params, s.rng, scratch_);
+  const int32_t prev = s.out.tokens.empty() ? s.prompt_last : s.out.tokens.back();
   s.out.tokens.push_back(t.token);
   s.out.logprobs.push_back(t.logprob);
   s.last_token = t.token;
   const auto& stops = r.params.stop_token_ids;
   if (std::find(stops.begin(), stops.end(), t.token) != stops.end()) {
-    s.out.stop_reason = StopReason::stop;
-    if (tokenizer_) {
-      std::span<const int32_t> body(s.out.tokens.data(), s.out.tokens.size() - 1);
-      s.out.text = tokenizer_->decode(body, s.prompt_last);
-    }
+    s.out.stop_reason = StopReason::stop;  // the stop token's text is not appended
     return true;
   }
   if (tokenizer_) {
-    s.out.text = tokenizer_->decode(s.out.tokens, s.prompt_last);
+    // Decodes of consecutive spans concatenate (tokenizer.h), so the text grows by one token's
+    // piece per step, and a stop string can only end inside the newly appended bytes.
+    const size_t old_size = s.out.text.size();
+    s.out.text += tokenizer_->decode({&t.token, 1}, prev);
     for (const auto& stop : r.params.stop_strings) {
-      if (auto pos = s.out.text.find(stop); pos != std::string::npos) {
+      const size_t from = old_size >= stop.size() ? old_size - stop.size() + 1 : 0;
+      if (auto pos = s.out.text.find(stop, from); pos != std::string::npos) {
         s.out.text.resize(pos);
         s.out.stop_reason = StopReason::stop;
         return true;
