@@ -8,7 +8,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-openmp-dev libpcre2-dev libicu-dev nlohmann-json3-dev libspdlog-dev libcli11-dev
   libsqlite3-dev libssl-dev libzmq3-dev cppzmq-dev libcereal-dev
-  python3 python3-numpy
+  python3 python3-numpy python3-zmq python3-pytest
 )
 
 missing=()

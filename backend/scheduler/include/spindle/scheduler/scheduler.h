@@ -1,0 +1,166 @@
+#pragma once
+// The scheduler (DESIGN.md "scheduler/"): one engine thread that owns the model's mutable state
+// (KV cache, slot pools, trainer, residency manager) and turns queued jobs from many clients
+// into heterogeneous engine batches.
+//
+// Sampling: continuous batching across adapters. Each engine step runs one Model::forward over
+// every running sequence's next token (decode) plus prompt chunks of newly admitted requests
+// (prefill), at most `token_budget` tokens per step. The num_samples sequences of one request
+// fork the prompt's KV sequence (shared blocks). Admission is fair across tenants (round robin
+// over tenants with waiting work, FIFO within a tenant).
+//
+// Cold adapters: a sample job names its adapter by a residency key (the revision's blob id);
+// acquire() on the residency manager either gives a slot (run now) or parks the job; parked
+// jobs resume when take_landed() reports their key and fail with the load's error otherwise.
+// The engine thread never waits on I/O; a slot is released only after the last sequence using
+// it finished, so eviction never takes a slot that an in-flight batch uses.
+//
+// Training: each training session holds one slot of the training pool (LoraTrainer state:
+// master weights, gradients, AdamW). A session's jobs run in the order they were submitted.
+// forward_backward jobs at the head of several sessions' queues with the same loss function
+// and config run as ONE LoraTrainer::forward_backward over all their data (K policies, one
+// pass over the base); optim_step runs per session.
+//
+// Completion callbacks run on the engine thread: they must be quick and must not call back
+// into the scheduler (the service forwards them to its socket thread).
+//
+// Threading: submit_*, open/close_session, stats() and stop() are safe from any thread.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "spindle/adapters/residency.h"
+#include "spindle/core/error.h"
+#include "spindle/engine/loss.h"
+#include "spindle/engine/model.h"
+#include "spindle/engine/optimizer.h"
+#include "spindle/engine/sampler.h"
+#include "spindle/engine/tokenizer.h"
+#include "spindle/engine/trainer.h"
+
+namespace spindle::scheduler {
+
+// A failed job: `code` is the spindle::ErrorCode it failed with (resource, not_found, ...).
+struct JobError {
+  ErrorCode code = ErrorCode::internal;
+  std::string message;
+};
+
+template <class T>
+struct Outcome {
+  std::optional<T> value;  // set on success
+  JobError error;          // meaningful when !value
+  bool ok() const { return value.has_value(); }
+};
+
+// ---- sampling ------------------------------------------------------------------------------
+
+struct SampleJob {
+  std::string tenant;        // fairness key
+  std::string adapter_key;   // residency key (blob id); "" = base model only
+  std::vector<int32_t> prompt;
+  int32_t num_samples = 1;
+  engine::SamplingParams params;
+  int32_t load_priority = adapters::kDefaultLoadPriority;
+  std::function<void(Outcome<std::vector<engine::Completion>>)> done;
+};
+
+struct LogprobsJob {
+  std::string tenant;
+  std::string adapter_key;  // "" = base
+  std::vector<int32_t> tokens;
+  // logprobs[i] = log p(tokens[i] | tokens[<i]); logprobs[0] = NaN.
+  std::function<void(Outcome<std::vector<float>>)> done;
+};
+
+// ---- training ------------------------------------------------------------------------------
+
+using SessionId = uint64_t;
+
+struct TrainBatchResult {
+  std::vector<std::vector<float>> logprobs;  // per datum
+  engine::LossMetrics metrics;               // this job's data only
+};
+
+// What save_weights / save_state need: copies taken between the session's earlier and later
+// jobs, so a save sees exactly the steps submitted before it.
+struct SessionSnapshot {
+  std::shared_ptr<const engine::LoraWeights> weights;
+  std::shared_ptr<const engine::AdamW> optimizer;  // null unless with_optimizer
+  int64_t step = 0;
+};
+
+struct SchedulerOptions {
+  int64_t token_budget = 2048;        // tokens per engine step (prefill + decode)
+  int32_t max_running = 256;          // sequences decoding at once
+  size_t max_queued = 4096;           // jobs waiting (sampling + training) before refusal
+  int32_t training_slots = 8;         // sessions training at once
+  int32_t training_max_rank = 64;
+  int64_t kv_blocks = 4096;           // KV cache blocks (block size 16)
+};
+
+struct SchedulerStats {
+  uint64_t queued = 0;     // admitted jobs not yet running
+  uint64_t parked = 0;     // sample/logprob jobs waiting on a cold adapter
+  uint64_t running_sequences = 0;
+  uint64_t sessions = 0;
+  uint64_t jobs_done = 0;
+  uint64_t jobs_failed = 0;
+  uint64_t engine_steps = 0;
+  uint64_t sampled_tokens = 0;
+  uint64_t train_passes = 0;          // LoraTrainer::forward_backward calls
+  uint64_t train_jobs_merged = 0;     // forward_backward jobs that shared a pass with another
+  adapters::ResidencyStats residency;
+  std::vector<adapters::RevisionPlacement> placements;
+  int32_t device_slots = 0;
+  int32_t device_slots_used = 0;
+};
+
+class Scheduler {
+ public:
+  // model, tokenizer (may be null), serving pool and residency manager must outlive the
+  // scheduler; the residency manager must manage `serving_pool`. Starts the engine thread.
+  Scheduler(const engine::Model& model, const engine::Tokenizer* tokenizer,
+            engine::LoraSlotPool& serving_pool, adapters::ResidencyManager& residency,
+            SchedulerOptions options = {});
+  ~Scheduler();  // stop()
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Returns false (and does not call done) when the queue is full: the caller answers
+  // `overloaded`. Jobs are validated on the engine thread; invalid ones fail through done.
+  bool submit_sample(SampleJob job);
+  bool submit_logprobs(LogprobsJob job);
+
+  // Training sessions. open_session attaches `weights` (+ optimizer state) to a free training
+  // slot; it fails with ErrorCode::resource when all training_slots are taken.
+  void open_session(engine::LoraWeights weights, engine::AdamW optimizer,
+                    std::function<void(Outcome<SessionId>)> done);
+  void close_session(SessionId id, std::function<void(Outcome<bool>)> done);
+  bool submit_forward_backward(SessionId id, std::vector<engine::TrainDatum> data,
+                               engine::LossFn fn, engine::LossConfig config, bool backward,
+                               std::function<void(Outcome<TrainBatchResult>)> done);
+  bool submit_optim_step(SessionId id, engine::AdamParams params,
+                         std::function<void(Outcome<engine::OptimStepResult>)> done);
+  bool submit_snapshot(SessionId id, bool with_optimizer,
+                       std::function<void(Outcome<SessionSnapshot>)> done);
+  // Replaces the session's weights (and optimizer state) in its slot (load_state).
+  bool submit_load(SessionId id, engine::LoraWeights weights, engine::AdamW optimizer,
+                   std::function<void(Outcome<int64_t>)> done);
+
+  SchedulerStats stats() const;  // a copy refreshed by the engine thread each step
+
+  // Stops admitting; with drain=true finishes every admitted job first, otherwise fails the
+  // rest with ErrorCode::resource ("shutting down"). Joins the engine thread. Idempotent.
+  void stop(bool drain = true);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace spindle::scheduler
