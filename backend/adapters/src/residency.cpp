@@ -94,6 +94,10 @@ std::vector<LandedLoad> ResidencyManager::take_landed() {
       AdapterPtr adapter = it->second.get();
       // Already placed by an acquire that found it in the cache: nothing to hold on to.
       if (!slot_of_.count(it->first)) landed_[it->first] = std::move(adapter);
+    } catch (const Error& e) {
+      landed.error = e.what();
+      landed.code = e.code();
+      ++stats_.load_failures;
     } catch (const std::exception& e) {
       landed.error = e.what();
       ++stats_.load_failures;

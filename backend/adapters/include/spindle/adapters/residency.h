@@ -52,10 +52,12 @@ struct ResidencyStats {
   }
 };
 
-// One finished load reported by take_landed(): error is empty on success.
+// One finished load reported by take_landed(): error is empty on success; code is the
+// spindle::ErrorCode the load threw (internal for a non-spindle exception).
 struct LandedLoad {
   std::string revision_id;
   std::string error;
+  ErrorCode code = ErrorCode::internal;
 };
 
 class ResidencyManager {

@@ -35,6 +35,7 @@
 
 #include "spindle/adapters/residency.h"
 #include "spindle/core/error.h"
+#include "spindle/engine/generator.h"
 #include "spindle/engine/loss.h"
 #include "spindle/engine/model.h"
 #include "spindle/engine/optimizer.h"

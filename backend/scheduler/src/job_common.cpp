@@ -1,0 +1,28 @@
+#include "job_common.h"
+
+#include <new>
+#include <stdexcept>
+
+#include "spindle/core/error.h"
+
+namespace spindle::scheduler::detail {
+
+JobError current_job_error() {
+  try {
+    throw;
+  } catch (const Error& e) {
+    return {e.code(), e.what()};
+  } catch (const std::bad_alloc&) {
+    return {ErrorCode::resource, "out of memory while running the job"};
+  } catch (const std::exception& e) {
+    return {ErrorCode::internal, e.what()};
+  } catch (...) {
+    return {ErrorCode::internal, "unknown exception while running the job"};
+  }
+}
+
+JobError shutting_down_error() {
+  return {ErrorCode::resource, "scheduler is shutting down: job was not run"};
+}
+
+}  // namespace spindle::scheduler::detail

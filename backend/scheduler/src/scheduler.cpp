@@ -1,0 +1,269 @@
+// Scheduler: the job queue shared with submitters, the engine thread's loop, stop and stats.
+
+#include "spindle/scheduler/scheduler.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <variant>
+
+#include "sample_batcher.h"
+#include "training_sessions.h"
+
+namespace spindle::scheduler {
+
+using detail::OpenRequest;
+using detail::SampleRequest;
+using detail::SampleRequestPtr;
+using detail::TrainRequest;
+using detail::TrainRequestPtr;
+
+struct Scheduler::Impl {
+  using Incoming = std::variant<SampleRequestPtr, TrainRequestPtr, std::unique_ptr<OpenRequest>>;
+
+  Impl(const engine::Model& model, const engine::Tokenizer* tokenizer,
+       engine::LoraSlotPool& serving_pool, adapters::ResidencyManager& residency,
+       SchedulerOptions options)
+      : options_(options),
+        serving_pool_(serving_pool),
+        residency_(residency),
+        batcher_(model, tokenizer, serving_pool, residency, options, counters_, waiting_),
+        training_(model, options, counters_, waiting_) {}
+
+  // Queues a job; false when stopping or (for counted jobs) max_queued jobs are waiting.
+  bool push(Incoming job, bool counted) {
+    {
+      std::lock_guard lock(mutex_);
+      if (stopping_) return false;
+      if (counted) {
+        if (waiting_.get() >= options_.max_queued) return false;
+        waiting_.value().fetch_add(1, std::memory_order_relaxed);
+      }
+      incoming_.push_back(std::move(job));
+    }
+    cv_.notify_one();
+    return true;
+  }
+
+  // Moves submitted jobs to their owners; returns (stopping, drain).
+  std::pair<bool, bool> intake() {
+    std::vector<Incoming> jobs;
+    bool stopping = false, drain = true;
+    {
+      std::lock_guard lock(mutex_);
+      jobs.swap(incoming_);
+      stopping = stopping_;
+      drain = drain_;
+    }
+    for (Incoming& job : jobs) {
+      if (auto* s = std::get_if<SampleRequestPtr>(&job)) {
+        batcher_.add(std::move(*s));
+      } else if (auto* t = std::get_if<TrainRequestPtr>(&job)) {
+        training_.add(std::move(*t));
+      } else {
+        training_.open(std::move(*std::get<std::unique_ptr<OpenRequest>>(job)));
+      }
+    }
+    return {stopping, drain};
+  }
+
+  void publish() {
+    SchedulerStats s;
+    s.parked = batcher_.parked();
+    const size_t waiting = waiting_.get();
+    s.queued = waiting > s.parked ? waiting - s.parked : 0;
+    s.running_sequences = batcher_.running_sequences();
+    s.sessions = training_.sessions();
+    s.jobs_done = counters_.jobs_done;
+    s.jobs_failed = counters_.jobs_failed;
+    s.engine_steps = counters_.engine_steps;
+    s.sampled_tokens = counters_.sampled_tokens;
+    s.train_passes = counters_.train_passes;
+    s.train_jobs_merged = counters_.train_jobs_merged;
+    s.residency = residency_.stats();
+    s.placements = residency_.snapshot();
+    s.device_slots = serving_pool_.max_slots();
+    for (int32_t slot = 0; slot < serving_pool_.max_slots(); ++slot) {
+      s.device_slots_used += serving_pool_.occupied(slot) ? 1 : 0;
+    }
+    std::lock_guard lock(stats_mutex_);
+    stats_ = std::move(s);
+  }
+
+  // The engine thread. Alternates one sampling step and one training pass; sleeps when
+  // neither has work, polling take_landed() every millisecond while jobs are parked.
+  void loop() {
+    for (;;) {
+      bool stopping = false, drain = true;
+      try {
+        std::tie(stopping, drain) = intake();
+        if (stopping && !drain) {
+          batcher_.fail_all(detail::shutting_down_error());
+          training_.fail_all(detail::shutting_down_error());
+          publish();
+          return;
+        }
+        bool worked = batcher_.step();
+        worked = training_.pass() || worked;
+        publish();
+        if (stopping && batcher_.idle() && training_.idle()) {
+          std::lock_guard lock(mutex_);
+          if (incoming_.empty()) return;
+          continue;
+        }
+        if (worked) continue;
+      } catch (...) {
+        // A bug outside any job's own error handling: keep the engine alive.
+        try {
+          publish();
+        } catch (...) {
+        }
+      }
+      std::unique_lock lock(mutex_);
+      const auto ready = [&] { return !incoming_.empty() || (stopping_ && !stopping); };
+      if (batcher_.parked() > 0) {
+        cv_.wait_for(lock, std::chrono::milliseconds(1), ready);
+      } else {
+        cv_.wait(lock, ready);
+      }
+    }
+  }
+
+  SchedulerOptions options_;
+  engine::LoraSlotPool& serving_pool_;
+  adapters::ResidencyManager& residency_;
+  detail::EngineCounters counters_;  // engine thread
+  detail::WaitingCount waiting_;
+  detail::SampleBatcher batcher_;       // engine thread
+  detail::TrainingSessions training_;  // engine thread
+
+  std::mutex mutex_;  // guards incoming_, stopping_, drain_, joined_
+  std::condition_variable cv_;
+  std::vector<Incoming> incoming_;
+  bool stopping_ = false;
+  bool drain_ = true;
+  std::once_flag join_once_;
+  std::atomic<uint64_t> next_order_{0};
+
+  mutable std::mutex stats_mutex_;
+  SchedulerStats stats_;  // guarded by stats_mutex_
+
+  std::thread thread_;
+};
+
+Scheduler::Scheduler(const engine::Model& model, const engine::Tokenizer* tokenizer,
+                     engine::LoraSlotPool& serving_pool, adapters::ResidencyManager& residency,
+                     SchedulerOptions options)
+    : impl_(std::make_unique<Impl>(model, tokenizer, serving_pool, residency, options)) {
+  impl_->publish();
+  impl_->thread_ = std::thread([this] { impl_->loop(); });
+}
+
+Scheduler::~Scheduler() { stop(); }
+
+bool Scheduler::submit_sample(SampleJob job) {
+  auto r = std::make_unique<SampleRequest>();
+  r->is_sample = true;
+  r->sample = std::move(job);
+  return impl_->push(std::move(r), /*counted=*/true);
+}
+
+bool Scheduler::submit_logprobs(LogprobsJob job) {
+  auto r = std::make_unique<SampleRequest>();
+  r->is_sample = false;
+  r->logprobs = std::move(job);
+  return impl_->push(std::move(r), /*counted=*/true);
+}
+
+void Scheduler::open_session(engine::LoraWeights weights, engine::AdamW optimizer,
+                             std::function<void(Outcome<SessionId>)> done) {
+  auto r = std::make_unique<OpenRequest>();
+  r->weights = std::move(weights);
+  r->optimizer = std::move(optimizer);
+  const auto refused = done;  // a copy: the job (and its callback) is dropped if refused
+  r->done = std::move(done);
+  if (!impl_->push(std::move(r), /*counted=*/false) && refused) {
+    refused(Outcome<SessionId>{std::nullopt, detail::shutting_down_error()});
+  }
+}
+
+namespace {
+
+TrainRequestPtr train_request(TrainRequest::Kind kind, SessionId id, uint64_t order) {
+  auto r = std::make_unique<TrainRequest>();
+  r->kind = kind;
+  r->session = id;
+  r->order = order;
+  return r;
+}
+
+}  // namespace
+
+void Scheduler::close_session(SessionId id, std::function<void(Outcome<bool>)> done) {
+  auto r = train_request(TrainRequest::Kind::close, id, impl_->next_order_++);
+  r->waiting = false;
+  r->close_done = done;
+  if (!impl_->push(std::move(r), /*counted=*/false) && done) {
+    done(Outcome<bool>{std::nullopt, detail::shutting_down_error()});
+  }
+}
+
+bool Scheduler::submit_forward_backward(SessionId id, std::vector<engine::TrainDatum> data,
+                                        engine::LossFn fn, engine::LossConfig config,
+                                        bool backward,
+                                        std::function<void(Outcome<TrainBatchResult>)> done) {
+  auto r = train_request(TrainRequest::Kind::forward_backward, id, impl_->next_order_++);
+  r->data = std::move(data);
+  r->fn = fn;
+  r->config = config;
+  r->backward = backward;
+  r->fb_done = std::move(done);
+  return impl_->push(std::move(r), /*counted=*/true);
+}
+
+bool Scheduler::submit_optim_step(SessionId id, engine::AdamParams params,
+                                  std::function<void(Outcome<engine::OptimStepResult>)> done) {
+  auto r = train_request(TrainRequest::Kind::optim_step, id, impl_->next_order_++);
+  r->adam = params;
+  r->step_done = std::move(done);
+  return impl_->push(std::move(r), /*counted=*/true);
+}
+
+bool Scheduler::submit_snapshot(SessionId id, bool with_optimizer,
+                                std::function<void(Outcome<SessionSnapshot>)> done) {
+  auto r = train_request(TrainRequest::Kind::snapshot, id, impl_->next_order_++);
+  r->with_optimizer = with_optimizer;
+  r->snapshot_done = std::move(done);
+  return impl_->push(std::move(r), /*counted=*/true);
+}
+
+bool Scheduler::submit_load(SessionId id, engine::LoraWeights weights, engine::AdamW optimizer,
+                            std::function<void(Outcome<int64_t>)> done) {
+  auto r = train_request(TrainRequest::Kind::load, id, impl_->next_order_++);
+  r->weights = std::move(weights);
+  r->optimizer = std::move(optimizer);
+  r->load_done = std::move(done);
+  return impl_->push(std::move(r), /*counted=*/true);
+}
+
+SchedulerStats Scheduler::stats() const {
+  std::lock_guard lock(impl_->stats_mutex_);
+  return impl_->stats_;
+}
+
+void Scheduler::stop(bool drain) {
+  {
+    std::lock_guard lock(impl_->mutex_);
+    if (!impl_->stopping_) {
+      impl_->stopping_ = true;
+      impl_->drain_ = drain;
+    }
+  }
+  impl_->cv_.notify_all();
+  std::call_once(impl_->join_once_, [&] {
+    if (impl_->thread_.joinable()) impl_->thread_.join();
+  });
+}
+
+}  // namespace spindle::scheduler

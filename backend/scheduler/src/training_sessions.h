@@ -1,0 +1,90 @@
+#pragma once
+// The training half of the engine thread: sessions in the training pool's slots, each with a
+// FIFO of jobs. A pass runs the non-merging jobs at the heads of the queues (optim_step,
+// snapshot, load, close) and then ONE LoraTrainer call over every session whose head is a
+// forward / forward_backward with the same (loss fn, config, backward): the group of the oldest
+// such head. Each merged job gets its own logprobs and metrics.
+//
+// Threading: engine thread only.
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "job_common.h"
+
+namespace spindle::scheduler::detail {
+
+struct TrainRequest {
+  enum class Kind : uint8_t { forward_backward, optim_step, snapshot, load, close };
+  Kind kind = Kind::forward_backward;
+  SessionId session = 0;
+  uint64_t order = 0;  // submission order (oldest head first)
+  bool waiting = true;  // counted in WaitingCount (close is not)
+  // forward_backward
+  std::vector<engine::TrainDatum> data;
+  engine::LossFn fn = engine::LossFn::cross_entropy;
+  engine::LossConfig config;
+  bool backward = true;
+  std::function<void(Outcome<TrainBatchResult>)> fb_done;
+  // optim_step
+  engine::AdamParams adam;
+  std::function<void(Outcome<engine::OptimStepResult>)> step_done;
+  // snapshot
+  bool with_optimizer = false;
+  std::function<void(Outcome<SessionSnapshot>)> snapshot_done;
+  // load (and open_session)
+  engine::LoraWeights weights;
+  engine::AdamW optimizer;
+  std::function<void(Outcome<int64_t>)> load_done;
+  // close
+  std::function<void(Outcome<bool>)> close_done;
+};
+using TrainRequestPtr = std::unique_ptr<TrainRequest>;
+
+struct OpenRequest {
+  engine::LoraWeights weights;
+  engine::AdamW optimizer;
+  std::function<void(Outcome<SessionId>)> done;
+};
+
+class TrainingSessions {
+ public:
+  TrainingSessions(const engine::Model& model, const SchedulerOptions& options,
+                   EngineCounters& counters, WaitingCount& waiting);
+
+  void open(OpenRequest request);
+  // Queues a job on its session; a job for an unknown or closing session fails (not_found).
+  void add(TrainRequestPtr request);
+  // One pass (see above); false when no session had work.
+  bool pass();
+  void fail_all(const JobError& error);
+
+  bool idle() const;
+  size_t sessions() const { return sessions_.size(); }
+
+ private:
+  struct Session {
+    int32_t slot = -1;
+    bool closing = false;  // a close is queued: later jobs are refused
+    std::deque<TrainRequestPtr> jobs;
+  };
+  void fail(TrainRequest& request, const JobError& error);
+  // Runs a non-merging job at a session's head; returns false when the session was closed.
+  bool run_single(Session& session, TrainRequest& request);
+  void run_group(const std::vector<SessionId>& ids);
+  void run_merged(const std::vector<TrainRequest*>& jobs, const std::vector<int32_t>& slots);
+
+  const engine::Model& model_;
+  EngineCounters& counters_;
+  WaitingCount& waiting_;
+  engine::LoraSlotPool pool_;
+  engine::LoraTrainer trainer_;
+  std::vector<bool> slot_used_;
+  std::map<SessionId, Session> sessions_;
+  SessionId next_id_ = 1;
+};
+
+}  // namespace spindle::scheduler::detail
