@@ -15,5 +15,6 @@ void register_tokenize(CLI::App& app);
 void register_sft(CLI::App& app);
 void register_make_base(CLI::App& app);
 void register_catalog(CLI::App& app);
+void register_serve(CLI::App& app);
 
 }  // namespace spindle::cli

@@ -2,11 +2,16 @@
 
 #include <cstdio>
 #include <exception>
+#include <string_view>
 
 #include "commands.h"
 #include "spindle/core/error.h"
+#include "spindle/service/service.h"
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string_view(argv[1]) == "serve") {
+    spindle::service::reexec_with_passive_openmp(argv);  // as spindled does
+  }
   CLI::App app{"spindle: train and serve many LoRA policies over one resident base model"};
   app.require_subcommand(1);
   spindle::cli::register_generate(app);
@@ -15,6 +20,7 @@ int main(int argc, char** argv) {
   spindle::cli::register_sft(app);
   spindle::cli::register_make_base(app);
   spindle::cli::register_catalog(app);
+  spindle::cli::register_serve(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -16,6 +16,7 @@
 namespace spindle::bench {
 void register_catalog_bench(CLI::App& app);  // bench_catalog.cpp
 void register_residency_bench(CLI::App& app);  // bench_residency.cpp
+void register_service_bench(CLI::App& app);  // bench_service.cpp
 }
 
 namespace {
@@ -34,6 +35,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   spindle::bench::register_catalog_bench(app);  // runs from its own callback
   spindle::bench::register_residency_bench(app);  // runs from its own callback
+  spindle::bench::register_service_bench(app);  // runs from its own callback
 
   spindle::bench::EngineBenchOptions engine_opts;
   std::string shared;

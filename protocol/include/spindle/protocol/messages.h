@@ -12,6 +12,8 @@
 /// Tensors never travel inside the archive: a TensorRef names a frame and describes its dtype
 /// and shape; the frame holds the raw little-endian values.
 ///
+/// Every struct compares field by field (operator==; NaN compares unequal).
+///
 /// Compatibility: every struct carries CEREAL_CLASS_VERSION; a field added later bumps the
 /// version and is read only when `version >=` the bump, so old peers keep working. In the JSON
 /// encoding cereal expects "cereal_class_version" in the first object of each type; clients in
@@ -36,6 +38,7 @@ inline constexpr uint32_t kProtocolVersion = 1;
 /// A tensor carried in frame `frame` (0 = the first frame after the header).
 /// dtype: "int32" | "float32" | "uint8"; the frame size must equal prod(shape) * itemsize.
 struct TensorRef {
+  bool operator==(const TensorRef&) const = default;
   uint32_t frame = 0;
   std::string dtype;
   std::vector<int64_t> shape;
@@ -46,12 +49,14 @@ struct TensorRef {
 
 /// One named scalar of a loss config (Tinker's loss_fn_config dict, as a list).
 struct NamedValue {
+  bool operator==(const NamedValue&) const = default;
   std::string name;
   double value = 0.0;
   template <class A> void serialize(A& ar, uint32_t) { ar(CEREAL_NVP(name), CEREAL_NVP(value)); }
 };
 
 struct NamedTensor {
+  bool operator==(const NamedTensor&) const = default;
   std::string name;
   TensorRef tensor;
   template <class A> void serialize(A& ar, uint32_t) { ar(CEREAL_NVP(name), CEREAL_NVP(tensor)); }
@@ -59,6 +64,7 @@ struct NamedTensor {
 
 /// Wire error codes (strings on the wire): see error_codes.h.
 struct ErrorInfo {
+  bool operator==(const ErrorInfo&) const = default;
   std::string code;
   std::string message;
   /// For `overloaded`: the server's queue when it refused; retry after retry_after_ms.
@@ -72,16 +78,19 @@ struct ErrorInfo {
 };
 
 struct Empty {
+  bool operator==(const Empty&) const = default;
   template <class A> void serialize(A&, uint32_t) {}
 };
 
 // ---- session / server ----------------------------------------------------------------------
 
 struct HandshakeRequest {
+  bool operator==(const HandshakeRequest&) const = default;
   std::string client_name;  // free text, logged
   template <class A> void serialize(A& ar, uint32_t) { ar(CEREAL_NVP(client_name)); }
 };
 struct HandshakeReply {
+  bool operator==(const HandshakeReply&) const = default;
   uint32_t protocol_version = kProtocolVersion;
   std::string server_version;
   std::string tenant;  // the tenant the token maps to
@@ -91,6 +100,7 @@ struct HandshakeReply {
 };
 
 struct BaseInfo {
+  bool operator==(const BaseInfo&) const = default;
   std::string id;
   std::string arch;
   int64_t n_layers = 0;
@@ -108,6 +118,7 @@ struct BaseInfo {
 
 /// Limits the server enforces before anything reaches the engine.
 struct LimitsInfo {
+  bool operator==(const LimitsInfo&) const = default;
   uint64_t max_frame_bytes = 0;
   uint32_t max_frames = 0;
   uint32_t max_batch = 0;            // data per forward/forward_backward
@@ -126,6 +137,7 @@ struct LimitsInfo {
 };
 
 struct CapabilitiesReply {
+  bool operator==(const CapabilitiesReply&) const = default;
   std::vector<BaseInfo> bases;
   LimitsInfo limits;
   std::vector<std::string> loss_fns;
@@ -136,6 +148,7 @@ struct CapabilitiesReply {
 };
 
 struct PlacementInfo {
+  bool operator==(const PlacementInfo&) const = default;
   std::string revision_id;
   std::string tier;  // "device" | "host" | "loading" | "cold"
   int32_t slot = -1;
@@ -146,6 +159,7 @@ struct PlacementInfo {
 };
 
 struct StatusReply {
+  bool operator==(const StatusReply&) const = default;
   std::string server_version;
   double uptime_s = 0.0;
   uint64_t queue_depth = 0;       // requests admitted, not finished
@@ -182,6 +196,7 @@ struct StatusReply {
 /// Tinker's create_lora_training_client. Creates policy `policy` (auto-named when empty) under
 /// the caller's tenant and a training session on it.
 struct CreateTrainingRequest {
+  bool operator==(const CreateTrainingRequest&) const = default;
   std::string base_model;
   std::string policy;  // policy name; "" = generated
   int32_t rank = 32;
@@ -201,11 +216,13 @@ struct CreateTrainingRequest {
 /// Tinker's create_training_client_from_state: a new session on the policy of `address`, its
 /// weights and (if saved) optimizer state loaded from that revision.
 struct CreateTrainingFromStateRequest {
+  bool operator==(const CreateTrainingFromStateRequest&) const = default;
   std::string address;
   template <class A> void serialize(A& ar, uint32_t) { ar(CEREAL_NVP(address)); }
 };
 
 struct TrainingSessionReply {
+  bool operator==(const TrainingSessionReply&) const = default;
   std::string session_id;
   std::string policy_address;  // spindle://tenant/policy
   std::string base_model;
@@ -221,6 +238,7 @@ struct TrainingSessionReply {
 /// Tinker's Datum. model_input: int32 [n] tokens. loss_fn_inputs by name: "target_tokens"
 /// (int32 [n], required), "weights", "logprobs", "advantages" (float32 [n]).
 struct DatumMsg {
+  bool operator==(const DatumMsg&) const = default;
   TensorRef model_input;
   std::vector<NamedTensor> loss_fn_inputs;
   template <class A> void serialize(A& ar, uint32_t) {
@@ -230,6 +248,7 @@ struct DatumMsg {
 
 /// op "forward" and "forward_backward".
 struct ForwardBackwardRequest {
+  bool operator==(const ForwardBackwardRequest&) const = default;
   std::string session_id;
   std::vector<DatumMsg> data;
   std::string loss_fn;  // cross_entropy | importance_sampling | ppo | cispo | dro
@@ -240,6 +259,7 @@ struct ForwardBackwardRequest {
 };
 
 struct ForwardBackwardReply {
+  bool operator==(const ForwardBackwardReply&) const = default;
   /// Per datum: {"logprobs": float32 [n]} (log p of each target token).
   std::vector<std::vector<NamedTensor>> loss_fn_outputs;
   std::vector<NamedValue> metrics;  // "loss:sum", "n_tokens:sum", "clip_fraction:mean"
@@ -249,6 +269,7 @@ struct ForwardBackwardReply {
 };
 
 struct AdamParamsMsg {
+  bool operator==(const AdamParamsMsg&) const = default;
   float learning_rate = 1e-4f;
   float beta1 = 0.9f;
   float beta2 = 0.95f;
@@ -262,6 +283,7 @@ struct AdamParamsMsg {
 };
 
 struct OptimStepRequest {
+  bool operator==(const OptimStepRequest&) const = default;
   std::string session_id;
   AdamParamsMsg adam_params;
   template <class A> void serialize(A& ar, uint32_t) {
@@ -269,6 +291,7 @@ struct OptimStepRequest {
   }
 };
 struct OptimStepReply {
+  bool operator==(const OptimStepReply&) const = default;
   int64_t step = 0;
   double grad_norm = 0.0;
   bool clipped = false;
@@ -280,6 +303,7 @@ struct OptimStepReply {
 /// op "save_weights" (weights only: a sampler revision) and "save_state" (weights + AdamW).
 /// The revision is durable and in the catalog before the reply.
 struct SaveRequest {
+  bool operator==(const SaveRequest&) const = default;
   std::string session_id;
   std::string name;          // free-form label, recorded in the revision's metrics JSON
   std::string metrics_json;  // "" or a JSON object stored with the revision
@@ -288,6 +312,7 @@ struct SaveRequest {
   }
 };
 struct SaveReply {
+  bool operator==(const SaveReply&) const = default;
   std::string revision_id;
   std::string address;  // spindle://tenant/policy@revision
   int64_t bytes = 0;
@@ -298,6 +323,7 @@ struct SaveReply {
 
 /// Loads weights (and optimizer state, when the revision has it) into the session.
 struct LoadStateRequest {
+  bool operator==(const LoadStateRequest&) const = default;
   std::string session_id;
   std::string address;
   template <class A> void serialize(A& ar, uint32_t) {
@@ -306,6 +332,7 @@ struct LoadStateRequest {
 };
 
 struct SessionRequest {  // op "close_training"
+  bool operator==(const SessionRequest&) const = default;
   std::string session_id;
   template <class A> void serialize(A& ar, uint32_t) { ar(CEREAL_NVP(session_id)); }
 };
@@ -313,6 +340,7 @@ struct SessionRequest {  // op "close_training"
 // ---- sampling ------------------------------------------------------------------------------
 
 struct SamplingParamsMsg {
+  bool operator==(const SamplingParamsMsg&) const = default;
   int32_t max_tokens = 16;
   float temperature = 1.0f;
   int32_t top_k = 0;
@@ -328,6 +356,7 @@ struct SamplingParamsMsg {
 
 /// address: "spindle://tenant/policy[@rev|@latest]" or a bare base model id (no adapter).
 struct SampleRequest {
+  bool operator==(const SampleRequest&) const = default;
   std::string address;
   TensorRef prompt;  // int32 [n], n >= 1
   int32_t num_samples = 1;
@@ -339,6 +368,7 @@ struct SampleRequest {
 };
 
 struct SequenceMsg {
+  bool operator==(const SequenceMsg&) const = default;
   TensorRef tokens;    // int32 [m]
   TensorRef logprobs;  // float32 [m]
   std::string stop_reason;  // "stop" | "length"
@@ -348,6 +378,7 @@ struct SequenceMsg {
   }
 };
 struct SampleReply {
+  bool operator==(const SampleReply&) const = default;
   std::string revision_id;  // what actually served the request ("" = base)
   std::vector<SequenceMsg> sequences;
   template <class A> void serialize(A& ar, uint32_t) {
@@ -356,6 +387,7 @@ struct SampleReply {
 };
 
 struct ComputeLogprobsRequest {
+  bool operator==(const ComputeLogprobsRequest&) const = default;
   std::string address;
   TensorRef prompt;  // int32 [n]
   template <class A> void serialize(A& ar, uint32_t) {
@@ -363,6 +395,7 @@ struct ComputeLogprobsRequest {
   }
 };
 struct ComputeLogprobsReply {
+  bool operator==(const ComputeLogprobsReply&) const = default;
   std::string revision_id;
   TensorRef logprobs;  // float32 [n]; entry 0 is NaN (no prediction for the first token)
   template <class A> void serialize(A& ar, uint32_t) {
@@ -373,6 +406,7 @@ struct ComputeLogprobsReply {
 // ---- catalog -------------------------------------------------------------------------------
 
 struct PolicyInfo {
+  bool operator==(const PolicyInfo&) const = default;
   std::string address;
   std::string tenant;
   std::string name;
@@ -395,6 +429,7 @@ struct PolicyInfo {
 };
 
 struct RevisionInfo {
+  bool operator==(const RevisionInfo&) const = default;
   std::string id;
   std::string policy;
   std::string parent;  // "" for a first revision
@@ -412,6 +447,7 @@ struct RevisionInfo {
 };
 
 struct CatalogListRequest {
+  bool operator==(const CatalogListRequest&) const = default;
   std::string base_id;      // "" = any
   std::string tag;          // "" = any
   std::string name_prefix;
@@ -423,11 +459,13 @@ struct CatalogListRequest {
   }
 };
 struct CatalogSearchRequest {
+  bool operator==(const CatalogSearchRequest&) const = default;
   std::string text;
   uint32_t limit = 20;
   template <class A> void serialize(A& ar, uint32_t) { ar(CEREAL_NVP(text), CEREAL_NVP(limit)); }
 };
 struct PolicyListReply {
+  bool operator==(const PolicyListReply&) const = default;
   std::vector<PolicyInfo> policies;
   std::string next_cursor;
   template <class A> void serialize(A& ar, uint32_t) {
@@ -437,10 +475,12 @@ struct PolicyListReply {
 
 /// op "catalog_show", "catalog_rollback", "catalog_delete".
 struct AddressRequest {
+  bool operator==(const AddressRequest&) const = default;
   std::string address;
   template <class A> void serialize(A& ar, uint32_t) { ar(CEREAL_NVP(address)); }
 };
 struct PolicyReply {
+  bool operator==(const PolicyReply&) const = default;
   PolicyInfo policy;
   RevisionInfo revision;            // the revision the address resolved to (id "" if none)
   std::vector<RevisionInfo> recent;  // newest first, at most 20
@@ -450,6 +490,7 @@ struct PolicyReply {
 };
 
 struct LineageRequest {
+  bool operator==(const LineageRequest&) const = default;
   std::string address;
   int32_t max_ancestors = 1000;
   int32_t max_descendants = 1000;
@@ -458,11 +499,13 @@ struct LineageRequest {
   }
 };
 struct LineageEntryInfo {
+  bool operator==(const LineageEntryInfo&) const = default;
   RevisionInfo revision;
   int32_t depth = 0;
   template <class A> void serialize(A& ar, uint32_t) { ar(CEREAL_NVP(revision), CEREAL_NVP(depth)); }
 };
 struct LineageReply {
+  bool operator==(const LineageReply&) const = default;
   RevisionInfo revision;
   std::vector<LineageEntryInfo> ancestors;
   std::vector<LineageEntryInfo> descendants;
@@ -475,12 +518,14 @@ struct LineageReply {
 };
 
 struct ForkRequest {
+  bool operator==(const ForkRequest&) const = default;
   std::string address;  // the revision to fork at
   std::string name;     // the new policy's name
   template <class A> void serialize(A& ar, uint32_t) { ar(CEREAL_NVP(address), CEREAL_NVP(name)); }
 };
 
 struct TagRequest {
+  bool operator==(const TagRequest&) const = default;
   std::string address;
   std::vector<std::string> add;
   std::vector<std::string> remove;
@@ -491,6 +536,7 @@ struct TagRequest {
 
 /// PEFT import: adapter_config.json as text, adapter_model.safetensors as a uint8 frame.
 struct ImportPeftRequest {
+  bool operator==(const ImportPeftRequest&) const = default;
   std::string name;     // new policy name
   std::string base_id;  // "" = the server's default base
   std::string adapter_config_json;
@@ -502,6 +548,7 @@ struct ImportPeftRequest {
   }
 };
 struct ExportPeftReply {
+  bool operator==(const ExportPeftReply&) const = default;
   std::string revision_id;
   std::string adapter_config_json;
   TensorRef adapter_model;  // uint8 [bytes]

@@ -122,6 +122,9 @@ struct Reply {
   uint32_t protocol_version = kProtocolVersion;
   uint64_t request_id = 0;
   Op op = Op::handshake;
+  /// Error replies only: the request's op was not understood (unknown_op, or a header too
+  /// malformed to read it); `op` is then "" on the wire and `op` here is meaningless.
+  bool op_unknown = false;
   bool ok = true;
   ErrorInfo error;  // when !ok
   ReplyBody body;   // when ok
@@ -163,6 +166,10 @@ void validate_request(const Request& request, const Limits& limits);
 /// An error reply for `request_id`/`op` in `encoding`.
 Reply make_error_reply(Encoding encoding, uint64_t request_id, Op op, std::string code,
                        std::string message);
+/// The reply to a request that failed to decode or validate: the error's code and message,
+/// with as much of the header as the decoder read (request_id 0 and op "" when it read none;
+/// binary encoding when even the encoding byte was bad).
+Reply make_error_reply(const ProtocolError& error);
 
 // ---- tensor frames ---------------------------------------------------------------------------
 

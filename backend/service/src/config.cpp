@@ -1,0 +1,96 @@
+// Daemon flags and the --config JSON file that mirrors them (one table: for_each_field).
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <set>
+#include <string>
+
+#include "spindle/core/error.h"
+#include "spindle/service/service.h"
+
+namespace spindle::service {
+namespace {
+
+// Calls f(name, help, field&) for every configurable field. `name` is the flag without "--"
+// and the JSON key.
+template <class F>
+void for_each_field(ServiceConfig& c, F&& f) {
+  f("data-dir", "data directory (default: $SPINDLE_DATA_DIR, $XDG_DATA_HOME/spindle or "
+                "~/.local/share/spindle)", c.data_dir);
+  f("model", "base model: HF directory or llama2.c .bin (default: <data-dir>/bases/arith, "
+             "built by `spindle make-base` when missing)", c.model);
+  f("tokenizer", "tokenizer file (default: found beside the model)", c.tokenizer);
+  f("base-id", "catalog id of the base (default: the model file or directory stem)", c.base_id);
+  f("ipc", "local endpoint (default: ipc://<data-dir>/spindled.sock)", c.ipc);
+  f("tcp", "also listen on tcp://HOST:PORT (CURVE encrypted, allow-listed clients only)", c.tcp);
+  f("pub", "event endpoint (default: ipc://<data-dir>/spindled-events.sock)", c.pub);
+  f("tokens", "tokens file, JSON [{\"token\": ..., \"tenant\": ...}] (default: "
+              "<data-dir>/tokens.json, created with one token for tenant 'local')",
+    c.tokens_file);
+  f("authorized-clients", "CURVE public keys (Z85, one per line) allowed on --tcp (default: "
+                          "<data-dir>/curve/authorized_clients)", c.authorized_clients);
+  f("log-level", "trace, debug, info, warn, error or off", c.log_level);
+  f("max-queue", "requests in flight before `overloaded`", c.max_queue);
+  f("max-sessions", "training sessions at once", c.max_sessions);
+  f("retry-after-ms", "retry delay suggested in `overloaded` replies", c.retry_after_ms);
+  f("max-frame-bytes", "largest frame of a request", c.limits.max_frame_bytes);
+  f("max-frames", "most tensor frames in a request", c.limits.max_frames);
+  f("max-batch", "most data per forward/forward_backward", c.limits.max_batch);
+  f("max-tokens-per-request", "most tensor elements in one request",
+    c.limits.max_tokens_per_request);
+  f("max-num-samples", "most samples per sample request", c.limits.max_num_samples);
+  f("max-sample-tokens", "largest sampling max_tokens", c.limits.max_sample_tokens);
+  f("max-rank", "largest LoRA rank (training and serving pools)", c.limits.max_rank);
+  f("max-string-bytes", "longest string field", c.limits.max_string_bytes);
+  f("serving-slots", "adapter slots of the serving pool", c.serving_slots);
+  f("host-cache-mib", "host cache of decoded adapters (MiB)", c.host_cache_mib);
+  f("loader-threads", "cold-load threads", c.loader_threads);
+  f("token-budget", "tokens per engine step (prefill + decode)", c.token_budget);
+  f("max-running", "sequences decoding at once", c.max_running);
+  f("kv-blocks", "KV cache blocks of 16 tokens", c.kv_blocks);
+  f("drain-timeout-s", "on SIGTERM, the longest wait for in-flight work", c.drain_timeout_s);
+}
+
+}  // namespace
+
+void add_service_options(CLI::App& app, ServiceConfig& config) {
+  app.add_option("--config", "JSON file whose keys mirror these flags (flags win)")
+      ->check(CLI::ExistingFile);
+  for_each_field(config, [&](const char* name, const char* help, auto& field) {
+    app.add_option(std::string("--") + name, field, help)->capture_default_str();
+  });
+}
+
+void apply_config_file(CLI::App& app, ServiceConfig& config) {
+  const CLI::Option* opt = app.get_option("--config");
+  if (opt->count() == 0) return;
+  const std::string path = opt->as<std::string>();
+  std::ifstream in(path);
+  SPINDLE_CHECK(in.good(), not_found, "--config {}: cannot open", path);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    SPINDLE_THROW(format, "--config {}: not JSON: {}", path, e.what());
+  }
+  SPINDLE_CHECK(j.is_object(), format, "--config {}: expected a JSON object", path);
+  std::set<std::string> known;
+  for_each_field(config, [&](const char* name, const char*, auto& field) {
+    known.insert(name);
+    if (!j.contains(name) || app.get_option(std::string("--") + name)->count() > 0) return;
+    try {
+      field = j.at(name).get<std::decay_t<decltype(field)>>();
+    } catch (const nlohmann::json::exception& e) {
+      SPINDLE_THROW(format, "--config {}: key '{}': {}", path, name, e.what());
+    }
+  });
+  for (const auto& [key, value] : j.items()) {
+    SPINDLE_CHECK(known.count(key) != 0, invalid_argument,
+                  "--config {}: unknown key '{}' (keys are the flag names without dashes)", path,
+                  key);
+  }
+}
+
+}  // namespace spindle::service

@@ -1,0 +1,207 @@
+// run_daemon: start-up in dependency order, the front loop on the calling thread, then an
+// orderly shutdown (every thread joined before the ZeroMQ context closes).
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+
+#include "front.h"
+#include "setup.h"
+#include "spindle/core/error.h"
+#include "spindle/engine/loader.h"
+#include "zap.h"
+
+namespace spindle::service {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+
+void on_signal(int) { request_stop(); }
+
+void install_signal_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+}
+
+std::string default_base_id(const fs::path& model) {
+  fs::path p = model.lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();
+  return fs::is_directory(p) ? p.filename().string() : p.stem().string();
+}
+
+// One daemon per data directory: an flock held for the process lifetime.
+int lock_data_dir(const Paths& paths) {
+  const fs::path lock = paths.data_dir / "spindled.lock";
+  const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  SPINDLE_CHECK(fd >= 0, io, "cannot open {}: {}", lock.string(), std::strerror(errno));
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    ::close(fd);
+    SPINDLE_THROW(resource, "another spindled is serving {} (lock {} is held)",
+                  paths.data_dir.string(), lock.string());
+  }
+  return fd;
+}
+
+void bind_ipc(zmq::socket_t& s, const std::string& endpoint) {
+  const mode_t old = ::umask(077);
+  try {
+    s.bind(endpoint);
+  } catch (...) {
+    ::umask(old);
+    throw;
+  }
+  ::umask(old);
+  if (endpoint.starts_with("ipc://")) {
+    const std::string file = endpoint.substr(6);
+    SPINDLE_CHECK(::chmod(file.c_str(), 0600) == 0, io, "chmod 0600 {}: {}", file,
+                  std::strerror(errno));
+  }
+}
+
+int serve(Daemon& d) {
+  const ServiceConfig& c = d.config;
+  spdlog::logger& log = *d.log;
+  const int lock_fd = lock_data_dir(d.paths);
+
+  // The base, its tokenizer and its catalog entry.
+  d.model_path = resolve_model(c, d.paths, log);
+  d.weights = engine::load_model(d.model_path);
+  d.model = std::make_unique<engine::Model>(d.weights);
+  try {
+    const fs::path tok = c.tokenizer.empty() ? engine::default_tokenizer_path(d.model_path)
+                                             : fs::path(c.tokenizer);
+    d.tokenizer = engine::load_tokenizer(tok);
+  } catch (const Error& e) {
+    if (!c.tokenizer.empty() || e.code() != ErrorCode::not_found) throw;
+    log.warn("no tokenizer beside {}: completions carry no text, stop strings are refused",
+             d.model_path.string());
+  }
+  d.base_id = c.base_id.empty() ? default_base_id(d.model_path) : c.base_id;
+  register_base(d.paths, d.base_id, d.model_path, d.weights.config, log);
+  d.tokens = load_or_create_tokens(d.paths, log);
+
+  // Residency tiers and the engine thread.
+  d.blobs = std::make_unique<adapters::BlobStore>(d.paths.data_dir / "blobs");
+  d.host_cache = std::make_unique<adapters::HostCache>(size_t(c.host_cache_mib) << 20);
+  engine::LoraPoolOptions pool;
+  pool.max_slots = c.serving_slots;
+  pool.max_rank = int32_t(c.limits.max_rank);
+  d.serving_pool = std::make_unique<engine::LoraSlotPool>(d.weights.config, pool);
+  d.loader = std::make_unique<adapters::Loader>(
+      *d.host_cache, adapters::blob_store_load_fn(*d.blobs, d.weights.config),
+      adapters::LoaderOptions{.threads = c.loader_threads});
+  d.residency = std::make_unique<adapters::ResidencyManager>(*d.serving_pool, *d.host_cache, *d.loader);
+  scheduler::SchedulerOptions so;
+  so.token_budget = c.token_budget;
+  so.max_running = c.max_running;
+  so.training_slots = int32_t(c.max_sessions);
+  so.training_max_rank = int32_t(c.limits.max_rank);
+  so.kv_blocks = c.kv_blocks;
+  d.scheduler = std::make_unique<scheduler::Scheduler>(*d.model, d.tokenizer.get(),
+                                                       *d.serving_pool, *d.residency, so);
+  d.catalog.start(d.paths.data_dir);
+
+  // Sockets. The ZAP handler is bound before the CURVE socket.
+  d.context = std::make_unique<zmq::context_t>(1);
+  d.replies = std::make_unique<ReplyChannel>(*d.context, "inproc://spindled-replies");
+  zmq::socket_t pull(*d.context, zmq::socket_type::pull);
+  pull.bind(d.replies->endpoint());
+  const int64_t max_msg = int64_t(std::max(c.limits.max_frame_bytes, c.limits.max_header_bytes)) * 2 + (1 << 20);
+  auto make_router = [&] {
+    auto s = std::make_unique<zmq::socket_t>(*d.context, zmq::socket_type::router);
+    s->set(zmq::sockopt::linger, 2000);
+    s->set(zmq::sockopt::maxmsgsize, max_msg);
+    return s;
+  };
+  std::vector<std::unique_ptr<zmq::socket_t>> routers;
+  std::vector<std::string> endpoints;
+  routers.push_back(make_router());
+  bind_ipc(*routers.back(), d.paths.ipc);
+  endpoints.push_back(routers.back()->get(zmq::sockopt::last_endpoint));
+  std::unique_ptr<ZapHandler> zap;
+  if (!d.paths.tcp.empty()) {
+    const auto [public_key, secret_key] = load_or_create_server_keys(d.paths);
+    zap = std::make_unique<ZapHandler>(*d.context, d.paths.authorized_clients, d.log);
+    routers.push_back(make_router());
+    auto& tcp = *routers.back();
+    tcp.set(zmq::sockopt::curve_server, true);
+    tcp.set(zmq::sockopt::curve_secretkey, secret_key);
+    tcp.set(zmq::sockopt::zap_domain, "spindle");
+    tcp.bind(d.paths.tcp);
+    endpoints.push_back(tcp.get(zmq::sockopt::last_endpoint));
+    log.info("TCP {} (CURVE): server public key {} (also in {}); allow-list {}", endpoints.back(),
+             public_key, (d.paths.curve_dir / "server.pub").string(),
+             d.paths.authorized_clients.string());
+  }
+  zmq::socket_t pub(*d.context, zmq::socket_type::pub);
+  pub.set(zmq::sockopt::linger, 0);
+  bind_ipc(pub, d.paths.pub);
+
+  std::string ready;
+  for (const auto& e : endpoints) ready += (ready.empty() ? "" : " ") + e;
+  log.info("serving base {} ({}) on {}; events on {}", d.base_id, d.model_path.string(), ready,
+           d.paths.pub);
+  std::printf("spindled ready: %s\n", ready.c_str());
+  std::fflush(stdout);
+
+  std::vector<zmq::socket_t*> raw;
+  for (auto& r : routers) raw.push_back(r.get());
+  Front(d, raw, pub, pull).run(g_stop);
+
+  // Everything handed off is answered (or the drain timed out): stop the workers, then close
+  // sockets (routers linger to flush replies), then the context.
+  d.scheduler->stop(/*drain=*/false);
+  d.catalog.stop();
+  if (zap) zap->stop();
+  close_thread_push();
+  routers.clear();
+  pub.close();
+  pull.close();
+  zap.reset();
+  d.scheduler.reset();
+  d.residency.reset();
+  d.loader.reset();
+  d.context.reset();
+  log.info("stopped: {} requests served, {} failed", d.replies->served.load(), d.replies->failed.load());
+  ::close(lock_fd);
+  return 0;
+}
+
+}  // namespace
+
+void request_stop() { g_stop.store(true); }
+
+int run_daemon(const ServiceConfig& config) {
+  g_stop.store(false);
+  install_signal_handlers();
+  Daemon d;
+  d.config = config;
+  try {
+    d.paths = resolve_paths(config);
+    d.log = make_logger(d.paths, config.log_level);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "spindled: error: %s\n", e.what());
+    return 1;
+  }
+  try {
+    return serve(d);
+  } catch (const std::exception& e) {
+    d.log->critical("cannot serve: {}", e.what());
+    return 1;
+  }
+}
+
+}  // namespace spindle::service

@@ -1,0 +1,176 @@
+#include "daemon_state.h"
+
+#include <random>
+
+#include "spindle/core/error.h"
+
+namespace spindle::service {
+
+namespace {
+
+std::string random_hex(size_t bytes) {
+  static thread_local std::random_device rd;
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string s;
+  for (size_t i = 0; i < bytes; ++i) {
+    const unsigned v = rd() & 0xffu;
+    s += kHex[v >> 4];
+    s += kHex[v & 15];
+  }
+  return s;
+}
+
+}  // namespace
+
+std::string SessionTable::add(Session s) {
+  std::lock_guard lock(mutex_);
+  do {
+    s.id = "s-" + random_hex(12);
+  } while (sessions_.count(s.id) != 0);
+  const std::string id = s.id;
+  sessions_.emplace(id, std::move(s));
+  return id;
+}
+
+std::optional<Session> SessionTable::find(const std::string& tenant, const std::string& id) const {
+  std::lock_guard lock(mutex_);
+  const auto it = sessions_.find(id);
+  if (it == sessions_.end() || it->second.tenant != tenant) return std::nullopt;
+  return it->second;
+}
+
+void SessionTable::erase(const std::string& id) {
+  std::lock_guard lock(mutex_);
+  sessions_.erase(id);
+}
+
+size_t SessionTable::size() const {
+  std::lock_guard lock(mutex_);
+  return sessions_.size();
+}
+
+std::optional<ResolvedAdapter> ResolutionCache::find(const std::string& key) const {
+  std::lock_guard lock(mutex_);
+  const auto it = entries_.find(key);
+  if (it == entries_.end()) return std::nullopt;
+  return it->second;
+}
+
+void ResolutionCache::put(const std::string& key, ResolvedAdapter value) {
+  std::lock_guard lock(mutex_);
+  if (entries_.size() >= 100000) entries_.clear();  // bound memory; entries are cheap to redo
+  entries_[key] = std::move(value);
+}
+
+void ResolutionCache::drop_policy(const std::string& tenant, const std::string& policy) {
+  std::lock_guard lock(mutex_);
+  const std::string prefix = tenant + "/" + policy + "@";
+  for (auto it = entries_.lower_bound(prefix);
+       it != entries_.end() && it->first.compare(0, prefix.size(), prefix) == 0;) {
+    it = entries_.erase(it);
+  }
+}
+
+void CatalogWorker::start(const std::filesystem::path& data_dir) {
+  std::promise<void> opened;
+  auto ready = opened.get_future();
+  thread_ = std::thread([this, data_dir, &opened] { loop(data_dir, &opened); });
+  try {
+    ready.get();
+  } catch (...) {
+    thread_.join();
+    throw;
+  }
+}
+
+void CatalogWorker::loop(const std::filesystem::path& data_dir, std::promise<void>* opened) {
+  std::unique_ptr<catalog::Catalog> cat;
+  try {
+    cat = std::make_unique<catalog::Catalog>(data_dir);
+  } catch (...) {
+    opened->set_exception(std::current_exception());
+    return;
+  }
+  opened->set_value();
+  for (;;) {
+    Task task;
+    {
+      std::unique_lock lock(mutex_);
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, and everything posted has run
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    task(*cat);  // tasks catch their own errors and reply
+  }
+}
+
+void CatalogWorker::post(Task task) {
+  {
+    std::lock_guard lock(mutex_);
+    queue_.push_back(std::move(task));
+  }
+  cv_.notify_one();
+}
+
+void CatalogWorker::stop() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+const char* wire_code(ErrorCode code) {
+  switch (code) {
+    case ErrorCode::invalid_argument: return protocol::errc::invalid_argument;
+    case ErrorCode::not_found: return protocol::errc::not_found;
+    case ErrorCode::format: return protocol::errc::invalid_argument;
+    case ErrorCode::unsupported: return protocol::errc::unsupported;
+    case ErrorCode::resource: return protocol::errc::resource_exhausted;
+    case ErrorCode::io: return protocol::errc::internal;
+    case ErrorCode::internal: return protocol::errc::internal;
+  }
+  return protocol::errc::internal;
+}
+
+std::pair<std::string, std::string> wire_error(const std::exception& e) {
+  if (const auto* pe = dynamic_cast<const protocol::ProtocolError*>(&e)) {
+    return {pe->code(), pe->what()};
+  }
+  if (const auto* se = dynamic_cast<const Error*>(&e)) {
+    const std::string msg = se->what();
+    // The catalog reports a taken name as invalid_argument "... already exists".
+    if (se->code() == ErrorCode::invalid_argument && msg.find(" already exists") != std::string::npos) {
+      return {protocol::errc::already_exists, msg};
+    }
+    return {wire_code(se->code()), msg};
+  }
+  return {protocol::errc::internal, e.what()};
+}
+
+void check_served_base(const Daemon& d, const catalog::Policy& policy) {
+  if (policy.base_id == d.base_id) return;
+  throw protocol::ProtocolError(
+      protocol::errc::failed_precondition,
+      fmt::format("policy {} is on base '{}'; this server serves '{}'", policy.address(),
+                  policy.base_id, d.base_id));
+}
+
+void reply_scheduler_full(Daemon& d, const Call& call) {
+  d.log->warn("request {} ({}): scheduler queue full, answered overloaded", call.request_id,
+              protocol::op_name(call.op));
+  d.replies->overloaded(call, d.scheduler->stats().queued, d.config.max_queue,
+                        d.config.retry_after_ms);
+}
+
+void reply_exception(Daemon& d, const Call& call, const std::exception& e) {
+  auto [code, message] = wire_error(e);
+  if (code == protocol::errc::internal) {
+    d.log->error("request {} ({}) failed: {}", call.request_id, protocol::op_name(call.op), message);
+  }
+  d.replies->error(call, std::move(code), std::move(message));
+}
+
+}  // namespace spindle::service

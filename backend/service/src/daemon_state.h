@@ -1,0 +1,149 @@
+#pragma once
+// What every thread of the daemon shares. Built by run_daemon before any thread starts and
+// destroyed after every thread is joined. Fields are immutable after start-up unless marked
+// with the lock that guards them.
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <filesystem>
+#include <functional>
+#include <future>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_map>
+
+#include <spdlog/logger.h>
+
+#include "reply_channel.h"
+#include "spindle/adapters/blob_store.h"
+#include "spindle/adapters/host_cache.h"
+#include "spindle/adapters/loader.h"
+#include "spindle/adapters/residency.h"
+#include "spindle/catalog/catalog.h"
+#include "spindle/engine/model.h"
+#include "spindle/engine/tokenizer.h"
+#include "spindle/engine/weights.h"
+#include "spindle/scheduler/scheduler.h"
+#include "spindle/service/service.h"
+
+namespace spindle::service {
+
+struct Paths {
+  std::filesystem::path data_dir;
+  std::string ipc, tcp, pub;  // endpoints ("" tcp = none)
+  std::filesystem::path tokens_file, authorized_clients, curve_dir, log_file;
+};
+
+// A training session: the scheduler's session plus what the service needs to commit it.
+struct Session {
+  std::string id;  // on the wire
+  std::string tenant;
+  std::string policy;
+  scheduler::SessionId sid = 0;
+  int64_t rank = 0;
+  float alpha = 0.0f;
+};
+
+// Thread-safe: one mutex, held only for map updates.
+class SessionTable {
+ public:
+  // A fresh random id for `s` (s.id is ignored), then stored.
+  std::string add(Session s);
+  // The session when it exists and belongs to `tenant`.
+  std::optional<Session> find(const std::string& tenant, const std::string& id) const;
+  void erase(const std::string& id);
+  size_t size() const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::unordered_map<std::string, Session> sessions_;
+};
+
+// What an address resolved to, for sampling: revision id and its blob (the residency key).
+struct ResolvedAdapter {
+  std::string revision_id;
+  std::string blob;
+};
+
+// Resolutions of immutable addresses (a full 64-hex revision id) by (tenant, policy, revision).
+// @latest is never cached. A deleted policy's entries are dropped. Thread-safe.
+class ResolutionCache {
+ public:
+  std::optional<ResolvedAdapter> find(const std::string& key) const;
+  void put(const std::string& key, ResolvedAdapter value);
+  void drop_policy(const std::string& tenant, const std::string& policy);
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<std::string, ResolvedAdapter> entries_;  // key "tenant/policy@rev"
+};
+
+// The one thread owning the daemon's Catalog (one SQLite connection). Tasks run in post order.
+class CatalogWorker {
+ public:
+  using Task = std::function<void(catalog::Catalog&)>;
+  // Opens the catalog on the worker thread; throws what opening throws (from start()).
+  void start(const std::filesystem::path& data_dir);
+  void post(Task task);
+  // Runs every task already posted, then joins. Idempotent.
+  void stop();
+  ~CatalogWorker() { stop(); }
+
+ private:
+  void loop(const std::filesystem::path& data_dir, std::promise<void>* opened);
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<Task> queue_;  // guarded by mutex_
+  bool stopping_ = false;   // guarded by mutex_
+  std::thread thread_;
+};
+
+struct Daemon {
+  ServiceConfig config;
+  Paths paths;
+  std::shared_ptr<spdlog::logger> log;
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+
+  // The served base.
+  std::string base_id;
+  std::filesystem::path model_path;
+  engine::ModelWeights weights;
+  std::unique_ptr<engine::Model> model;
+  std::unique_ptr<engine::Tokenizer> tokenizer;
+
+  // Residency tiers and the scheduler (the engine thread).
+  std::unique_ptr<adapters::BlobStore> blobs;
+  std::unique_ptr<adapters::HostCache> host_cache;
+  std::unique_ptr<engine::LoraSlotPool> serving_pool;
+  std::unique_ptr<adapters::Loader> loader;
+  std::unique_ptr<adapters::ResidencyManager> residency;
+  std::unique_ptr<scheduler::Scheduler> scheduler;
+
+  std::map<std::string, std::string> tokens;  // token -> tenant
+  SessionTable sessions;
+  ResolutionCache resolutions;
+  CatalogWorker catalog;
+  std::unique_ptr<zmq::context_t> context;
+  std::unique_ptr<ReplyChannel> replies;
+};
+
+// Wire error for an exception from the catalog, engine or adapters: (code, message).
+std::pair<std::string, std::string> wire_error(const std::exception& e);
+const char* wire_code(ErrorCode code);
+
+// Throws ProtocolError(failed_precondition) unless the policy is on the base served here.
+void check_served_base(const Daemon& d, const catalog::Policy& policy);
+
+// `overloaded` for a scheduler submit that was refused (its queue is full).
+void reply_scheduler_full(Daemon& d, const Call& call);
+
+// Sends the error for `e` on `call` (and counts it as failed).
+void reply_exception(Daemon& d, const Call& call, const std::exception& e);
+
+}  // namespace spindle::service

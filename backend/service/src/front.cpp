@@ -1,0 +1,280 @@
+#include "front.h"
+
+#include <zmq_addon.hpp>
+
+#include "catalog_ops.h"
+#include "engine_ops.h"
+#include "spindle/engine/loss.h"
+
+namespace spindle::service {
+
+using namespace protocol;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+std::vector<std::string> recv_parts(zmq::socket_t& s) {
+  std::vector<zmq::message_t> msgs;
+  std::vector<std::string> parts;
+  if (!zmq::recv_multipart(s, std::back_inserter(msgs), zmq::recv_flags::dontwait)) return parts;
+  parts.reserve(msgs.size());
+  for (auto& m : msgs) parts.push_back(m.to_string());
+  return parts;
+}
+
+bool is_front_op(Op op) { return op == Op::handshake || op == Op::capabilities || op == Op::status; }
+
+bool is_sampling_op(Op op) { return op == Op::sample || op == Op::compute_logprobs; }
+
+bool is_catalog_op(Op op) {
+  switch (op) {
+    case Op::catalog_list: case Op::catalog_search: case Op::catalog_show:
+    case Op::catalog_lineage: case Op::catalog_fork: case Op::catalog_rollback:
+    case Op::catalog_tag: case Op::catalog_delete: case Op::import_peft: case Op::export_peft:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+void Front::run(const std::atomic<bool>& stop) {
+  Clock::time_point deadline{};
+  std::vector<zmq::pollitem_t> items;
+  for (auto* r : routers_) items.push_back({r->handle(), 0, ZMQ_POLLIN, 0});
+  items.push_back({pull_.handle(), 0, ZMQ_POLLIN, 0});
+  for (;;) {
+    for (auto& it : items) it.revents = 0;
+    try {
+      zmq::poll(items.data(), items.size(), std::chrono::milliseconds(100));
+    } catch (const zmq::error_t& e) {
+      if (e.num() != EINTR) throw;  // a signal (SIGTERM: the stop flag is checked below)
+    }
+    // Replies first: they finish work and free queue room.
+    if (items.back().revents & ZMQ_POLLIN) {
+      for (int i = 0; i < 256; ++i) {
+        auto parts = recv_parts(pull_);
+        if (parts.empty()) break;
+        on_reply(std::move(parts));
+      }
+    }
+    for (size_t s = 0; s < routers_.size(); ++s) {
+      if (!(items[s].revents & ZMQ_POLLIN)) continue;
+      for (int i = 0; i < 64; ++i) {
+        auto parts = recv_parts(*routers_[s]);
+        if (parts.empty()) break;
+        on_request(uint8_t(s), std::move(parts));
+      }
+    }
+    if (stop.load() && !draining_) {
+      draining_ = true;
+      deadline = Clock::now() + std::chrono::milliseconds(int64_t(d_.config.drain_timeout_s * 1000));
+      d_.log->info("stopping: refusing new requests, {} in flight", in_flight_);
+    }
+    if (draining_ && in_flight_ == 0) break;
+    if (draining_ && Clock::now() > deadline) {
+      d_.log->error("drain timeout: {} request(s) still in flight are abandoned", in_flight_);
+      break;
+    }
+    sample_throughput();
+    publish_residency();
+  }
+}
+
+void Front::on_reply(std::vector<std::string> parts) {
+  uint8_t socket = 0;
+  uint32_t n_env = 0;
+  if (parts.empty() || !decode_route(parts[0], socket, n_env) || socket >= routers_.size() ||
+      parts.size() < size_t(n_env) + 2) {
+    d_.log->error("internal: malformed reply on the reply channel dropped");
+    return;
+  }
+  if (in_flight_ > 0) --in_flight_;
+  zmq::socket_t& r = *routers_[socket];
+  for (size_t i = 1; i < parts.size(); ++i) {
+    r.send(zmq::buffer(parts[i]), i + 1 < parts.size() ? zmq::send_flags::sndmore
+                                                      : zmq::send_flags::none);
+  }
+}
+
+void Front::send_direct(const Call& call, const Reply& reply) {
+  (reply.ok ? d_.replies->served : d_.replies->failed).fetch_add(1);
+  std::string header;
+  try {
+    header = encode_reply_header(reply);
+  } catch (const std::exception& e) {
+    header = encode_reply_header(make_error(call, errc::internal, e.what()));
+  }
+  zmq::socket_t& r = *routers_[call.socket];
+  for (const auto& f : call.envelope) r.send(zmq::buffer(f), zmq::send_flags::sndmore);
+  r.send(zmq::buffer(header), reply.frames.empty() ? zmq::send_flags::none : zmq::send_flags::sndmore);
+  for (size_t i = 0; i < reply.frames.size(); ++i) {
+    r.send(zmq::buffer(reply.frames[i]),
+           i + 1 < reply.frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+  }
+}
+
+void Front::refuse(const Call& call, const char* code, const std::string& message, bool log) {
+  if (log) {
+    d_.log->warn("refused request {} ({}) on socket {}{}: {}: {}", call.request_id,
+                 op_name(call.op), call.socket, call.tenant.empty() ? "" : " tenant " + call.tenant,
+                 code, message);
+  }
+  send_direct(call, make_error(call, code, message));
+}
+
+void Front::on_request(uint8_t socket, std::vector<std::string> parts) {
+  Call call;
+  call.socket = socket;
+  // Envelope: the ROUTER identity, plus an empty delimiter when the client sent one (REQ).
+  size_t body = 1;
+  if (parts.size() > 1 && parts[1].empty()) body = 2;
+  call.envelope.assign(parts.begin(), parts.begin() + std::ptrdiff_t(std::min(body, parts.size())));
+  if (parts.size() <= body) {
+    d_.log->warn("dropped a message with no header frame on socket {}", socket);
+    return;
+  }
+  Request req;
+  try {
+    req = decode_request(std::span<const std::string>(parts).subspan(body), d_.config.limits);
+  } catch (const ProtocolError& e) {
+    call.encoding = e.encoding.value_or(Encoding::binary);
+    call.request_id = e.request_id;
+    call.op = e.op.value_or(Op::handshake);
+    d_.log->warn("refused malformed request {} on socket {}: {}: {}", e.request_id, socket,
+                 e.code(), e.what());
+    return send_direct(call, make_error_reply(e));
+  } catch (const std::exception& e) {
+    return refuse(call, errc::bad_request, e.what(), /*log=*/true);
+  }
+  call.encoding = req.encoding;
+  call.request_id = req.request_id;
+  call.op = req.op;
+  const auto tenant = d_.tokens.find(req.token);
+  if (tenant == d_.tokens.end()) {
+    return refuse(call, errc::unauthenticated,
+                  req.token.empty() ? "no token" : "unknown token", /*log=*/true);
+  }
+  call.tenant = tenant->second;
+  if (draining_) return refuse(call, errc::unavailable, "server is shutting down", false);
+  try {
+    validate_request(req, d_.config.limits);
+  } catch (const ProtocolError& e) {
+    return refuse(call, e.code().c_str(), e.what(), /*log=*/true);
+  }
+
+  if (is_front_op(req.op)) {
+    try {
+      if (req.op == Op::handshake) {
+        const auto& h = std::get<HandshakeRequest>(req.body);
+        d_.log->debug("handshake from '{}' (tenant {})", h.client_name, call.tenant);
+        send_direct(call, make_ok(call, HandshakeReply{kProtocolVersion, kServerVersion, call.tenant}, {}));
+      } else if (req.op == Op::capabilities) {
+        CapabilitiesReply c;
+        const auto& m = d_.weights.config;
+        c.bases.push_back({d_.base_id, engine::arch_name(m.arch), m.n_layers, m.dim, m.vocab_size,
+                           m.max_seq_len, m.bos_id, m.eos_id});
+        c.limits = d_.config.limits.info();
+        c.limits.max_queue = d_.config.max_queue;
+        c.limits.max_sessions = d_.config.max_sessions;
+        for (auto fn : {engine::LossFn::cross_entropy, engine::LossFn::importance_sampling,
+                        engine::LossFn::ppo, engine::LossFn::cispo, engine::LossFn::dro}) {
+          c.loss_fns.push_back(engine::loss_fn_name(fn));
+        }
+        c.encodings = {"B", "J"};
+        send_direct(call, make_ok(call, std::move(c), {}));
+      } else {
+        send_direct(call, make_ok(call, status(), {}));
+      }
+    } catch (const std::exception& e) {
+      send_direct(call, make_error(call, errc::internal, e.what()));
+    }
+    return;
+  }
+
+  if (in_flight_ >= d_.config.max_queue) {
+    Reply r = make_error(call, errc::overloaded, "server overloaded: retry later");
+    r.error.queue_depth = in_flight_;
+    r.error.queue_limit = d_.config.max_queue;
+    r.error.retry_after_ms = d_.config.retry_after_ms;
+    d_.log->debug("request {} ({}): overloaded ({} in flight)", call.request_id, op_name(call.op),
+                  in_flight_);
+    return send_direct(call, r);
+  }
+  // From here on the reply comes back through the reply channel, from whichever thread.
+  ++in_flight_;
+  if (is_catalog_op(req.op)) {
+    dispatch_catalog_op(d_, std::move(call), std::move(req));
+  } else if (is_sampling_op(req.op)) {
+    dispatch_sampling_op(d_, std::move(call), std::move(req));
+  } else {
+    dispatch_training_op(d_, std::move(call), std::move(req));
+  }
+}
+
+StatusReply Front::status() const {
+  const scheduler::SchedulerStats st = d_.scheduler->stats();
+  const adapters::HostCacheStats hc = d_.host_cache->stats();
+  const adapters::LoaderStats ls = d_.loader->stats();
+  StatusReply s;
+  s.server_version = kServerVersion;
+  s.uptime_s = std::chrono::duration<double>(Clock::now() - d_.started).count();
+  s.queue_depth = in_flight_;
+  s.parked = st.parked;
+  s.running_sequences = st.running_sequences;
+  s.training_sessions = d_.sessions.size();
+  s.requests_served = d_.replies->served.load();
+  s.requests_failed = d_.replies->failed.load();
+  if (throughput_.size() >= 2) {
+    const double dt =
+        std::chrono::duration<double>(throughput_.back().first - throughput_.front().first).count();
+    if (dt > 0) s.tokens_per_s = double(throughput_.back().second - throughput_.front().second) / dt;
+  }
+  s.device_slots = uint32_t(st.device_slots);
+  s.device_slots_used = uint32_t(st.device_slots_used);
+  s.host_cache_bytes = hc.bytes;
+  s.host_cache_capacity = hc.capacity_bytes;
+  s.loads_queued = ls.queue_depth;
+  s.loads_running = ls.running;
+  s.device_hit_rate = st.residency.device_hit_rate();
+  s.host_hit_rate = hc.hit_rate();
+  s.mean_load_wait_ms = ls.mean_wait_ms();
+  for (const auto& p : st.placements) {
+    s.placements.push_back({p.revision_id, adapters::residency_tier_name(p.tier), p.slot, p.in_use});
+  }
+  return s;
+}
+
+void Front::sample_throughput() {
+  const auto now = Clock::now();
+  if (!throughput_.empty() && now - throughput_.back().first < std::chrono::seconds(1)) return;
+  throughput_.emplace_back(now, d_.scheduler->stats().sampled_tokens);
+  while (throughput_.size() > 11) throughput_.pop_front();
+}
+
+// At most once a second, and only when a placement changed: topic "residency", then the
+// status as a J-encoded reply (op status, request_id 0).
+void Front::publish_residency() {
+  const auto now = Clock::now();
+  if (now - last_publish_ < std::chrono::seconds(1)) return;
+  last_publish_ = now;
+  StatusReply s = status();
+  std::string key;
+  for (const auto& p : s.placements) key += fmt::format("{}:{}:{}:{};", p.revision_id, p.tier, p.slot, p.in_use);
+  if (key == last_residency_) return;
+  last_residency_ = key;
+  Reply event;
+  event.encoding = Encoding::json;
+  event.op = Op::status;
+  event.body = std::move(s);
+  try {
+    const std::string header = encode_reply_header(event);
+    pub_.send(zmq::str_buffer("residency"), zmq::send_flags::sndmore);
+    pub_.send(zmq::buffer(header), zmq::send_flags::dontwait);
+  } catch (const std::exception& e) {
+    d_.log->warn("residency event not published: {}", e.what());
+  }
+}
+
+}  // namespace spindle::service

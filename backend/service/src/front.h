@@ -1,0 +1,42 @@
+#pragma once
+// The front thread: owns the ROUTERs, the PUB and the reply PULL (see service.h). Runs until
+// `stop` is set and every request it handed off has been answered (or drain_timeout_s passed).
+// While draining, new requests get `unavailable`.
+
+#include <atomic>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "daemon_state.h"
+
+namespace spindle::service {
+
+class Front {
+ public:
+  Front(Daemon& d, std::vector<zmq::socket_t*> routers, zmq::socket_t& pub, zmq::socket_t& pull)
+      : d_(d), routers_(std::move(routers)), pub_(pub), pull_(pull) {}
+  void run(const std::atomic<bool>& stop);
+
+ private:
+  void on_request(uint8_t socket, std::vector<std::string> parts);
+  void on_reply(std::vector<std::string> parts);
+  void send_direct(const Call& call, const protocol::Reply& reply);
+  void refuse(const Call& call, const char* code, const std::string& message, bool log);
+  protocol::StatusReply status() const;
+  void publish_residency();
+  void sample_throughput();
+
+  Daemon& d_;
+  std::vector<zmq::socket_t*> routers_;
+  zmq::socket_t& pub_;
+  zmq::socket_t& pull_;
+  uint64_t in_flight_ = 0;  // handed-off requests not yet answered (front thread only)
+  bool draining_ = false;
+  std::chrono::steady_clock::time_point last_publish_{};
+  std::string last_residency_;
+  // (time, sampled tokens) about once a second, the last ~10 s: tokens_per_s.
+  std::deque<std::pair<std::chrono::steady_clock::time_point, uint64_t>> throughput_;
+};
+
+}  // namespace spindle::service

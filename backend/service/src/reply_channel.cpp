@@ -1,0 +1,103 @@
+#include "reply_channel.h"
+
+#include <memory>
+
+namespace spindle::service {
+namespace {
+
+// One PUSH per (thread, channel endpoint); closed at thread exit, before the daemon closes
+// the context (it joins every replying thread first).
+struct ThreadPush {
+  std::string endpoint;
+  std::unique_ptr<zmq::socket_t> socket;
+};
+thread_local ThreadPush t_push;
+
+zmq::socket_t& push_for(zmq::context_t& context, const std::string& endpoint) {
+  if (!t_push.socket || t_push.endpoint != endpoint) {
+    t_push.socket = std::make_unique<zmq::socket_t>(context, zmq::socket_type::push);
+    t_push.socket->set(zmq::sockopt::linger, 1000);
+    t_push.socket->connect(endpoint);
+    t_push.endpoint = endpoint;
+  }
+  return *t_push.socket;
+}
+
+}  // namespace
+
+void close_thread_push() {
+  t_push.socket.reset();
+  t_push.endpoint.clear();
+}
+
+std::string encode_route(uint8_t socket, uint32_t envelope_frames) {
+  std::string r(5, '\0');
+  r[0] = char(socket);
+  for (int i = 0; i < 4; ++i) r[size_t(1 + i)] = char((envelope_frames >> (8 * i)) & 0xff);
+  return r;
+}
+
+bool decode_route(const std::string& frame, uint8_t& socket, uint32_t& envelope_frames) {
+  if (frame.size() != 5) return false;
+  socket = uint8_t(frame[0]);
+  envelope_frames = 0;
+  for (int i = 0; i < 4; ++i) envelope_frames |= uint32_t(uint8_t(frame[size_t(1 + i)])) << (8 * i);
+  return true;
+}
+
+protocol::Reply make_ok(const Call& call, protocol::ReplyBody body, protocol::Frames frames) {
+  protocol::Reply r;
+  r.encoding = call.encoding;
+  r.request_id = call.request_id;
+  r.op = call.op;
+  r.ok = true;
+  r.body = std::move(body);
+  r.frames = std::move(frames);
+  return r;
+}
+
+protocol::Reply make_error(const Call& call, std::string code, std::string message) {
+  return protocol::make_error_reply(call.encoding, call.request_id, call.op, std::move(code),
+                                    std::move(message));
+}
+
+void ReplyChannel::ok(const Call& call, protocol::ReplyBody body, protocol::Frames frames) {
+  send(call, make_ok(call, std::move(body), std::move(frames)));
+}
+
+void ReplyChannel::error(const Call& call, std::string code, std::string message) {
+  send(call, make_error(call, std::move(code), std::move(message)));
+}
+
+void ReplyChannel::overloaded(const Call& call, uint64_t depth, uint64_t limit,
+                              uint32_t retry_after_ms) {
+  protocol::Reply r = make_error(call, protocol::errc::overloaded,
+                                 "server overloaded: retry later");
+  r.error.queue_depth = depth;
+  r.error.queue_limit = limit;
+  r.error.retry_after_ms = retry_after_ms;
+  send(call, r);
+}
+
+void ReplyChannel::send(const Call& call, const protocol::Reply& reply) {
+  std::string header;
+  try {
+    header = protocol::encode_reply_header(reply);
+  } catch (const std::exception& e) {
+    header = protocol::encode_reply_header(
+        make_error(call, protocol::errc::internal, std::string("cannot encode reply: ") + e.what()));
+  }
+  (reply.ok ? served : failed).fetch_add(1, std::memory_order_relaxed);
+  zmq::socket_t& push = push_for(context_, endpoint_);
+  push.send(zmq::buffer(encode_route(call.socket, uint32_t(call.envelope.size()))),
+            zmq::send_flags::sndmore);
+  for (const auto& f : call.envelope) push.send(zmq::buffer(f), zmq::send_flags::sndmore);
+  const bool more = !reply.frames.empty();
+  push.send(zmq::buffer(header), more ? zmq::send_flags::sndmore : zmq::send_flags::none);
+  for (size_t i = 0; i < reply.frames.size(); ++i) {
+    push.send(zmq::buffer(reply.frames[i]), i + 1 < reply.frames.size() ? zmq::send_flags::sndmore
+                                                                         : zmq::send_flags::none);
+  }
+}
+
+}  // namespace spindle::service

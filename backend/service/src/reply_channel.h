@@ -1,0 +1,65 @@
+#pragma once
+// Replies from any thread to the front thread's ROUTERs (STYLE.md 6: only the front thread
+// touches a ROUTER). Each replying thread owns one PUSH socket (thread-local, created on its
+// first reply, closed when the thread exits) connected to the front's inproc PULL. Message on
+// that PUSH: [route][envelope...][reply header][tensor frames...], route = 1 byte socket index
+// + 4 bytes LE envelope frame count.
+//
+// Threading: send() is safe from any thread that exits before the context is closed (the
+// daemon joins every such thread first).
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "spindle/protocol/wire.h"
+
+namespace spindle::service {
+
+// Who a reply goes to: the request's route and the header fields a reply echoes.
+struct Call {
+  uint8_t socket = 0;                  // index of the ROUTER the request came in on
+  std::vector<std::string> envelope;   // identity frames (+ empty delimiter, if any)
+  protocol::Encoding encoding = protocol::Encoding::binary;
+  uint64_t request_id = 0;
+  protocol::Op op = protocol::Op::handshake;
+  std::string tenant;                  // "" until authenticated
+};
+
+class ReplyChannel {
+ public:
+  ReplyChannel(zmq::context_t& context, std::string endpoint)
+      : context_(context), endpoint_(std::move(endpoint)) {}
+  const std::string& endpoint() const { return endpoint_; }
+
+  void ok(const Call& call, protocol::ReplyBody body, protocol::Frames frames = {});
+  void error(const Call& call, std::string code, std::string message);
+  void overloaded(const Call& call, uint64_t depth, uint64_t limit, uint32_t retry_after_ms);
+  // Sends a built reply (encoded on the calling thread).
+  void send(const Call& call, const protocol::Reply& reply);
+
+  // Replies sent by any path (this channel and the front's direct sends), ok and errors.
+  std::atomic<uint64_t> served{0};
+  std::atomic<uint64_t> failed{0};
+
+ private:
+  zmq::context_t& context_;
+  std::string endpoint_;
+};
+
+// The reply for `call` (ok with body/frames).
+protocol::Reply make_ok(const Call& call, protocol::ReplyBody body, protocol::Frames frames);
+protocol::Reply make_error(const Call& call, std::string code, std::string message);
+
+// Closes the calling thread's PUSH, if it has one. A thread that outlives the context (the
+// main thread running the front) must call it before the context is closed.
+void close_thread_push();
+
+// Route frame for the PUSH message, and its parse (false when malformed).
+std::string encode_route(uint8_t socket, uint32_t envelope_frames);
+bool decode_route(const std::string& frame, uint8_t& socket, uint32_t& envelope_frames);
+
+}  // namespace spindle::service

@@ -1,0 +1,216 @@
+#include "setup.h"
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "spindle/adapters/sha256.h"
+#include "spindle/catalog/catalog.h"
+#include "spindle/core/error.h"
+#include "spindle/core/file_io.h"
+#include "spindle/protocol/curve.h"
+
+extern char** environ;
+
+namespace spindle::service {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path default_data_dir() {
+  if (const char* d = std::getenv("SPINDLE_DATA_DIR"); d && *d) return d;
+  if (const char* x = std::getenv("XDG_DATA_HOME"); x && *x) return fs::path(x) / "spindle";
+  const char* home = std::getenv("HOME");
+  SPINDLE_CHECK(home && *home, invalid_argument,
+                "no data directory: pass --data-dir or set SPINDLE_DATA_DIR (HOME is unset)");
+  return fs::path(home) / ".local" / "share" / "spindle";
+}
+
+// Writes `text` to `path` atomically with mode 0600.
+void write_private(const fs::path& path, const std::string& text) {
+  write_file_atomic(path, text);
+  fs::permissions(path, fs::perms::owner_read | fs::perms::owner_write, fs::perm_options::replace);
+}
+
+// SHA-256 over config.json and *.safetensors of an HF directory (name order) or one file.
+std::string base_checksum(const fs::path& path) {
+  std::vector<fs::path> files;
+  if (fs::is_directory(path)) {
+    for (const auto& e : fs::directory_iterator(path)) {
+      const std::string n = e.path().filename().string();
+      if (n == "config.json" || n.ends_with(".safetensors")) files.push_back(e.path());
+    }
+    std::sort(files.begin(), files.end());
+  } else {
+    files.push_back(path);
+  }
+  adapters::Sha256 h;
+  std::string buf(size_t(64) << 20, '\0');
+  for (const auto& f : files) {
+    const FileReader r(f);
+    for (uint64_t at = 0; at < r.size(); at += buf.size()) {
+      const size_t n = size_t(std::min<uint64_t>(buf.size(), r.size() - at));
+      r.read_at(at, buf.data(), n);
+      h.update(buf.data(), n);
+    }
+  }
+  return h.finish_hex();
+}
+
+}  // namespace
+
+Paths resolve_paths(const ServiceConfig& c) {
+  Paths p;
+  p.data_dir = fs::absolute(c.data_dir.empty() ? default_data_dir() : fs::path(c.data_dir));
+  fs::create_directories(p.data_dir);
+  p.curve_dir = p.data_dir / "curve";
+  fs::create_directories(p.curve_dir);
+  fs::create_directories(p.data_dir / "logs");
+  p.ipc = c.ipc.empty() ? "ipc://" + (p.data_dir / "spindled.sock").string() : c.ipc;
+  p.pub = c.pub.empty() ? "ipc://" + (p.data_dir / "spindled-events.sock").string() : c.pub;
+  p.tcp = c.tcp;
+  SPINDLE_CHECK(p.tcp.empty() || p.tcp.starts_with("tcp://"), invalid_argument,
+                "--tcp {}: expected tcp://HOST:PORT", p.tcp);
+  p.tokens_file = c.tokens_file.empty() ? p.data_dir / "tokens.json" : fs::path(c.tokens_file);
+  p.authorized_clients = c.authorized_clients.empty() ? p.curve_dir / "authorized_clients"
+                                                      : fs::path(c.authorized_clients);
+  p.log_file = p.data_dir / "logs" / "spindled.log";
+  return p;
+}
+
+std::shared_ptr<spdlog::logger> make_logger(const Paths& paths, const std::string& level) {
+  auto console = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
+  auto file = std::make_shared<spdlog::sinks::basic_file_sink_mt>(paths.log_file.string());
+  auto log = std::make_shared<spdlog::logger>("spindled", spdlog::sinks_init_list{console, file});
+  const auto lvl = spdlog::level::from_str(level);
+  SPINDLE_CHECK(lvl != spdlog::level::off || level == "off", invalid_argument,
+                "--log-level {}: expected trace, debug, info, warn, error or off", level);
+  log->set_level(lvl);
+  log->flush_on(spdlog::level::trace);  // refusals must be in the file when a test reads it
+  return log;
+}
+
+fs::path resolve_model(const ServiceConfig& c, const Paths& paths, spdlog::logger& log) {
+  if (!c.model.empty()) {
+    SPINDLE_CHECK(fs::exists(c.model), not_found, "--model {}: no such file or directory", c.model);
+    return fs::absolute(c.model);
+  }
+  const fs::path dir = paths.data_dir / "bases" / "arith";
+  if (fs::exists(dir / "config.json")) return dir;
+  std::error_code ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  SPINDLE_CHECK(!ec, io, "cannot read /proc/self/exe: {}", ec.message());
+  const fs::path spindle = self.parent_path() / "spindle";
+  SPINDLE_CHECK(fs::exists(spindle), not_found,
+                "no --model given and {} is missing; building it needs {} (or pass --model)",
+                dir.string(), spindle.string());
+  log.info("no --model: building the default base {} with `spindle make-base` (minutes)",
+           dir.string());
+  const std::string out = dir.string();
+  std::vector<std::string> args = {spindle.string(), "make-base", "--task", "arithmetic", "--out", out};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  const int rc = posix_spawn(&pid, spindle.c_str(), nullptr, nullptr, argv.data(), environ);
+  SPINDLE_CHECK(rc == 0, io, "cannot start {}: {}", spindle.string(), std::strerror(rc));
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  SPINDLE_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, internal,
+                "`spindle make-base --out {}` failed (status {})", out, status);
+  return dir;
+}
+
+void register_base(const Paths& paths, const std::string& base_id, const fs::path& model_path,
+                   const engine::ModelConfig& config, spdlog::logger& log) {
+  catalog::check_name("base model id", base_id);
+  catalog::Catalog cat(paths.data_dir);
+  try {
+    const catalog::BaseModel b = cat.get_base(base_id);
+    if (!b.path.empty() && fs::path(b.path) != model_path) {
+      log.warn("base '{}' is registered with path {}; serving {}", base_id, b.path,
+               model_path.string());
+    }
+    return;
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::not_found) throw;
+  }
+  catalog::BaseModel base;
+  base.id = base_id;
+  base.arch = engine::arch_name(config.arch);
+  base.path = model_path.string();
+  base.checksum = base_checksum(model_path);
+  cat.register_base(base, "spindled");
+  log.info("registered base model {} (arch {}, path {})", base_id, base.arch, base.path);
+}
+
+std::map<std::string, std::string> load_or_create_tokens(const Paths& paths, spdlog::logger& log) {
+  std::map<std::string, std::string> tokens;
+  if (!fs::exists(paths.tokens_file)) {
+    std::random_device rd;
+    std::string token;
+    for (int i = 0; i < 32; ++i) token += fmt::format("{:02x}", rd() & 0xffu);
+    const nlohmann::json j = nlohmann::json::array({{{"token", token}, {"tenant", "local"}}});
+    write_private(paths.tokens_file, j.dump(2) + "\n");
+    write_private(paths.data_dir / "token", token + "\n");
+    log.info("created {} with a token for tenant 'local' (also in {})",
+             paths.tokens_file.string(), (paths.data_dir / "token").string());
+  }
+  const std::string text = read_file_to_string(paths.tokens_file);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    SPINDLE_THROW(format, "{}: not JSON: {}", paths.tokens_file.string(), e.what());
+  }
+  SPINDLE_CHECK(j.is_array(), format, "{}: expected [{{\"token\": ..., \"tenant\": ...}}, ...]",
+                paths.tokens_file.string());
+  for (const auto& e : j) {
+    SPINDLE_CHECK(e.is_object() && e.contains("token") && e.contains("tenant") &&
+                      e["token"].is_string() && e["tenant"].is_string(),
+                  format, "{}: every entry needs string fields token and tenant",
+                  paths.tokens_file.string());
+    const std::string token = e["token"], tenant = e["tenant"];
+    SPINDLE_CHECK(token.size() >= 16, format, "{}: a token shorter than 16 characters (tenant {})",
+                  paths.tokens_file.string(), tenant);
+    catalog::check_name("tenant", tenant);
+    tokens[token] = tenant;
+  }
+  log.info("{} token(s) from {}", tokens.size(), paths.tokens_file.string());
+  return tokens;
+}
+
+std::pair<std::string, std::string> load_or_create_server_keys(const Paths& paths) {
+  try {
+    const protocol::CurveKeyPair keys = protocol::load_or_create_keypair(paths.curve_dir, "server");
+    return {keys.public_key, keys.secret_key};
+  } catch (const std::runtime_error& e) {
+    SPINDLE_THROW(format, "CURVE server keys: {}", e.what());
+  }
+}
+
+std::vector<std::string> read_authorized_keys(const fs::path& file) {
+  if (!fs::exists(file)) return {};
+  try {
+    return protocol::read_public_keys(file);
+  } catch (const std::runtime_error& e) {
+    SPINDLE_THROW(format, "{}", e.what());
+  }
+}
+
+}  // namespace spindle::service

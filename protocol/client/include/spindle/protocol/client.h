@@ -1,0 +1,160 @@
+#pragma once
+/// \file client.h
+/// The C++ client of spindled (PROTOCOL.md): one DEALER socket, synchronous calls with
+/// `overloaded` retry, asynchronous send/receive, and typed helpers for every op.
+///
+/// Threading: a Client owns its socket (STYLE.md 6); use it from one thread at a time. Make
+/// one Client per thread for concurrent callers.
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "spindle/protocol/wire.h"
+
+namespace spindle::protocol {
+
+struct ClientOptions {
+  std::string endpoint;  ///< e.g. "ipc:///run/user/1000/spindle.sock", "tcp://host:7878"
+  std::string token;
+  /// z85 CURVE keys; server_public_key non-empty => CURVE on. Empty client keys => a fresh
+  /// ephemeral pair.
+  std::string server_public_key;
+  std::string client_public_key;
+  std::string client_secret_key;
+  int timeout_ms = 600000;           ///< per attempt: send to reply
+  int max_overloaded_retries = 100;  ///< then ClientError("overloaded")
+  Encoding encoding = Encoding::binary;
+  std::string client_name = "spindle-cpp";
+};
+
+/// An error reply (code = the wire code), a timeout ("timeout"), a reply that does not decode
+/// (its ProtocolError code), or a socket failure ("transport").
+class ClientError : public std::runtime_error {
+ public:
+  ClientError(std::string code, const std::string& message, uint64_t request_id = 0)
+      : std::runtime_error(code + ": " + message), code_(std::move(code)), request_id_(request_id) {}
+  const std::string& code() const { return code_; }
+  uint64_t request_id() const { return request_id_; }
+
+ private:
+  std::string code_;
+  uint64_t request_id_;
+};
+
+/// One training example, Tinker's Datum with tensors inline. Empty float vectors are absent.
+struct Datum {
+  std::vector<int32_t> model_input;
+  std::vector<int32_t> target_tokens;
+  std::vector<float> weights;
+  std::vector<float> logprobs;    ///< sampler logprobs (importance_sampling, ppo, cispo, dro)
+  std::vector<float> advantages;  ///< (importance_sampling, ppo, cispo, dro)
+};
+
+struct ForwardBackwardResult {
+  std::vector<std::vector<float>> logprobs;  ///< per datum: log p of each target token
+  std::vector<NamedValue> metrics;           ///< "loss:sum", "n_tokens:sum", ...
+  /// The metric's value; throws ClientError("not_found") when absent.
+  double metric(std::string_view name) const;
+};
+
+struct SampledSequence {
+  std::vector<int32_t> tokens;
+  std::vector<float> logprobs;
+  std::string stop_reason;  ///< "stop" | "length"
+  std::string text;
+};
+struct SampleResult {
+  std::string revision_id;  ///< "" = base model
+  std::vector<SampledSequence> sequences;
+};
+
+struct LogprobsResult {
+  std::string revision_id;
+  std::vector<float> logprobs;  ///< [n]; entry 0 is NaN
+};
+
+struct ExportedPeft {
+  std::string revision_id;
+  std::string adapter_config_json;
+  std::string adapter_model;  ///< safetensors bytes
+};
+
+class Client {
+ public:
+  /// Connects a DEALER socket and performs the handshake. Throws ClientError.
+  explicit Client(ClientOptions options);
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  const HandshakeReply& server() const;
+  const ClientOptions& options() const;
+
+  /// Sends and waits for the reply with this request's id (replies to send() calls that
+  /// arrive meanwhile are kept for receive()). On `overloaded` waits error.retry_after_ms
+  /// (at least 1 ms) and resends under a new id, at most max_overloaded_retries times. Throws
+  /// ClientError(code, message) on an error reply, ClientError("timeout") after timeout_ms.
+  Reply call(Op op, RequestBody body, Frames frames = {});
+
+  /// Asynchronous: sends and returns the request id; any number may be in flight.
+  uint64_t send(Op op, RequestBody body, Frames frames = {});
+  /// The next reply to a send() (any id, error replies included: check Reply::ok), or
+  /// nullopt when none arrives within timeout_ms. Throws ClientError on a malformed reply.
+  std::optional<Reply> receive(int timeout_ms);
+
+  // ---- typed helpers (each is call() plus decoding; all throw ClientError) ----------------
+  CapabilitiesReply capabilities();
+  StatusReply status();
+  TrainingSessionReply create_training(const CreateTrainingRequest& request);
+  TrainingSessionReply create_training_from_state(const std::string& address);
+  ForwardBackwardResult forward(const std::string& session_id, const std::vector<Datum>& data,
+                                const std::string& loss_fn = "cross_entropy",
+                                const std::vector<NamedValue>& loss_fn_config = {});
+  ForwardBackwardResult forward_backward(const std::string& session_id,
+                                         const std::vector<Datum>& data,
+                                         const std::string& loss_fn = "cross_entropy",
+                                         const std::vector<NamedValue>& loss_fn_config = {});
+  OptimStepReply optim_step(const std::string& session_id, const AdamParamsMsg& adam = {});
+  SaveReply save_weights(const std::string& session_id, const std::string& name = "",
+                         const std::string& metrics_json = "");
+  SaveReply save_state(const std::string& session_id, const std::string& name = "",
+                       const std::string& metrics_json = "");
+  TrainingSessionReply load_state(const std::string& session_id, const std::string& address);
+  void close_training(const std::string& session_id);
+  SampleResult sample(const std::string& address, std::span<const int32_t> prompt,
+                      int32_t num_samples = 1, const SamplingParamsMsg& params = {});
+  LogprobsResult compute_logprobs(const std::string& address, std::span<const int32_t> prompt);
+  PolicyListReply catalog_list(const CatalogListRequest& request = {});
+  PolicyListReply catalog_search(const std::string& text, uint32_t limit = 20);
+  PolicyReply catalog_show(const std::string& address);
+  LineageReply catalog_lineage(const std::string& address, int32_t max_ancestors = 1000,
+                               int32_t max_descendants = 1000);
+  PolicyReply catalog_fork(const std::string& address, const std::string& name);
+  PolicyReply catalog_rollback(const std::string& address);
+  PolicyReply catalog_tag(const std::string& address, const std::vector<std::string>& add,
+                          const std::vector<std::string>& remove = {});
+  void catalog_delete(const std::string& address);
+  PolicyReply import_peft(const std::string& name, const std::string& base_id,
+                          const std::string& adapter_config_json, std::string_view adapter_model,
+                          const std::string& description = "");
+  ExportedPeft export_peft(const std::string& address);
+
+  /// Builds the request body and frames of a forward/forward_backward call (exposed for tests
+  /// and for callers using send()).
+  static ForwardBackwardRequest make_forward_backward(const std::string& session_id,
+                                                      const std::vector<Datum>& data,
+                                                      const std::string& loss_fn,
+                                                      const std::vector<NamedValue>& config,
+                                                      Frames& frames);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace spindle::protocol

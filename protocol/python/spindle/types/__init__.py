@@ -1,0 +1,22 @@
+"""Spindle SDK types. Names and shapes follow Tinker's `tinker.types`."""
+
+from ._catalog import (ExportPeftResponse, LineageEntry, LineageResponse, PolicyDetails,
+                       PolicyInfo, PolicyListResponse, RevisionInfo)
+from ._sampling import SampledSequence, SampleResponse, SamplingParams
+from ._server import (BaseInfo, GetServerCapabilitiesResponse, HandshakeInfo, LimitsInfo,
+                      PlacementInfo, ServerCapabilities, ServerStatus, SupportedModel)
+from ._tensor import ModelInput, TensorData
+from ._training import (AdamParams, Datum, ForwardBackwardOutput, LoadStateResponse,
+                        OptimStepResponse, SaveStateResponse, SaveWeightsForSamplerResponse,
+                        SaveWeightsResponse, TrainingSessionInfo)
+from ..errors import SpindleError
+
+__all__ = [
+    "AdamParams", "BaseInfo", "Datum", "ExportPeftResponse", "ForwardBackwardOutput",
+    "GetServerCapabilitiesResponse", "HandshakeInfo", "LimitsInfo", "LineageEntry",
+    "LineageResponse", "LoadStateResponse", "ModelInput", "OptimStepResponse", "PlacementInfo",
+    "PolicyDetails", "PolicyInfo", "PolicyListResponse", "RevisionInfo", "SampleResponse",
+    "SampledSequence", "SamplingParams", "SaveStateResponse", "SaveWeightsForSamplerResponse",
+    "SaveWeightsResponse", "ServerCapabilities", "ServerStatus", "SpindleError",
+    "SupportedModel", "TensorData", "TrainingSessionInfo",
+]

@@ -1,0 +1,405 @@
+// spindle-bench service: a real spindled process on loopback IPC, driven by real clients.
+//   1. Sampling throughput and latency for 1, 16 and 256 concurrent clients (one Client, one
+//      DEALER socket and one thread each) against 1 vs 256 distinct adapters on stories260K;
+//      every row prints `lost_replies = N` (requests that never got a reply; must be 0).
+//   2. Train -> serve handoff (MinT's 18.3x measure) on a Qwen3-0.6B-shaped base: after an
+//      optim_step, the time until a sampler serves the new revision through Spindle
+//      (save_weights + the first sample of the new address) vs the merged-checkpoint path
+//      (merge W += s·B·A into a copy of the base, write the full checkpoint durably, load it,
+//      sample the same first token). `handoff_speedup = merged / spindle`.
+// Bounded: fixed request counts; stops by itself.
+
+#include <CLI/CLI.hpp>
+#include <cblas.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench.h"
+#include "spindle/adapters/peft.h"
+#include "spindle/engine/generator.h"
+#include "spindle/engine/loader.h"
+#include "spindle/engine/model.h"
+#include "spindle/protocol/client.h"
+
+namespace spindle::bench {
+namespace {
+
+namespace fs = std::filesystem;
+using protocol::Client;
+using protocol::ClientError;
+using protocol::ClientOptions;
+
+struct ServiceBenchOptions {
+  fs::path shared_dir;
+  fs::path spindled;
+  fs::path work_dir;
+  bool quick = false;
+  int handoff_repeats = 3;
+};
+
+// One spindled child process; stdout is read until "spindled ready: <endpoints>".
+class DaemonProcess {
+ public:
+  DaemonProcess(const fs::path& binary, const fs::path& data_dir,
+                const std::vector<std::string>& extra, int ready_timeout_s)
+      : data_dir_(data_dir) {
+    fs::create_directories(data_dir);
+    int out[2];
+    if (::pipe(out) != 0) throw std::runtime_error("pipe failed");
+    std::vector<std::string> args = {binary.string(), "--data-dir", data_dir.string(),
+                                     "--log-level", "warn"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::dup2(out[1], 1);
+      const int err = ::open((data_dir / "stderr").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      ::dup2(err, 2);
+      ::close(out[0]);
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv(argv[0], argv.data());
+      ::_exit(127);
+    }
+    ::close(out[1]);
+    std::string buf;
+    const auto deadline = Clock::now() + std::chrono::seconds(ready_timeout_s);
+    while (Clock::now() < deadline) {
+      pollfd p{out[0], POLLIN, 0};
+      if (::poll(&p, 1, 200) <= 0) continue;
+      char c[512];
+      const ssize_t n = ::read(out[0], c, sizeof c);
+      if (n <= 0) break;
+      buf.append(c, size_t(n));
+      const auto at = buf.find("spindled ready: ");
+      const auto nl = at == std::string::npos ? std::string::npos : buf.find('\n', at);
+      if (nl != std::string::npos) {
+        std::istringstream ss(buf.substr(at + 16, nl - at - 16));
+        ss >> endpoint_;
+        ::close(out[0]);
+        return;
+      }
+    }
+    ::close(out[0]);
+    stop();
+    std::ifstream e(data_dir / "stderr");
+    std::stringstream s;
+    s << e.rdbuf();
+    throw std::runtime_error("spindled did not become ready:\n" + s.str());
+  }
+  ~DaemonProcess() { stop(); }
+
+  void stop() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGTERM);
+    ::waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+
+  ClientOptions client_options() const {
+    ClientOptions o;
+    o.endpoint = endpoint_;
+    std::ifstream in(data_dir_ / "token");
+    in >> o.token;
+    o.timeout_ms = 120000;
+    o.client_name = "spindle-bench";
+    return o;
+  }
+
+ private:
+  fs::path data_dir_;
+  pid_t pid_ = -1;
+  std::string endpoint_;
+};
+
+double percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const size_t i = std::min(v.size() - 1, size_t(q * double(v.size() - 1) + 0.5));
+  return v[i];
+}
+
+// ---- 1. concurrency ------------------------------------------------------------------------
+
+struct RowResult {
+  int clients = 0, adapters = 0, requests = 0, errors = 0, lost = 0;
+  double wall_s = 0, tokens = 0, p50_ms = 0, p99_ms = 0;
+};
+
+RowResult run_row(const ClientOptions& options, const std::vector<std::string>& addresses,
+                  int clients, int adapters, int per_client) {
+  const std::vector<int32_t> prompt = {1, 403, 407, 261, 378, 285, 262, 281};  // stories260K ids
+  std::vector<std::vector<double>> lat(static_cast<size_t>(clients));
+  std::atomic<int> errors{0}, lost{0};
+  std::atomic<int64_t> tokens{0};
+  std::atomic<int> ready{0};
+  std::atomic<bool> go{false};
+  std::vector<std::thread> threads;
+  for (int c = 0; c < clients; ++c) {
+    threads.emplace_back([&, c] {
+      std::unique_ptr<Client> client;
+      try {
+        client = std::make_unique<Client>(options);
+      } catch (const ClientError& e) {
+        std::fprintf(stderr, "client %d: %s\n", c, e.what());
+        errors += per_client;
+        ++ready;
+        return;
+      }
+      ++ready;
+      while (!go.load()) std::this_thread::yield();
+      for (int j = 0; j < per_client; ++j) {
+        protocol::SamplingParamsMsg p;
+        p.max_tokens = 16;
+        p.temperature = 1.0f;
+        p.seed = uint64_t(c * 1000 + j);
+        const std::string& addr = addresses[size_t((c * per_client + j) % adapters)];
+        const auto t0 = Clock::now();
+        try {
+          const auto r = client->sample(addr, prompt, 1, p);
+          lat[size_t(c)].push_back(seconds_since(t0) * 1e3);
+          for (const auto& s : r.sequences) tokens += int64_t(s.tokens.size());
+        } catch (const ClientError& e) {
+          if (e.code() == "timeout" || e.code() == "transport") ++lost;
+          else ++errors;
+          if (errors + lost < 5) std::fprintf(stderr, "request failed: %s\n", e.what());
+        }
+      }
+    });
+  }
+  while (ready.load() < clients) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const auto t0 = Clock::now();
+  go = true;
+  for (auto& t : threads) t.join();
+  RowResult r;
+  r.wall_s = seconds_since(t0);
+  r.clients = clients;
+  r.adapters = adapters;
+  r.requests = clients * per_client;
+  r.errors = errors;
+  r.lost = lost;
+  r.tokens = double(tokens.load());
+  std::vector<double> all;
+  for (auto& v : lat) all.insert(all.end(), v.begin(), v.end());
+  r.p50_ms = percentile(all, 0.50);
+  r.p99_ms = percentile(all, 0.99);
+  return r;
+}
+
+void run_concurrency(const ServiceBenchOptions& opts) {
+  const fs::path model = opts.shared_dir / "models" / "stories260K" / "stories260K.bin";
+  if (!fs::exists(model)) {
+    std::printf("concurrency: skipped (no %s; set SPINDLE_SHARED_DIR)\n", model.c_str());
+    return;
+  }
+  const int n_adapters = opts.quick ? 16 : 256;
+  DaemonProcess d(opts.spindled, opts.work_dir / "concurrency",
+                  {"--model", model.string(), "--serving-slots", "64", "--max-queue", "4096",
+                   "--max-running", "512", "--kv-blocks", "8192"},
+                  120);
+  const ClientOptions options = d.client_options();
+  Client admin(options);
+  const std::string base = admin.capabilities().bases.at(0).id;
+  std::vector<std::string> addresses;
+  const auto t_reg = Clock::now();
+  for (int i = 0; i < n_adapters; ++i) {
+    protocol::CreateTrainingRequest req;
+    req.base_model = base;
+    req.policy = "bench-" + std::to_string(i);
+    req.rank = 8;
+    req.alpha = 16.0f;
+    req.seed = uint64_t(i + 1);
+    const auto session = admin.create_training(req);
+    addresses.push_back(admin.save_weights(session.session_id, "bench").address);
+    admin.close_training(session.session_id);
+  }
+  std::printf("registered %d adapters (rank 8) in %.1f s\n", n_adapters, seconds_since(t_reg));
+
+  std::printf("%8s %8s %8s %10s %10s %9s %9s %7s\n", "clients", "adapters", "requests", "req/s",
+              "tok/s", "p50_ms", "p99_ms", "errors");
+  double tput[2][3] = {};
+  const int clients_list[3] = {1, 16, opts.quick ? 32 : 256};
+  for (int ai = 0; ai < 2; ++ai) {
+    const int adapters = ai == 0 ? 1 : n_adapters;
+    for (int ci = 0; ci < 3; ++ci) {
+      const int clients = clients_list[ci];
+      const int per_client = std::max(2, 64 / clients);
+      const RowResult r = run_row(options, addresses, clients, adapters, per_client);
+      tput[ai][ci] = r.tokens / r.wall_s;
+      std::printf("%8d %8d %8d %10.1f %10.1f %9.2f %9.2f %7d\n", r.clients, r.adapters,
+                  r.requests, double(r.requests) / r.wall_s, r.tokens / r.wall_s, r.p50_ms,
+                  r.p99_ms, r.errors);
+      std::printf("lost_replies = %d\n", r.lost);
+    }
+  }
+  const auto st = admin.status();
+  std::printf("server: device hit rate %.2f, host hit rate %.2f, mean load wait %.2f ms\n",
+              st.device_hit_rate, st.host_hit_rate, st.mean_load_wait_ms);
+  for (int ci = 0; ci < 3; ++ci) {
+    std::printf("distinct/single_throughput_c%d = %.2f\n", clients_list[ci],
+                tput[1][ci] / tput[0][ci]);
+  }
+}
+
+// ---- 2. handoff ----------------------------------------------------------------------------
+
+// W += s·B·A for every adapted module, in place (the merged-checkpoint path's merge).
+void merge_in_place(engine::ModelWeights& w, const engine::LoraWeights& a) {
+  auto merge = [&](Tensor& W, const engine::LoraPair& p) {
+    if (p.empty()) return;
+    const int64_t n = W.dim(0), k = W.dim(1), r = a.rank;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(n), int(k), int(r), a.scale(),
+                p.B.data(), int(r), p.A.data(), int(k), 1.0f, W.data(), int(k));
+  };
+  using engine::LoraTarget;
+  for (size_t l = 0; l < w.layers.size(); ++l) {
+    auto& L = w.layers[l];
+    const auto& m = a.modules[l];
+    merge(L.wq, m[size_t(LoraTarget::q)]);
+    merge(L.wk, m[size_t(LoraTarget::k)]);
+    merge(L.wv, m[size_t(LoraTarget::v)]);
+    merge(L.wo, m[size_t(LoraTarget::o)]);
+    merge(L.w_gate, m[size_t(LoraTarget::gate)]);
+    merge(L.w_up, m[size_t(LoraTarget::up)]);
+    merge(L.w_down, m[size_t(LoraTarget::down)]);
+  }
+}
+
+void run_handoff(const ServiceBenchOptions& opts) {
+  const int64_t n_layers = opts.quick ? 4 : 28;
+  const engine::ModelConfig config = qwen3_0_6b_config(n_layers);
+  engine::ModelWeights base = fast_random_weights(config, 7);
+  const fs::path base_dir = opts.work_dir / "qwen3-0.6b-shape";
+  const auto t_write = Clock::now();
+  engine::save_hf_dir(base, base_dir);
+  std::printf("handoff: Qwen3-0.6B shape, %lld layers, %.2f GB fp32 base (written in %.1f s)\n",
+              (long long)n_layers, double(base.bytes()) / 1e9, seconds_since(t_write));
+
+  DaemonProcess d(opts.spindled, opts.work_dir / "handoff",
+                  {"--model", base_dir.string(), "--base-id", "qwen3-shape", "--kv-blocks", "256"},
+                  900);
+  Client client(d.client_options());
+  protocol::CreateTrainingRequest req;
+  req.base_model = "qwen3-shape";
+  req.policy = "handoff";
+  req.rank = 8;
+  req.alpha = 16.0f;
+  req.seed = 3;
+  const auto session = client.create_training(req);
+
+  std::vector<int32_t> seq(17);
+  for (size_t i = 0; i < seq.size(); ++i) seq[i] = int32_t(100 + 37 * i);
+  protocol::Datum datum;
+  datum.model_input.assign(seq.begin(), seq.end() - 1);
+  datum.target_tokens.assign(seq.begin() + 1, seq.end());
+  const std::vector<int32_t> prompt = {11, 22, 33, 44};
+  protocol::SamplingParamsMsg greedy;
+  greedy.max_tokens = 1;
+  greedy.temperature = 0.0f;
+  protocol::AdamParamsMsg adam;
+  adam.learning_rate = 1e-3f;
+
+  std::vector<double> spindle_s;
+  std::string last_address;
+  int32_t spindle_token = -1;
+  for (int rep = 0; rep < opts.handoff_repeats; ++rep) {
+    client.forward_backward(session.session_id, {datum});
+    client.optim_step(session.session_id, adam);
+    const auto t0 = Clock::now();
+    const auto saved = client.save_weights(session.session_id, "handoff");
+    const auto sampled = client.sample(saved.address, prompt, 1, greedy);
+    spindle_s.push_back(seconds_since(t0));
+    last_address = saved.address;
+    spindle_token = sampled.sequences.at(0).tokens.at(0);
+  }
+  const double spindle = median(spindle_s);
+  std::printf("spindle: save_weights + first sample of the new revision: median %.3f s (%d runs)\n",
+              spindle, opts.handoff_repeats);
+
+  // The merged path starts from the same trained adapter (fetched untimed).
+  const auto exported = client.export_peft(last_address);
+  d.stop();
+  const fs::path peft_dir = opts.work_dir / "handoff_peft";
+  fs::create_directories(peft_dir);
+  std::ofstream(peft_dir / "adapter_config.json") << exported.adapter_config_json;
+  std::ofstream(peft_dir / "adapter_model.safetensors", std::ios::binary)
+      << exported.adapter_model;
+  const engine::LoraWeights adapter = adapters::load_peft(peft_dir, config);
+
+  const fs::path merged_dir = opts.work_dir / "merged";
+  const auto t0 = Clock::now();
+  merge_in_place(base, adapter);
+  const double t_merge = seconds_since(t0);
+  engine::save_hf_dir(base, merged_dir);  // fsyncs every file
+  const double t_saved = seconds_since(t0);
+  base = engine::ModelWeights{};  // the trainer's copy is gone; the server loads its own
+  const engine::ModelWeights loaded = engine::load_hf_dir(merged_dir);
+  const engine::Model model(loaded);
+  const double t_loaded = seconds_since(t0);
+  engine::KvCache cache(config, {.block_size = 16, .n_blocks = 16, .max_seqs = 1});
+  engine::Generator gen(model, cache, nullptr, nullptr);
+  engine::GenerationRequest g;
+  g.prompt = prompt;
+  g.params.max_tokens = 1;
+  g.params.temperature = 0.0f;
+  const auto out = gen.generate({g});
+  const double merged = seconds_since(t0);
+  std::printf("merged: merge %.2f s, write %.2f s, load %.2f s, first sample %.2f s: total %.3f s\n",
+              t_merge, t_saved - t_merge, t_loaded - t_saved, merged - t_loaded, merged);
+  std::printf("same first token from both paths: %s\n",
+              out.at(0).at(0).tokens.at(0) == spindle_token ? "yes" : "NO");
+  std::printf("handoff_speedup = %.1f\n", merged / spindle);
+}
+
+}  // namespace
+
+void register_service_bench(CLI::App& app) {
+  auto opts = std::make_shared<ServiceBenchOptions>();
+  auto shared = std::make_shared<std::string>();
+  auto spindled = std::make_shared<std::string>();
+  auto only = std::make_shared<std::string>();
+  CLI::App* cmd = app.add_subcommand(
+      "service", "spindled on loopback: concurrent sampling across adapters; train->serve handoff");
+  cmd->add_option("--shared", *shared, "fixtures folder (default: $SPINDLE_SHARED_DIR or ../shared)");
+  cmd->add_option("--spindled", *spindled, "spindled binary (default: beside this build's app/)");
+  cmd->add_option("--only", *only, "concurrency | handoff");
+  cmd->add_flag("--quick", opts->quick, "smoke run: fewer adapters/clients, 4-layer handoff base");
+  cmd->callback([opts, shared, spindled, only] {
+    if (!shared->empty()) opts->shared_dir = *shared;
+    else if (const char* e = std::getenv("SPINDLE_SHARED_DIR"); e && *e) opts->shared_dir = e;
+    else opts->shared_dir = fs::path("..") / "shared";
+    const fs::path self = fs::canonical("/proc/self/exe");
+    opts->spindled = spindled->empty() ? self.parent_path().parent_path().parent_path() / "app" /
+                                             "spindled"
+                                       : fs::path(*spindled);
+    if (!fs::exists(opts->spindled)) {
+      throw std::runtime_error("no spindled at " + opts->spindled.string() + " (--spindled)");
+    }
+    opts->work_dir = fs::temp_directory_path() / ("spindle_bench_service_" + std::to_string(::getpid()));
+    fs::remove_all(opts->work_dir);
+    fs::create_directories(opts->work_dir);
+    struct Cleanup {
+      fs::path dir;
+      ~Cleanup() { std::error_code ec; fs::remove_all(dir, ec); }
+    } cleanup{opts->work_dir};
+    if (only->empty() || *only == "concurrency") run_concurrency(*opts);
+    if (only->empty() || *only == "handoff") run_handoff(*opts);
+  });
+}
+
+}  // namespace spindle::bench

@@ -1,0 +1,253 @@
+#pragma once
+// A valid, fully populated request and reply of every op (every field off its default, UTF-8
+// text, extreme integers), for round trips, validation and the fuzz corpus.
+
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "spindle/protocol/wire.h"
+
+namespace spindle::protocol::testing {
+
+inline PolicyInfo sample_policy(int i) {
+  PolicyInfo p;
+  p.address = "spindle://alice/p" + std::to_string(i);
+  p.tenant = "alice";
+  p.name = "p" + std::to_string(i) + " — ünïcode";
+  p.base_id = "stories260K";
+  p.rank = 8 + i;
+  p.alpha = 16.5f;
+  p.targets = {"q_proj", "v_proj"};
+  p.head = "ab12";
+  p.forked_from = "spindle://bob/q@cd34";
+  p.tags = {"rl", "gsm8k"};
+  p.description = "line1\nline2 \"quoted\" \\ tab\t";
+  p.created_ms = 1700000000000 + i;
+  p.updated_ms = 1700000000999 + i;
+  return p;
+}
+
+inline RevisionInfo sample_revision(int i) {
+  RevisionInfo r;
+  r.id = std::string(64, char('a' + i % 6));
+  r.policy = "spindle://alice/p";
+  r.parent = i ? std::string(64, 'f') : "";
+  r.step = 100 * i + 7;
+  r.blob = std::string(64, '0');
+  r.bytes = (int64_t(1) << 40) + i;
+  r.has_state = i % 2 == 0;
+  r.metrics_json = R"({"reward": 0.5})";
+  r.created_ms = -5;
+  return r;
+}
+
+inline Request sample_request(Op op, Encoding encoding = Encoding::binary) {
+  Request r;
+  r.encoding = encoding;
+  r.request_id = 0xfedcba9876543210ull;
+  r.token = "tok-✓";
+  r.op = op;
+  Frames& f = r.frames;
+  const std::vector<int32_t> tokens = {1, 2, 3, 65535, 0};
+  const std::vector<float> floats = {0.5f, -1.25f, 3.0f, 1e-30f, -0.0f};
+  switch (op) {
+    case Op::handshake: r.body = HandshakeRequest{"test-client ☃"}; break;
+    case Op::capabilities:
+    case Op::status: r.body = Empty{}; break;
+    case Op::create_training:
+      r.body = CreateTrainingRequest{"stories260K", "pol", 16, 8.5f, false, true, true,
+                                     std::numeric_limits<uint64_t>::max(), "desc"};
+      break;
+    case Op::create_training_from_state:
+      r.body = CreateTrainingFromStateRequest{"spindle://alice/p@latest"};
+      break;
+    case Op::forward:
+    case Op::forward_backward: {
+      ForwardBackwardRequest b;
+      b.session_id = "sess-1";
+      b.loss_fn = op == Op::forward ? "cross_entropy" : "ppo";
+      b.loss_fn_config = {{"clip_low_threshold", 0.75}, {"clip_high_threshold", 1.5}};
+      for (int d = 0; d < 2; ++d) {
+        DatumMsg m;
+        const std::span<const int32_t> in(tokens.data(), size_t(4 + d));
+        const std::span<const float> fl(floats.data(), size_t(4 + d));
+        m.model_input = add_tensor(f, in);
+        m.loss_fn_inputs.push_back({"target_tokens", add_tensor(f, in)});
+        m.loss_fn_inputs.push_back({"weights", add_tensor(f, fl)});
+        if (op == Op::forward_backward) {
+          m.loss_fn_inputs.push_back({"logprobs", add_tensor(f, fl)});
+          m.loss_fn_inputs.push_back({"advantages", add_tensor(f, fl)});
+        }
+        b.data.push_back(m);
+      }
+      r.body = b;
+      break;
+    }
+    case Op::optim_step:
+      r.body = OptimStepRequest{"sess-1", AdamParamsMsg{3e-4f, 0.8f, 0.99f, 1e-8f, 0.01f, 1.0f}};
+      break;
+    case Op::save_weights:
+    case Op::save_state: r.body = SaveRequest{"sess-1", "step-10", R"({"loss": 1.5})"}; break;
+    case Op::load_state: r.body = LoadStateRequest{"sess-1", "spindle://alice/p@ab12"}; break;
+    case Op::close_training: r.body = SessionRequest{"sess-1"}; break;
+    case Op::sample: {
+      SampleRequest b;
+      b.address = "spindle://alice/p@latest";
+      b.prompt = add_tensor(f, std::span<const int32_t>(tokens));
+      b.num_samples = 4;
+      b.sampling_params = {32, 0.7f, 40, 0.9f, 12345, {2, 13}, {"\n\n", "The end"}};
+      r.body = b;
+      break;
+    }
+    case Op::compute_logprobs: {
+      ComputeLogprobsRequest b;
+      b.address = "stories260K";
+      b.prompt = add_tensor(f, std::span<const int32_t>(tokens));
+      r.body = b;
+      break;
+    }
+    case Op::catalog_list: r.body = CatalogListRequest{"stories260K", "rl", "p", 50, "cursor=="}; break;
+    case Op::catalog_search: r.body = CatalogSearchRequest{"gsm8k reward", 7}; break;
+    case Op::catalog_show:
+    case Op::catalog_rollback:
+    case Op::catalog_delete:
+    case Op::export_peft: r.body = AddressRequest{"spindle://alice/p@ab12"}; break;
+    case Op::catalog_lineage: r.body = LineageRequest{"spindle://alice/p", 3, 0}; break;
+    case Op::catalog_fork: r.body = ForkRequest{"spindle://alice/p@ab12", "fork"}; break;
+    case Op::catalog_tag: r.body = TagRequest{"spindle://alice/p", {"a", "b"}, {"c"}}; break;
+    case Op::import_peft: {
+      ImportPeftRequest b;
+      b.name = "imported";
+      b.base_id = "";
+      b.adapter_config_json = R"({"r": 8, "lora_alpha": 16})";
+      b.adapter_model = add_bytes(f, std::string("\x00\x01\x02safetensors\xff", 15));
+      b.description = "from PEFT";
+      r.body = b;
+      break;
+    }
+  }
+  return r;
+}
+
+inline Reply sample_reply(Op op, Encoding encoding = Encoding::binary) {
+  Reply r;
+  r.encoding = encoding;
+  r.request_id = 42;
+  r.op = op;
+  Frames& f = r.frames;
+  const std::vector<int32_t> tokens = {5, 6, 7};
+  const std::vector<float> lps = {-0.5f, -1.5f, -2.25f};
+  TrainingSessionReply session{"sess-1", "spindle://alice/p", "stories260K", 16, 32.0f, 12};
+  PolicyReply policy{sample_policy(1), sample_revision(1), {sample_revision(2), sample_revision(3)}};
+  switch (op) {
+    case Op::handshake: r.body = HandshakeReply{1, "0.1.0", "alice"}; break;
+    case Op::capabilities: {
+      CapabilitiesReply c;
+      BaseInfo b{"stories260K", "llama", 5, 64, 512, 512, 1, 2};
+      c.bases = {b, b};
+      c.bases[1].id = "qwen3";
+      c.limits = Limits{}.info();
+      c.limits.max_queue = 99;
+      c.limits.max_sessions = 3;
+      c.loss_fns = {"cross_entropy", "ppo"};
+      c.encodings = {"B", "J"};
+      r.body = c;
+      break;
+    }
+    case Op::status: {
+      StatusReply s;
+      s.server_version = "0.1.0";
+      s.uptime_s = 12.5;
+      s.queue_depth = 3;
+      s.parked = 1;
+      s.running_sequences = 9;
+      s.training_sessions = 2;
+      s.requests_served = 1000;
+      s.requests_failed = 4;
+      s.tokens_per_s = 1234.5;
+      s.device_slots = 8;
+      s.device_slots_used = 5;
+      s.host_cache_bytes = 1 << 20;
+      s.host_cache_capacity = 1 << 30;
+      s.loads_queued = 2;
+      s.loads_running = 1;
+      s.device_hit_rate = 0.75;
+      s.host_hit_rate = 0.5;
+      s.mean_load_wait_ms = 3.25;
+      s.placements = {{"rev1", "device", 0, 2}, {"rev2", "host", -1, 0}};
+      r.body = s;
+      break;
+    }
+    case Op::create_training:
+    case Op::create_training_from_state:
+    case Op::load_state: r.body = session; break;
+    case Op::forward:
+    case Op::forward_backward: {
+      ForwardBackwardReply b;
+      b.loss_fn_outputs = {{{"logprobs", add_tensor(f, std::span<const float>(lps))}},
+                           {{"logprobs", add_tensor(f, std::span<const float>(lps).first(2))}}};
+      b.metrics = {{"loss:sum", 4.5}, {"n_tokens:sum", 5}};
+      r.body = b;
+      break;
+    }
+    case Op::optim_step: r.body = OptimStepReply{13, 0.125, true}; break;
+    case Op::save_weights:
+    case Op::save_state: r.body = SaveReply{"ab12", "spindle://alice/p@ab12", 4096}; break;
+    case Op::close_training:
+    case Op::catalog_delete: r.body = Empty{}; break;
+    case Op::sample: {
+      SampleReply s;
+      s.revision_id = "ab12";
+      for (int i = 0; i < 2; ++i)
+        s.sequences.push_back({add_tensor(f, std::span<const int32_t>(tokens)),
+                               add_tensor(f, std::span<const float>(lps)),
+                               i ? "length" : "stop", "Once upon ✨"});
+      r.body = s;
+      break;
+    }
+    case Op::compute_logprobs:
+      r.body = ComputeLogprobsReply{"", add_tensor(f, std::span<const float>(lps))};
+      break;
+    case Op::catalog_list:
+    case Op::catalog_search:
+      r.body = PolicyListReply{{sample_policy(1), sample_policy(2)}, "next=="};
+      break;
+    case Op::catalog_show:
+    case Op::catalog_fork:
+    case Op::catalog_rollback:
+    case Op::catalog_tag:
+    case Op::import_peft: r.body = policy; break;
+    case Op::catalog_lineage:
+      r.body = LineageReply{sample_revision(0),
+                            {{sample_revision(1), 1}, {sample_revision(2), 2}},
+                            {{sample_revision(3), -1}},
+                            true,
+                            false};
+      break;
+    case Op::export_peft:
+      r.body = ExportPeftReply{"ab12", R"({"r": 8})", add_bytes(f, "safetensors-bytes")};
+      break;
+  }
+  return r;
+}
+
+inline std::vector<std::string> as_parts(const std::string& header, const Frames& frames) {
+  std::vector<std::string> parts{header};
+  parts.insert(parts.end(), frames.begin(), frames.end());
+  return parts;
+}
+inline std::vector<std::string> encode_parts(const Request& r) {
+  return as_parts(encode_request_header(r), r.frames);
+}
+inline std::vector<std::string> encode_parts(const Reply& r) {
+  return as_parts(encode_reply_header(r), r.frames);
+}
+
+inline std::vector<Op> all_ops() {
+  std::vector<Op> ops;
+  for (int i = 0; i < kOpCount; ++i) ops.push_back(Op(i));
+  return ops;
+}
+
+}  // namespace spindle::protocol::testing
