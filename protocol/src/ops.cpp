@@ -38,6 +38,7 @@ constexpr std::array<OpEntry, kOpCount> kOps = {{
     {Op::catalog_delete, "catalog_delete"},
     {Op::import_peft, "import_peft"},
     {Op::export_peft, "export_peft"},
+    {Op::tokenize, "tokenize"},
 }};
 
 constexpr bool table_in_enum_order() {
@@ -86,6 +87,7 @@ RequestBody empty_request_body(Op op) {
     case Op::catalog_fork: return ForkRequest{};
     case Op::catalog_tag: return TagRequest{};
     case Op::import_peft: return ImportPeftRequest{};
+    case Op::tokenize: return TokenizeRequest{};
   }
   throw ProtocolError(errc::internal, "empty_request_body: op " + std::to_string(int(op)));
 }
@@ -116,6 +118,7 @@ ReplyBody empty_reply_body(Op op) {
     case Op::import_peft: return PolicyReply{};
     case Op::catalog_lineage: return LineageReply{};
     case Op::export_peft: return ExportPeftReply{};
+    case Op::tokenize: return TokenizeReply{};
   }
   throw ProtocolError(errc::internal, "empty_reply_body: op " + std::to_string(int(op)));
 }

@@ -253,6 +253,10 @@ void check(Checker& c, const ImportPeftRequest& b) {
   c.non_empty(b.adapter_config_json, "adapter_config_json");
   c.vector(b.adapter_model, "adapter_model", "uint8");
 }
+void check(Checker& c, const TokenizeRequest& b) {
+  c.require(b.text.size() <= c.l_.max_tokens_per_request, "text",
+            "longer than max_tokens_per_request bytes");
+}
 void check(Checker&, const Empty&) {}
 void check(Checker&, const HandshakeRequest&) {}
 

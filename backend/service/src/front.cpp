@@ -22,7 +22,23 @@ std::vector<std::string> recv_parts(zmq::socket_t& s) {
   return parts;
 }
 
-bool is_front_op(Op op) { return op == Op::handshake || op == Op::capabilities || op == Op::status; }
+bool is_front_op(Op op) {
+  return op == Op::handshake || op == Op::capabilities || op == Op::status || op == Op::tokenize;
+}
+
+// Ops on an open training session are never refused as `overloaded`: a client pipelines a
+// session's requests and the server must run them in the order sent, which a refusal followed
+// by a retry would break (the next request could be admitted before the retried one). Their
+// number is bounded by the sessions and the scheduler's own queue limit.
+bool is_session_op(Op op) {
+  switch (op) {
+    case Op::forward: case Op::forward_backward: case Op::optim_step: case Op::save_weights:
+    case Op::save_state: case Op::load_state: case Op::close_training:
+      return true;
+    default:
+      return false;
+  }
+}
 
 bool is_sampling_op(Op op) { return op == Op::sample || op == Op::compute_logprobs; }
 
@@ -184,6 +200,23 @@ void Front::on_request(uint8_t socket, std::vector<std::string> parts) {
         }
         c.encodings = {"B", "J"};
         send_direct(call, make_ok(call, std::move(c), {}));
+      } else if (req.op == Op::tokenize) {
+        const auto& t = std::get<TokenizeRequest>(req.body);
+        if (!t.base_model.empty() && t.base_model != d_.base_id) {
+          return send_direct(call, make_error(call, errc::not_found,
+                                              "base model '" + t.base_model + "' is not served here (this server: '" +
+                                                  d_.base_id + "')"));
+        }
+        if (!d_.tokenizer) {
+          return send_direct(call, make_error(call, errc::failed_precondition,
+                                              "the base '" + d_.base_id + "' has no tokenizer"));
+        }
+        engine::EncodeOptions eo;
+        eo.add_special_tokens = t.add_special_tokens;
+        const std::vector<int32_t> ids = d_.tokenizer->encode(t.text, eo);
+        Frames frames;
+        TokenizeReply out{d_.base_id, add_tensor(frames, std::span<const int32_t>(ids))};
+        send_direct(call, make_ok(call, std::move(out), std::move(frames)));
       } else {
         send_direct(call, make_ok(call, status(), {}));
       }
@@ -193,7 +226,7 @@ void Front::on_request(uint8_t socket, std::vector<std::string> parts) {
     return;
   }
 
-  if (in_flight_ >= d_.config.max_queue) {
+  if (in_flight_ >= d_.config.max_queue && !is_session_op(req.op)) {
     Reply r = make_error(call, errc::overloaded, "server overloaded: retry later");
     r.error.queue_depth = in_flight_;
     r.error.queue_limit = d_.config.max_queue;

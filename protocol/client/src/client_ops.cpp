@@ -226,4 +226,12 @@ ExportedPeft Client::export_peft(const std::string& address) {
   });
 }
 
+std::vector<int32_t> Client::tokenize(const std::string& text, bool add_special_tokens,
+                                      const std::string& base_model) {
+  Reply r = call(Op::tokenize, TokenizeRequest{base_model, text, add_special_tokens});
+  return decoded(r, [&] {
+    return read_int32(std::get<TokenizeReply>(r.body).tokens, r.frames, "tokens");
+  });
+}
+
 }  // namespace spindle::protocol

@@ -119,6 +119,16 @@ class Daemon {
     return -1;
   }
 
+  // SIGKILL now (a crash: no drain, no cleanup) and reap the process. Safe from another thread
+  // while a client is talking to the daemon.
+  void kill_now() {
+    const pid_t pid = pid_;
+    if (pid <= 0) return;
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+    pid_ = -1;
+  }
+
   const std::string& ipc() const { return endpoints_.at(0); }
   const std::string& tcp() const { return endpoints_.at(1); }
   const fs::path& data_dir() const { return data_dir_; }

@@ -126,6 +126,7 @@ inline Request sample_request(Op op, Encoding encoding = Encoding::binary) {
       r.body = b;
       break;
     }
+    case Op::tokenize: r.body = TokenizeRequest{"stories260K", "Once upon a time ✨", true}; break;
   }
   return r;
 }
@@ -227,6 +228,9 @@ inline Reply sample_reply(Op op, Encoding encoding = Encoding::binary) {
       break;
     case Op::export_peft:
       r.body = ExportPeftReply{"ab12", R"({"r": 8})", add_bytes(f, "safetensors-bytes")};
+      break;
+    case Op::tokenize:
+      r.body = TokenizeReply{"stories260K", add_tensor(f, std::span<const int32_t>(tokens))};
       break;
   }
   return r;

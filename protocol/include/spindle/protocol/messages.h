@@ -403,6 +403,27 @@ struct ComputeLogprobsReply {
   }
 };
 
+/// op "tokenize": text -> token ids with the base's tokenizer (so thin clients need none).
+struct TokenizeRequest {
+  std::string base_model;  // "" = the server's default base
+  std::string text;
+  /// The tokenizer's own special tokens (llama2.c: BOS first), as Hugging Face's
+  /// add_special_tokens=True. Special tokens written literally in `text` are recognised.
+  bool add_special_tokens = true;
+  bool operator==(const TokenizeRequest&) const = default;
+  template <class A> void serialize(A& ar, uint32_t) {
+    ar(CEREAL_NVP(base_model), CEREAL_NVP(text), CEREAL_NVP(add_special_tokens));
+  }
+};
+struct TokenizeReply {
+  std::string base_model;
+  TensorRef tokens;  // int32 [n]
+  bool operator==(const TokenizeReply&) const = default;
+  template <class A> void serialize(A& ar, uint32_t) {
+    ar(CEREAL_NVP(base_model), CEREAL_NVP(tokens));
+  }
+};
+
 // ---- catalog -------------------------------------------------------------------------------
 
 struct PolicyInfo {
@@ -590,6 +611,8 @@ CEREAL_CLASS_VERSION(spindle::protocol::SequenceMsg, 1);
 CEREAL_CLASS_VERSION(spindle::protocol::SampleReply, 1);
 CEREAL_CLASS_VERSION(spindle::protocol::ComputeLogprobsRequest, 1);
 CEREAL_CLASS_VERSION(spindle::protocol::ComputeLogprobsReply, 1);
+CEREAL_CLASS_VERSION(spindle::protocol::TokenizeRequest, 1);
+CEREAL_CLASS_VERSION(spindle::protocol::TokenizeReply, 1);
 CEREAL_CLASS_VERSION(spindle::protocol::PolicyInfo, 1);
 CEREAL_CLASS_VERSION(spindle::protocol::RevisionInfo, 1);
 CEREAL_CLASS_VERSION(spindle::protocol::CatalogListRequest, 1);

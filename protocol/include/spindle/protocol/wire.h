@@ -50,8 +50,9 @@ enum class Op : uint8_t {
   catalog_delete,              // AddressRequest -> Empty
   import_peft,                 // ImportPeftRequest -> PolicyReply
   export_peft,                 // AddressRequest -> ExportPeftReply
+  tokenize,                    // TokenizeRequest -> TokenizeReply
 };
-inline constexpr int kOpCount = int(Op::export_peft) + 1;
+inline constexpr int kOpCount = int(Op::tokenize) + 1;
 
 const char* op_name(Op op);
 std::optional<Op> op_from_name(std::string_view name);
@@ -94,12 +95,12 @@ using RequestBody =
                  ForwardBackwardRequest, OptimStepRequest, SaveRequest, LoadStateRequest,
                  SessionRequest, SampleRequest, ComputeLogprobsRequest, CatalogListRequest,
                  CatalogSearchRequest, AddressRequest, LineageRequest, ForkRequest, TagRequest,
-                 ImportPeftRequest>;
+                 ImportPeftRequest, TokenizeRequest>;
 using ReplyBody =
     std::variant<Empty, HandshakeReply, CapabilitiesReply, StatusReply, TrainingSessionReply,
                  ForwardBackwardReply, OptimStepReply, SaveReply, SampleReply,
                  ComputeLogprobsReply, PolicyListReply, PolicyReply, LineageReply,
-                 ExportPeftReply>;
+                 ExportPeftReply, TokenizeReply>;
 
 /// The body a request (reply) of `op` must hold, default-constructed.
 RequestBody empty_request_body(Op op);

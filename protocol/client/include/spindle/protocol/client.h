@@ -143,6 +143,9 @@ class Client {
                           const std::string& adapter_config_json, std::string_view adapter_model,
                           const std::string& description = "");
   ExportedPeft export_peft(const std::string& address);
+  /// Token ids of `text` under the base's tokenizer ("" = the server's default base).
+  std::vector<int32_t> tokenize(const std::string& text, bool add_special_tokens = true,
+                                const std::string& base_model = "");
 
   /// Builds the request body and frames of a forward/forward_backward call (exposed for tests
   /// and for callers using send()).

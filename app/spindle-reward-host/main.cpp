@@ -1,0 +1,27 @@
+// spindle-reward-host: runs reward plugins in their own process so a plugin that crashes or
+// hangs never takes the daemon down (DESIGN.md "Rewards"). Started by RewardScorer; the logic
+// lives in backend/rewards (run_reward_host).
+
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <exception>
+
+#include "spindle/rewards/host.h"
+
+int main(int argc, char** argv) {
+  spindle::rewards::RewardHostServerOptions options;
+  std::vector<std::string> dirs;
+  CLI::App app{"spindle-reward-host: serves reward plugins to a RewardScorer over ZeroMQ"};
+  app.add_option("--endpoint", options.endpoint, "ZeroMQ endpoint to connect to")->required();
+  app.add_option("--plugin-dir", dirs, "plugin folder (repeatable; default: built-in dirs)");
+  app.add_option("--parent-pid", options.parent_pid, "exit when this process exits");
+  CLI11_PARSE(app, argc, argv);
+  for (const std::string& d : dirs) options.plugin_dirs.emplace_back(d);
+  try {
+    return spindle::rewards::run_reward_host(options);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "spindle-reward-host: error: %s\n", e.what());
+    return 1;
+  }
+}
