@@ -16,6 +16,7 @@ void register_sft(CLI::App& app);
 void register_make_base(CLI::App& app);
 void register_catalog(CLI::App& app);
 void register_serve(CLI::App& app);
+void register_grpo(CLI::App& app);
 void register_reward(CLI::App& app);
 
 }  // namespace spindle::cli

@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   spindle::cli::register_make_base(app);
   spindle::cli::register_catalog(app);
   spindle::cli::register_serve(app);
+  spindle::cli::register_grpo(app);
   spindle::cli::register_reward(app);
   try {
     app.parse(argc, argv);

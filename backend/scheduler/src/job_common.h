@@ -21,6 +21,7 @@ struct EngineCounters {
   uint64_t sampled_tokens = 0;
   uint64_t train_passes = 0;
   uint64_t train_jobs_merged = 0;
+  uint64_t session_sample_jobs = 0;
 };
 
 // The JobError for the exception being handled; call only inside a catch block. spindle::Error

@@ -12,10 +12,33 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 }  // namespace
 
+void fail_sample_request(SampleRequest& r, const JobError& error, EngineCounters& counters,
+                         WaitingCount& waiting) {
+  waiting.leave(r.waiting);
+  if (r.is_sample) {
+    finish_err(r.sample.done, error, counters);
+  } else {
+    finish_err(r.logprobs.done, error, counters);
+  }
+}
+
+void SampleBatcher::set_session_hooks(const engine::LoraSlotPool* training_pool,
+                                      std::function<void(SessionId)> session_done) {
+  training_pool_ = training_pool;
+  session_done_ = std::move(session_done);
+}
+
 void SampleBatcher::add(SampleRequestPtr request) {
   SampleRequest& r = *request;
   const engine::ModelConfig& c = model_.config();
   try {
+    if (r.job_session()) {
+      SPINDLE_CHECK(r.adapter_key().empty(), invalid_argument,
+                    "a job for training session {} must not also name an adapter ('{}')",
+                    *r.job_session(), r.adapter_key());
+      SPINDLE_CHECK(r.train_slot >= 0 && training_pool_, internal,
+                    "session job reached the batcher without its training slot");
+    }
     if (r.is_sample) {
       engine::validate_sample_request(r.sample.prompt, r.sample.num_samples, r.sample.params, c,
                                       tokenizer_, "sample");
@@ -44,12 +67,15 @@ void SampleBatcher::add(SampleRequestPtr request) {
 }
 
 void SampleBatcher::fail_request(SampleRequest& r, const JobError& error) {
-  waiting_.leave(r.waiting);
-  if (r.is_sample) {
-    finish_err(r.sample.done, error, counters_);
-  } else {
-    finish_err(r.logprobs.done, error, counters_);
-  }
+  fail_sample_request(r, error, counters_, waiting_);
+  notify_session(r);
+}
+
+void SampleBatcher::notify_session(SampleRequest& r) {
+  if (!r.session) return;
+  const SessionId id = *r.session;
+  r.session.reset();  // exactly once
+  if (session_done_) session_done_(id);
 }
 
 // Parked work goes back to the front of its tenant's queue: it was submitted before whatever
@@ -141,7 +167,9 @@ void SampleBatcher::admit(int64_t& budget, std::vector<Row>& main, std::vector<R
 
     int32_t slot = -1;
     bool holds = false;
-    if (!r.adapter_key().empty()) {
+    if (r.train_slot >= 0) {
+      slot = r.train_slot;  // a session's live weights: no residency involved
+    } else if (!r.adapter_key().empty()) {
       const uint64_t busy_before = residency_.stats().busy_parks;
       std::optional<int32_t> got;
       const int32_t priority = r.is_sample ? r.sample.load_priority : adapters::kDefaultLoadPriority;
@@ -190,6 +218,7 @@ void SampleBatcher::admit(int64_t& budget, std::vector<Row>& main, std::vector<R
     waiting_.leave(run.req->waiting);
     run.slot = slot;
     run.holds_slot = holds;
+    run.training_pool = run.req->train_slot >= 0;
     const int64_t P = int64_t(run.req->input().size());
     if (run.req->is_sample) {
       run.kv_cap = std::min(P + int64_t(run.req->sample.params.max_tokens),

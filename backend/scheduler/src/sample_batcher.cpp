@@ -76,7 +76,28 @@ static void sort_by_slot(std::vector<std::pair<int32_t, size_t>>& order) {
                    [](const auto& a, const auto& b) { return a.first < b.first; });
 }
 
-void SampleBatcher::run_main(std::vector<Row>& rows) {
+// Serving rows and training-session rows read different slot pools, so each pool used gets its
+// own forward in this step (both over the same KV cache).
+void SampleBatcher::split_by_pool(const std::vector<Row>& rows, std::vector<Row>& serving,
+                                  std::vector<Row>& training) {
+  for (const Row& row : rows) (row.run->training_pool ? training : serving).push_back(row);
+}
+
+void SampleBatcher::run_main(const std::vector<Row>& rows) {
+  std::vector<Row> serving, training;
+  split_by_pool(rows, serving, training);
+  if (!serving.empty()) forward_main(serving, &pool_);
+  if (!training.empty()) forward_main(training, training_pool_);
+}
+
+void SampleBatcher::run_scored(const std::vector<Row>& rows) {
+  std::vector<Row> serving, training;
+  split_by_pool(rows, serving, training);
+  if (!serving.empty()) forward_scored(serving, &pool_);
+  if (!training.empty()) forward_scored(training, training_pool_);
+}
+
+void SampleBatcher::forward_main(std::vector<Row>& rows, const engine::LoraSlotPool* pool) {
   std::vector<std::pair<int32_t, size_t>> order;
   for (size_t k = 0; k < rows.size(); ++k) order.push_back({rows[k].run->slot, k});
   sort_by_slot(order);
@@ -96,7 +117,7 @@ void SampleBatcher::run_main(std::vector<Row>& rows) {
     }
   }
   try {
-    model_.forward(batch, cache_, &pool_, state_, {.logits = engine::LogitsFor::last_token});
+    model_.forward(batch, cache_, pool, state_, {.logits = engine::LogitsFor::last_token});
   } catch (...) {
     const JobError error = current_job_error();
     for (Row& row : rows) fail_run(*row.run, error);
@@ -160,7 +181,7 @@ void SampleBatcher::start_samples(Run& run, const float* logits) {
 
 // All-token forward over chunks of compute_logprobs inputs: the row of position i scores
 // token i + 1, so a chunk's last row scores the first token of the next chunk.
-void SampleBatcher::run_scored(std::vector<Row>& rows) {
+void SampleBatcher::forward_scored(std::vector<Row>& rows, const engine::LoraSlotPool* pool) {
   std::vector<std::pair<int32_t, size_t>> order;
   for (size_t k = 0; k < rows.size(); ++k) order.push_back({rows[k].run->slot, k});
   sort_by_slot(order);
@@ -171,7 +192,7 @@ void SampleBatcher::run_scored(std::vector<Row>& rows) {
     batch.push_back({row.run->feed_seq, {input.data() + row.start, size_t(row.n)}, slot});
   }
   try {
-    model_.forward(batch, cache_, &pool_, state_, {.logits = engine::LogitsFor::all_tokens});
+    model_.forward(batch, cache_, pool, state_, {.logits = engine::LogitsFor::all_tokens});
   } catch (...) {
     const JobError error = current_job_error();
     for (Row& row : rows) fail_run(*row.run, error);
@@ -226,12 +247,16 @@ void SampleBatcher::finish_runs() {
         for (Seq& s : run.seqs) out.push_back(s.stream.take());
         run.finished = true;
         release_run(run);
+        if (run.training_pool) ++counters_.session_sample_jobs;
         finish_ok(run.req->sample.done, std::move(out), counters_);
+        notify_session(*run.req);
       } else if (!run.req->is_sample && run.fed == P) {
         run.logprobs[0] = std::numeric_limits<float>::quiet_NaN();
         run.finished = true;
         release_run(run);
+        if (run.training_pool) ++counters_.session_sample_jobs;
         finish_ok(run.req->logprobs.done, std::move(run.logprobs), counters_);
+        notify_session(*run.req);
       }
     }
     it = run.finished ? runs_.erase(it) : std::next(it);

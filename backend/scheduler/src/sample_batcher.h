@@ -16,7 +16,9 @@
 #include <cstdint>
 #include <deque>
 #include <list>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -33,13 +35,24 @@ struct SampleRequest {
   SampleJob sample;       // is_sample
   LogprobsJob logprobs;   // !is_sample
   bool waiting = true;    // still counted in WaitingCount
+  // Set when the job targets a training session (dispatched by TrainingSessions): the session
+  // and its slot in the TRAINING pool. The session is told once when the job ends.
+  std::optional<SessionId> session;
+  int32_t train_slot = -1;
   const std::string& tenant() const { return is_sample ? sample.tenant : logprobs.tenant; }
   const std::string& adapter_key() const {
     return is_sample ? sample.adapter_key : logprobs.adapter_key;
   }
   const std::vector<int32_t>& input() const { return is_sample ? sample.prompt : logprobs.tokens; }
+  const std::optional<SessionId>& job_session() const {
+    return is_sample ? sample.session : logprobs.session;
+  }
 };
 using SampleRequestPtr = std::unique_ptr<SampleRequest>;
+
+// Fails a request that never reached a batcher (counts it, leaves WaitingCount, calls done).
+void fail_sample_request(SampleRequest& request, const JobError& error, EngineCounters& counters,
+                         WaitingCount& waiting);
 
 class SampleBatcher {
  public:
@@ -50,6 +63,11 @@ class SampleBatcher {
   ~SampleBatcher();  // releases every sequence and slot still held (no callbacks)
   SampleBatcher(const SampleBatcher&) = delete;
   SampleBatcher& operator=(const SampleBatcher&) = delete;
+
+  // Rows of session jobs run over `training_pool`; `session_done` is called (engine thread) once
+  // per session job when it finished or failed. Set both before the first session job arrives.
+  void set_session_hooks(const engine::LoraSlotPool* training_pool,
+                         std::function<void(SessionId)> session_done);
 
   // Validates and queues under the job's tenant; an invalid job fails through its done.
   void add(SampleRequestPtr request);
@@ -73,6 +91,7 @@ class SampleBatcher {
   struct Run {
     SampleRequestPtr req;
     int32_t slot = -1;             // adapter slot, −1 = base
+    bool training_pool = false;    // slot is in the training pool (a session job)
     bool holds_slot = false;       // acquired from the residency manager
     engine::SeqId feed_seq = -1;   // prompt (sample) or scored (logprobs) sequence while fed
     int64_t fed = 0;               // input tokens already in the cache
@@ -92,11 +111,17 @@ class SampleBatcher {
   void handle_landed();
   void requeue_front(SampleRequestPtr request);
   void fail_request(SampleRequest& request, const JobError& error);
+  void notify_session(SampleRequest& request);  // tells the session its job ended (once)
   void admit(int64_t& budget, std::vector<Row>& main, std::vector<Row>& scored, bool& changed);
   int64_t blocks_for(const SampleRequest& request) const;
   int64_t remaining_need(const Run& run) const;
-  void run_main(std::vector<Row>& rows);
-  void run_scored(std::vector<Row>& rows);
+  // Each splits its rows by pool and runs one forward per pool used.
+  void run_main(const std::vector<Row>& rows);
+  void run_scored(const std::vector<Row>& rows);
+  static void split_by_pool(const std::vector<Row>& rows, std::vector<Row>& serving,
+                            std::vector<Row>& training);
+  void forward_main(std::vector<Row>& rows, const engine::LoraSlotPool* pool);
+  void forward_scored(std::vector<Row>& rows, const engine::LoraSlotPool* pool);
   void start_samples(Run& run, const float* logits);
   void fail_run(Run& run, const JobError& error);
   void finish_runs();
@@ -105,6 +130,8 @@ class SampleBatcher {
   const engine::Model& model_;
   const engine::Tokenizer* tokenizer_;
   engine::LoraSlotPool& pool_;
+  const engine::LoraSlotPool* training_pool_ = nullptr;
+  std::function<void(SessionId)> session_done_;
   adapters::ResidencyManager& residency_;
   SchedulerOptions options_;
   EngineCounters& counters_;

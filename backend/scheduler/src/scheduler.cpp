@@ -29,7 +29,11 @@ struct Scheduler::Impl {
         serving_pool_(serving_pool),
         residency_(residency),
         batcher_(model, tokenizer, serving_pool, residency, options, counters_, waiting_),
-        training_(model, options, counters_, waiting_) {}
+        training_(model, options, counters_, waiting_) {
+    batcher_.set_session_hooks(&training_.pool(),
+                               [this](SessionId id) { training_.sample_done(id); });
+    training_.set_dispatch([this](SampleRequestPtr r) { batcher_.add(std::move(r)); });
+  }
 
   // Queues a job; false when stopping or (for counted jobs) max_queued jobs are waiting.
   bool push(Incoming job, bool counted) {
@@ -52,7 +56,7 @@ struct Scheduler::Impl {
     bool stopping = false, drain = true;
     {
       std::lock_guard lock(mutex_);
-      jobs.swap(incoming_);
+      if (holds_ == 0 || stopping_) jobs.swap(incoming_);
       stopping = stopping_;
       drain = drain_;
     }
@@ -81,6 +85,7 @@ struct Scheduler::Impl {
     s.sampled_tokens = counters_.sampled_tokens;
     s.train_passes = counters_.train_passes;
     s.train_jobs_merged = counters_.train_jobs_merged;
+    s.session_sample_jobs = counters_.session_sample_jobs;
     s.residency = residency_.stats();
     s.placements = residency_.snapshot();
     s.device_slots = serving_pool_.max_slots();
@@ -121,7 +126,9 @@ struct Scheduler::Impl {
         }
       }
       std::unique_lock lock(mutex_);
-      const auto ready = [&] { return !incoming_.empty() || (stopping_ && !stopping); };
+      const auto ready = [&] {
+        return (!incoming_.empty() && holds_ == 0) || (stopping_ && !stopping);
+      };
       if (batcher_.parked() > 0) {
         cv_.wait_for(lock, std::chrono::milliseconds(1), ready);
       } else {
@@ -143,6 +150,7 @@ struct Scheduler::Impl {
   std::vector<Incoming> incoming_;
   bool stopping_ = false;
   bool drain_ = true;
+  int holds_ = 0;  // live IntakeHolds
   std::once_flag join_once_;
   std::atomic<uint64_t> next_order_{0};
 
@@ -162,10 +170,29 @@ Scheduler::Scheduler(const engine::Model& model, const engine::Tokenizer* tokeni
 
 Scheduler::~Scheduler() { stop(); }
 
+namespace {
+
+// A job for a training session enters the session's FIFO (wrapped in a TrainRequest that does
+// not count itself: the sample request carries the waiting count).
+TrainRequestPtr session_wrapper(SampleRequestPtr r, SessionId id, uint64_t order) {
+  auto t = std::make_unique<TrainRequest>();
+  t->kind = TrainRequest::Kind::sample;
+  t->session = id;
+  t->order = order;
+  t->waiting = false;
+  t->sample = std::move(r);
+  return t;
+}
+
+}  // namespace
+
 bool Scheduler::submit_sample(SampleJob job) {
   auto r = std::make_unique<SampleRequest>();
   r->is_sample = true;
   r->sample = std::move(job);
+  if (const auto id = r->sample.session) {
+    return impl_->push(session_wrapper(std::move(r), *id, impl_->next_order_++), true);
+  }
   return impl_->push(std::move(r), /*counted=*/true);
 }
 
@@ -173,6 +200,9 @@ bool Scheduler::submit_logprobs(LogprobsJob job) {
   auto r = std::make_unique<SampleRequest>();
   r->is_sample = false;
   r->logprobs = std::move(job);
+  if (const auto id = r->logprobs.session) {
+    return impl_->push(session_wrapper(std::move(r), *id, impl_->next_order_++), true);
+  }
   return impl_->push(std::move(r), /*counted=*/true);
 }
 
@@ -245,6 +275,19 @@ bool Scheduler::submit_load(SessionId id, engine::LoraWeights weights, engine::A
   r->optimizer = std::move(optimizer);
   r->load_done = std::move(done);
   return impl_->push(std::move(r), /*counted=*/true);
+}
+
+Scheduler::IntakeHold::IntakeHold(Scheduler& s) : s_(s) {
+  std::lock_guard lock(s_.impl_->mutex_);
+  ++s_.impl_->holds_;
+}
+
+Scheduler::IntakeHold::~IntakeHold() {
+  {
+    std::lock_guard lock(s_.impl_->mutex_);
+    --s_.impl_->holds_;
+  }
+  s_.impl_->cv_.notify_one();
 }
 
 SchedulerStats Scheduler::stats() const {

@@ -119,9 +119,17 @@ bool TrainingSessions::idle() const {
                      [](const auto& s) { return s.second.jobs.empty(); });
 }
 
+void TrainingSessions::sample_done(SessionId id) {
+  auto it = sessions_.find(id);
+  if (it != sessions_.end() && it->second.in_flight > 0) --it->second.in_flight;
+}
+
 void TrainingSessions::fail(TrainRequest& r, const JobError& error) {
   waiting_.leave(r.waiting);
   switch (r.kind) {
+    case TrainRequest::Kind::sample:
+      if (r.sample) fail_sample_request(*r.sample, error, counters_, waiting_);
+      break;
     case TrainRequest::Kind::forward_backward: finish_err(r.fb_done, error, counters_); break;
     case TrainRequest::Kind::optim_step: finish_err(r.step_done, error, counters_); break;
     case TrainRequest::Kind::snapshot: finish_err(r.snapshot_done, error, counters_); break;
@@ -161,6 +169,7 @@ bool TrainingSessions::run_single(Session& s, TrainRequest& r) {
         finish_ok(r.close_done, true, counters_);
         return false;
       case TrainRequest::Kind::forward_backward:
+      case TrainRequest::Kind::sample:
         SPINDLE_ASSERT(false);
     }
   } catch (...) {
@@ -176,24 +185,39 @@ bool TrainingSessions::pass() {
     bool open = true;
     while (open && !s.jobs.empty() &&
            s.jobs.front()->kind != TrainRequest::Kind::forward_backward) {
+      const TrainRequest::Kind kind = s.jobs.front()->kind;
+      const bool changes_slot = kind == TrainRequest::Kind::optim_step ||
+                                kind == TrainRequest::Kind::load ||
+                                kind == TrainRequest::Kind::close;
+      if (changes_slot && s.in_flight > 0) break;  // resumes after sample_done
       TrainRequestPtr r = std::move(s.jobs.front());
       s.jobs.pop_front();
-      open = run_single(s, *r);
       progress = true;
+      if (kind == TrainRequest::Kind::sample) {
+        r->sample->session = it->first;
+        r->sample->train_slot = s.slot;
+        ++s.in_flight;
+        dispatch_(std::move(r->sample));
+        continue;
+      }
+      open = run_single(s, *r);
     }
     it = open ? std::next(it) : sessions_.erase(it);
   }
   // The merge group of the oldest forward/forward_backward head.
   const TrainRequest* oldest = nullptr;
   for (auto& [id, s] : sessions_) {
-    if (s.jobs.empty()) continue;
+    if (s.jobs.empty() || s.jobs.front()->kind != TrainRequest::Kind::forward_backward) continue;
     const TrainRequest* head = s.jobs.front().get();
     if (!oldest || head->order < oldest->order) oldest = head;
   }
   if (!oldest) return progress;
   std::vector<SessionId> group;
   for (auto& [id, s] : sessions_) {
-    if (!s.jobs.empty() && same_group(*s.jobs.front(), *oldest)) group.push_back(id);
+    if (!s.jobs.empty() && s.jobs.front()->kind == TrainRequest::Kind::forward_backward &&
+        same_group(*s.jobs.front(), *oldest)) {
+      group.push_back(id);
+    }
   }
   run_group(group);
   return true;

@@ -5,6 +5,12 @@
 // forward / forward_backward with the same (loss fn, config, backward): the group of the oldest
 // such head. Each merged job gets its own logprobs and metrics.
 //
+// Session sample/logprobs jobs (SampleJob::session) sit in the same FIFO. At the head they are
+// handed to the SampleBatcher (dispatch hook) with the session's training slot, and counted
+// in flight; consecutive ones all go at once. optim_step, load and close wait at the head
+// until the session has no job in flight, so sampling never sees weights change mid-sequence;
+// forward_backward and snapshot do not change the slot and need not wait.
+//
 // Threading: engine thread only.
 
 #include <cstdint>
@@ -14,11 +20,12 @@
 #include <vector>
 
 #include "job_common.h"
+#include "sample_batcher.h"
 
 namespace spindle::scheduler::detail {
 
 struct TrainRequest {
-  enum class Kind : uint8_t { forward_backward, optim_step, snapshot, load, close };
+  enum class Kind : uint8_t { forward_backward, optim_step, snapshot, load, close, sample };
   Kind kind = Kind::forward_backward;
   SessionId session = 0;
   uint64_t order = 0;  // submission order (oldest head first)
@@ -41,6 +48,9 @@ struct TrainRequest {
   std::function<void(Outcome<int64_t>)> load_done;
   // close
   std::function<void(Outcome<bool>)> close_done;
+  // sample (a sample or logprobs job on the session's live weights; it carries the waiting
+  // count, this wrapper does not)
+  SampleRequestPtr sample;
 };
 using TrainRequestPtr = std::unique_ptr<TrainRequest>;
 
@@ -54,6 +64,15 @@ class TrainingSessions {
  public:
   TrainingSessions(const engine::Model& model, const SchedulerOptions& options,
                    EngineCounters& counters, WaitingCount& waiting);
+
+  // `dispatch` receives session sample jobs that reached their session's head (engine thread;
+  // it may call sample_done synchronously).
+  void set_dispatch(std::function<void(SampleRequestPtr)> dispatch) {
+    dispatch_ = std::move(dispatch);
+  }
+  // A dispatched job of session `id` ended (success or failure).
+  void sample_done(SessionId id);
+  const engine::LoraSlotPool& pool() const { return pool_; }
 
   void open(OpenRequest request);
   // Queues a job on its session; a job for an unknown or closing session fails (not_found).
@@ -69,6 +88,7 @@ class TrainingSessions {
   struct Session {
     int32_t slot = -1;
     bool closing = false;  // a close is queued: later jobs are refused
+    int64_t in_flight = 0;  // dispatched sample jobs not yet ended
     std::deque<TrainRequestPtr> jobs;
   };
   void fail(TrainRequest& request, const JobError& error);
@@ -85,6 +105,7 @@ class TrainingSessions {
   std::vector<bool> slot_used_;
   std::map<SessionId, Session> sessions_;
   SessionId next_id_ = 1;
+  std::function<void(SampleRequestPtr)> dispatch_;
 };
 
 }  // namespace spindle::scheduler::detail

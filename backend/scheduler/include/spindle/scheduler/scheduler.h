@@ -58,11 +58,21 @@ struct Outcome {
   bool ok() const { return value.has_value(); }
 };
 
+using SessionId = uint64_t;
+
 // ---- sampling ------------------------------------------------------------------------------
 
+// A sample or logprobs job with `session` set runs on that training session's CURRENT weights
+// (its training-pool slot) instead of a served revision; adapter_key must then be empty. It is
+// queued in the session's FIFO like a training job: it starts only after every job submitted
+// to the session before it (so it sees an earlier optim_step or load), and a later optim_step,
+// load or close of the session waits until it has finished (the weights it samples from never
+// change under it). Consecutive session sample jobs run at once and batch with everything
+// else; training-pool rows run as their own forward in the same engine step (decisions.md).
 struct SampleJob {
   std::string tenant;        // fairness key
   std::string adapter_key;   // residency key (blob id); "" = base model only
+  std::optional<SessionId> session;  // sample from a training session's live weights
   std::vector<int32_t> prompt;
   int32_t num_samples = 1;
   engine::SamplingParams params;
@@ -73,14 +83,13 @@ struct SampleJob {
 struct LogprobsJob {
   std::string tenant;
   std::string adapter_key;  // "" = base
+  std::optional<SessionId> session;  // score with a training session's live weights
   std::vector<int32_t> tokens;
   // logprobs[i] = log p(tokens[i] | tokens[<i]); logprobs[0] = NaN.
   std::function<void(Outcome<std::vector<float>>)> done;
 };
 
 // ---- training ------------------------------------------------------------------------------
-
-using SessionId = uint64_t;
 
 struct TrainBatchResult {
   std::vector<std::vector<float>> logprobs;  // per datum
@@ -115,6 +124,7 @@ struct SchedulerStats {
   uint64_t sampled_tokens = 0;
   uint64_t train_passes = 0;          // LoraTrainer::forward_backward calls
   uint64_t train_jobs_merged = 0;     // forward_backward jobs that shared a pass with another
+  uint64_t session_sample_jobs = 0;   // sample/logprobs jobs run on a session's live weights
   adapters::ResidencyStats residency;
   std::vector<adapters::RevisionPlacement> placements;
   int32_t device_slots = 0;
@@ -154,6 +164,21 @@ class Scheduler {
                    std::function<void(Outcome<int64_t>)> done);
 
   SchedulerStats stats() const;  // a copy refreshed by the engine thread each step
+
+  // While an IntakeHold lives, the engine thread takes in no newly submitted job; when the last
+  // hold ends, everything submitted meanwhile reaches the engine in ONE intake. A GRPO runner
+  // holds intake while it submits every policy's forward_backward, so they are guaranteed to
+  // merge into one pass. Keep holds short (a few submits): they delay every client.
+  class IntakeHold {
+   public:
+    explicit IntakeHold(Scheduler& s);
+    ~IntakeHold();
+    IntakeHold(const IntakeHold&) = delete;
+    IntakeHold& operator=(const IntakeHold&) = delete;
+
+   private:
+    Scheduler& s_;
+  };
 
   // Stops admitting; with drain=true finishes every admitted job first, otherwise fails the
   // rest with ErrorCode::resource ("shutting down"). Joins the engine thread. Idempotent.

@@ -1,0 +1,297 @@
+// GrpoRun: lifecycle (start/run/stop/status), sessions, catalog policies, saves.
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+
+#include "grpo_impl.h"
+#include "spindle/core/error.h"
+#include "spindle/engine/sampler.h"
+#include "spindle/engine/trainer.h"
+
+namespace spindle::rl {
+
+namespace detail {
+
+void check_submitted(bool ok, const std::string& what) {
+  SPINDLE_CHECK(ok, resource, "{}: the scheduler refused the job (queue full or stopping)", what);
+}
+
+}  // namespace detail
+
+const char* run_state_name(RunState s) {
+  switch (s) {
+    case RunState::idle: return "idle";
+    case RunState::running: return "running";
+    case RunState::finished: return "finished";
+    case RunState::stopped: return "stopped";
+    case RunState::failed: return "failed";
+  }
+  return "?";
+}
+
+std::string StepMetrics::to_json() const {
+  nlohmann::json j;
+  j["policy"] = policy;
+  j["step"] = step;
+  if (trained) {
+    j["reward_mean"] = reward_mean;
+    j["reward_std"] = reward_std;
+    j["terms"] = term_means;
+    j["kl"] = kl;
+    j["entropy"] = entropy;
+    j["loss"] = loss;
+    j["clip_fraction"] = clip_fraction;
+    j["response_length"] = response_length;
+    j["tokens_per_s"] = tokens_per_s;
+    j["step_time_s"] = step_time_s;
+    j["dropped_groups"] = dropped_groups;
+    j["grad_norm"] = grad_norm;
+  }
+  if (eval_accuracy) j["eval_accuracy"] = *eval_accuracy;
+  if (eval_reward) j["eval_reward"] = *eval_reward;
+  if (revision) j["revision"] = *revision;
+  return j.dump();
+}
+
+GrpoRun::GrpoRun(RunConfig config, RunContext context, RunOptions options)
+    : config_(std::move(config)) {
+  validate_run_config(config_);
+  SPINDLE_CHECK(context.scheduler && context.tokenizer, invalid_argument,
+                "GrpoRun: the context needs a scheduler and a tokenizer");
+  SPINDLE_CHECK(!options.resume || !context.catalog_dir.empty(), invalid_argument,
+                "GrpoRun: resume needs a catalog");
+  for (const PolicyConfig& p : config_.policies) {
+    SPINDLE_CHECK(context.catalog_dir.empty() || !context.base_id.empty(), invalid_argument,
+                  "GrpoRun: policy {} is saved in a catalog, which needs the base id", p.name);
+  }
+  impl_ = std::make_unique<Impl>(config_, std::move(context), options);
+  impl_->status_.steps = config_.steps;
+}
+
+GrpoRun::~GrpoRun() {
+  stop();
+  wait();
+}
+
+void GrpoRun::on_metrics(std::function<void(const StepMetrics&)> callback) {
+  impl_->callback = std::move(callback);
+}
+
+void GrpoRun::start() {
+  SPINDLE_CHECK(!thread_.joinable(), invalid_argument, "GrpoRun: already started");
+  thread_ = std::thread([this] {
+    try {
+      impl_->execute();
+    } catch (...) {
+      // execute() recorded the failure in status().
+    }
+  });
+}
+
+void GrpoRun::run() { impl_->execute(); }
+
+void GrpoRun::stop() { impl_->stop_requested = true; }
+
+void GrpoRun::wait() {
+  if (thread_.joinable()) thread_.join();
+}
+
+RunStatus GrpoRun::status() const {
+  std::lock_guard lock(impl_->mutex);
+  return impl_->status_;
+}
+
+std::vector<StepMetrics> GrpoRun::history() const {
+  std::lock_guard lock(impl_->mutex);
+  return impl_->history_;
+}
+
+void GrpoRun::Impl::execute() {
+  {
+    std::lock_guard lock(mutex);
+    status_.state = RunState::running;
+  }
+  try {
+    prepare();
+    const int64_t start = open_sessions();
+    {
+      std::lock_guard lock(mutex);
+      status_.step = start;
+    }
+    if (start == 0) {
+      std::vector<StepMetrics> m(policies.size());
+      for (size_t k = 0; k < policies.size(); ++k) m[k].policy = policies[k].config->name;
+      if (config.eval_prompts > 0) evaluate(m);
+      report(m, 0);
+    }
+    int64_t s = start;
+    while (s < config.steps && !stop_requested) {
+      ++s;
+      std::vector<StepMetrics> m = step(s);
+      const bool last = s == config.steps || stop_requested;
+      if (config.eval_prompts > 0 && (last || (config.eval_every > 0 && s % config.eval_every == 0)))
+        evaluate(m);
+      if (cat && (last || (config.save_every > 0 && s % config.save_every == 0))) save(s, m);
+      report(m, s);
+    }
+    close_sessions();
+    std::lock_guard lock(mutex);
+    status_.state = s == config.steps ? RunState::finished : RunState::stopped;
+  } catch (const std::exception& e) {
+    try {
+      close_sessions();
+    } catch (...) {
+    }
+    std::lock_guard lock(mutex);
+    status_.state = RunState::failed;
+    status_.error = e.what();
+    throw;
+  }
+}
+
+void GrpoRun::Impl::prepare() {
+  scorer = std::make_unique<rewards::RewardScorer>(ctx.reward_host);
+  if (!ctx.catalog_dir.empty()) cat = std::make_unique<catalog::Catalog>(ctx.catalog_dir);
+  policies.resize(config.policies.size());
+  for (size_t k = 0; k < config.policies.size(); ++k) {
+    detail::PolicyState& p = policies[k];
+    p.config = &config.policies[k];
+    p.index = k;
+    p.seed = engine::sample_seed(config.seed, k + 1);
+    const std::string path = fmt::format("policies[{}]", k);
+    try {
+      p.data = load_dataset(p.config->dataset, ctx.data_root, config.seed);
+      scorer->validate(p.config->reward);
+    } catch (const Error& e) {
+      throw Error(e.code(), fmt::format("{} ({}): {}", path, p.config->name, e.what()));
+    }
+  }
+}
+
+int64_t GrpoRun::Impl::open_sessions() {
+  std::optional<int64_t> start;
+  std::vector<detail::Pending<scheduler::SessionId>> opened(policies.size());
+  for (detail::PolicyState& p : policies) {
+    const PolicyConfig& pc = *p.config;
+    std::vector<engine::LoraTarget> targets = pc.targets;
+    if (targets.empty()) {
+      using T = engine::LoraTarget;
+      targets = {T::q, T::k, T::v, T::o, T::gate, T::up, T::down};
+    }
+    engine::LoraWeights weights;
+    engine::AdamW adam;
+    int64_t from = 0;
+    bool fresh = true;
+    if (cat) {
+      std::optional<catalog::Policy> existing;
+      try {
+        existing = cat->get_policy(config.tenant, pc.name);
+      } catch (const Error& e) {
+        if (e.code() != ErrorCode::not_found) throw;
+      }
+      if (existing && existing->head) {
+        SPINDLE_CHECK(options.resume, invalid_argument,
+                      "policy {} already has revisions: resume it or choose another name",
+                      existing->address());
+        catalog::Address a{config.tenant, pc.name, ""};
+        weights = cat->read_revision(config.tenant, a).weights;
+        if (auto st = cat->read_optimizer_state(config.tenant, a)) adam = std::move(*st);
+        from = cat->get(config.tenant, a).revision.step;
+        fresh = false;
+      } else if (!existing) {
+        catalog::PolicySpec spec;
+        spec.name = pc.name;
+        spec.base_id = ctx.base_id;
+        spec.lora = {pc.rank, pc.alpha, targets, false};
+        std::sort(spec.lora.targets.begin(), spec.lora.targets.end());
+        spec.description = "GRPO run";
+        cat->create_policy(config.tenant, spec, "grpo");
+      }
+    }
+    if (fresh) {
+      weights = engine::init_lora(ctx.model_config, pc.rank, pc.alpha, targets,
+                                  engine::sample_seed(p.seed, 99));
+    }
+    SPINDLE_CHECK(!start || *start == from, invalid_argument,
+                  "policy {} resumes at step {} but another policy of the run at step {}",
+                  pc.name, from, *start);
+    start = from;
+    ctx.scheduler->open_session(std::move(weights), std::move(adam),
+                                opened[p.index].callback());
+  }
+  for (detail::PolicyState& p : policies) {
+    p.session = opened[p.index].get("open training session for " + p.config->name);
+    p.open = true;
+  }
+  return start.value_or(0);
+}
+
+void GrpoRun::Impl::close_sessions() {
+  std::vector<detail::Pending<bool>> closed(policies.size());
+  for (detail::PolicyState& p : policies) {
+    if (p.open) ctx.scheduler->close_session(p.session, closed[p.index].callback());
+  }
+  for (detail::PolicyState& p : policies) {
+    if (!p.open) continue;
+    p.open = false;
+    closed[p.index].get("close session");
+  }
+}
+
+void GrpoRun::Impl::save(int64_t step, std::vector<StepMetrics>& metrics) {
+  std::vector<detail::Pending<scheduler::SessionSnapshot>> snaps(policies.size());
+  for (detail::PolicyState& p : policies) {
+    detail::check_submitted(
+        ctx.scheduler->submit_snapshot(p.session, true, snaps[p.index].callback()), "snapshot");
+  }
+  for (detail::PolicyState& p : policies) {
+    const scheduler::SessionSnapshot snap = snaps[p.index].get("snapshot " + p.config->name);
+    catalog::CommitOptions co;
+    co.actor = "grpo";
+    co.step = step;
+    co.metrics_json = metrics[p.index].to_json();
+    co.optimizer_state = snap.optimizer.get();
+    const catalog::Revision r =
+        cat->commit_revision(config.tenant, p.config->name, *snap.weights, co);
+    metrics[p.index].revision = r.id;
+  }
+}
+
+void GrpoRun::Impl::report(const std::vector<StepMetrics>& metrics, int64_t step) {
+  {
+    std::lock_guard lock(mutex);
+    status_.step = step;
+    status_.last = metrics;
+    history_.insert(history_.end(), metrics.begin(), metrics.end());
+  }
+  if (!callback) return;
+  for (const StepMetrics& m : metrics) callback(m);
+}
+
+std::vector<int32_t> GrpoRun::Impl::encode_prompt(const std::string& text) const {
+  std::vector<int32_t> ids = ctx.tokenizer->encode(text);
+  if (ids.empty() && ctx.tokenizer->bos_id()) ids.push_back(*ctx.tokenizer->bos_id());
+  SPINDLE_CHECK(!ids.empty(), invalid_argument, "prompt '{}' encodes to no tokens", text);
+  return ids;
+}
+
+engine::SamplingParams GrpoRun::Impl::sampling(uint64_t seed, bool greedy) const {
+  engine::SamplingParams sp;
+  sp.max_tokens = config.max_tokens;
+  sp.temperature = greedy ? 0.0f : config.temperature;
+  sp.seed = seed;
+  if (const auto eos = ctx.tokenizer->eos_id()) sp.stop_token_ids.push_back(*eos);
+  if (ctx.model_config.eos_id >= 0 &&
+      std::find(sp.stop_token_ids.begin(), sp.stop_token_ids.end(), ctx.model_config.eos_id) ==
+          sp.stop_token_ids.end()) {
+    sp.stop_token_ids.push_back(ctx.model_config.eos_id);
+  }
+  return sp;
+}
+
+std::string GrpoRun::Impl::tenant_key(const detail::PolicyState& p) const {
+  return config.tenant + "/grpo/" + p.config->name;
+}
+
+}  // namespace spindle::rl
