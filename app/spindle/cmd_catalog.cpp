@@ -19,7 +19,9 @@
 #include <memory>
 #include <string>
 
+#include "catalog_access.h"
 #include "commands.h"
+#include "remote.h"
 #include "spindle/catalog/catalog.h"
 #include "spindle/core/error.h"
 
@@ -28,6 +30,8 @@ namespace catalog_cli {
 
 using json = nlohmann::json;
 using Run = std::function<void(catalog::Catalog&, const std::string& tenant, bool json)>;
+// Commands that also work against a running spindled (--endpoint / --token).
+using AccessRun = std::function<void(CatalogAccess&, const std::string& tenant, bool json)>;
 
 // Defined in cmd_catalog_edit.cpp and cmd_catalog_peft.cpp.
 void register_catalog_edit(CLI::App& catalog);
@@ -39,6 +43,7 @@ struct Options {
   std::string data_dir;
   std::string tenant = "local";
   bool json = false;
+  RemoteOptions remote;  // remote.data_dir unused: data_dir above serves both
 };
 
 // Set by register_catalog (once per process), read when a subcommand runs.
@@ -139,9 +144,29 @@ void run_with_catalog(const Run& fn) {
   SPINDLE_ASSERT(g_options != nullptr);
   const std::filesystem::path dir =
       g_options->data_dir.empty() ? default_data_dir() : std::filesystem::path(g_options->data_dir);
+  SPINDLE_CHECK(g_options->remote.endpoint.empty(), unsupported,
+                "this catalog command works on a local data directory only (drop --endpoint)");
   catalog::check_name("tenant", g_options->tenant);
   catalog::Catalog cat(dir);
   fn(cat, g_options->tenant, g_options->json);
+}
+
+// With --endpoint (or --token) the command goes through spindled as the token's tenant;
+// otherwise it opens the data directory's catalog.
+void run_with_access(const AccessRun& fn) {
+  SPINDLE_ASSERT(g_options != nullptr);
+  if (!g_options->remote.endpoint.empty() || !g_options->remote.token.empty()) {
+    RemoteOptions r = g_options->remote;
+    r.data_dir = g_options->data_dir;
+    const auto client = connect_remote(r);
+    const auto access = remote_catalog_access(*client);
+    fn(*access, access->tenant(), g_options->json);
+    return;
+  }
+  run_with_catalog([&](catalog::Catalog& cat, const std::string& tenant, bool as_json) {
+    const auto access = local_catalog_access(cat, tenant);
+    fn(*access, tenant, as_json);
+  });
 }
 
 namespace {
@@ -193,7 +218,7 @@ void register_read(CLI::App& cmd) {
   ls->add_option("--cursor", ls_args->cursor,
                  "continue after a previous page (printed at its end)");
   ls->callback([ls_args] {
-    run_with_catalog([&](catalog::Catalog& cat, const std::string& tenant, bool as_json) {
+    run_with_access([&](CatalogAccess& cat, const std::string& tenant, bool as_json) {
       catalog::ListQuery q;
       if (!ls_args->base.empty()) q.base_id = ls_args->base;
       if (!ls_args->tag.empty()) q.tag = ls_args->tag;
@@ -223,7 +248,7 @@ void register_read(CLI::App& cmd) {
   show->add_option("ADDRESS", *address, "spindle://tenant/policy[@rev] or policy[@rev]")
       ->required();
   show->callback([address] {
-    run_with_catalog([&](catalog::Catalog& cat, const std::string& tenant, bool as_json) {
+    run_with_access([&](CatalogAccess& cat, const std::string& tenant, bool as_json) {
       const catalog::Address a = catalog::parse_address_or_name(*address, tenant);
       const catalog::Policy p = cat.get_policy(tenant, a.policy);
       std::optional<catalog::Revision> rev;
@@ -266,7 +291,7 @@ void register_read(CLI::App& cmd) {
   lineage->add_option("--descendants", lin_opts->max_descendants, "most descendants to show")
       ->capture_default_str();
   lineage->callback([lin_address, lin_opts] {
-    run_with_catalog([&](catalog::Catalog& cat, const std::string& tenant, bool as_json) {
+    run_with_access([&](CatalogAccess& cat, const std::string& tenant, bool as_json) {
       const auto l =
           cat.lineage(tenant, catalog::parse_address_or_name(*lin_address, tenant), *lin_opts);
       if (as_json) {
@@ -300,7 +325,7 @@ void register_read(CLI::App& cmd) {
   search->add_option("TEXT", *text, "words; each must match (as a prefix)")->required();
   search->add_option("--limit", *search_limit, "most results (1..1000)")->capture_default_str();
   search->callback([text, search_limit] {
-    run_with_catalog([&](catalog::Catalog& cat, const std::string& tenant, bool as_json) {
+    run_with_access([&](CatalogAccess& cat, const std::string& tenant, bool as_json) {
       const auto found = cat.search(tenant, *text, *search_limit);
       if (as_json) {
         json items = json::array();
@@ -327,6 +352,7 @@ void register_catalog(CLI::App& app) {
                   "~/.local/share/spindle)");
   cmd->add_option("--tenant", g_options->tenant, "tenant to act as")->capture_default_str();
   cmd->add_flag("--json", g_options->json, "print one JSON document instead of a table");
+  add_remote_options(*cmd, g_options->remote, /*with_data_dir=*/false);
   register_read(*cmd);
   register_catalog_edit(*cmd);
   register_catalog_peft(*cmd);

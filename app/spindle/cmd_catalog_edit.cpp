@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "catalog_access.h"
 #include "spindle/catalog/catalog.h"
 #include "spindle/core/error.h"
 
@@ -16,8 +17,11 @@ namespace spindle::cli::catalog_cli {
 using json = nlohmann::json;
 using Run = std::function<void(catalog::Catalog&, const std::string& tenant, bool json)>;
 
+using AccessRun = std::function<void(CatalogAccess&, const std::string& tenant, bool json)>;
+
 // Defined in cmd_catalog.cpp.
 void run_with_catalog(const Run& fn);
+void run_with_access(const AccessRun& fn);
 json policy_json(const catalog::Policy& p);
 void print_json(const json& j);
 std::string actor();
@@ -48,7 +52,7 @@ void register_catalog_edit(CLI::App& cmd) {
   fork->add_option("ADDRESS", a->address, "revision to start from (@latest: the head)")->required();
   fork->add_option("NAME", a->name, "name of the new policy")->required();
   fork->callback([a] {
-    run_with_catalog([&](catalog::Catalog& cat, const std::string& tenant, bool as_json) {
+    run_with_access([&](CatalogAccess& cat, const std::string& tenant, bool as_json) {
       const auto from = catalog::parse_address_or_name(a->address, tenant);
       print_head(cat.fork(tenant, from, a->name, actor()), as_json);
     });
@@ -58,7 +62,7 @@ void register_catalog_edit(CLI::App& cmd) {
       cmd.add_subcommand("rollback", "Move a policy's head to an older revision (nothing deleted)");
   rollback->add_option("ADDRESS", a->address, "policy@revision to make the head")->required();
   rollback->callback([a] {
-    run_with_catalog([&](catalog::Catalog& cat, const std::string& tenant, bool as_json) {
+    run_with_access([&](CatalogAccess& cat, const std::string& tenant, bool as_json) {
       print_head(cat.rollback(tenant, catalog::parse_address_or_name(a->address, tenant), actor()),
                  as_json);
     });
@@ -69,7 +73,7 @@ void register_catalog_edit(CLI::App& cmd) {
   tag->add_option("TAG", a->tag, "tag: letters, digits and . _ : -")->required();
   tag->add_flag("--remove", a->remove, "remove the tag instead");
   tag->callback([a] {
-    run_with_catalog([&](catalog::Catalog& cat, const std::string& tenant, bool as_json) {
+    run_with_access([&](CatalogAccess& cat, const std::string& tenant, bool as_json) {
       const auto addr = catalog::parse_address_or_name(a->address, tenant);
       SPINDLE_CHECK(addr.latest(), invalid_argument,
                     "tags label policies, not revisions: drop '@{}' from {}", addr.revision,
@@ -90,7 +94,7 @@ void register_catalog_edit(CLI::App& cmd) {
   CLI::App* rm = cmd.add_subcommand("rm", "Delete a policy (soft: purged by gc after retention)");
   rm->add_option("ADDRESS", a->address, "policy address")->required();
   rm->callback([a] {
-    run_with_catalog([&](catalog::Catalog& cat, const std::string& tenant, bool as_json) {
+    run_with_access([&](CatalogAccess& cat, const std::string& tenant, bool as_json) {
       const auto addr = catalog::parse_address_or_name(a->address, tenant);
       SPINDLE_CHECK(addr.latest(), invalid_argument,
                     "rm deletes whole policies; revisions are immutable: drop '@{}'",

@@ -18,5 +18,7 @@ void register_catalog(CLI::App& app);
 void register_serve(CLI::App& app);
 void register_grpo(CLI::App& app);
 void register_reward(CLI::App& app);
+void register_status(CLI::App& app);
+void register_sample(CLI::App& app);
 
 }  // namespace spindle::cli

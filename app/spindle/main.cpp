@@ -23,6 +23,8 @@ int main(int argc, char** argv) {
   spindle::cli::register_serve(app);
   spindle::cli::register_grpo(app);
   spindle::cli::register_reward(app);
+  spindle::cli::register_status(app);
+  spindle::cli::register_sample(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

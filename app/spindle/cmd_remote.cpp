@@ -1,0 +1,199 @@
+// spindle status | sample: commands against a running spindled (see remote.h for how the
+// endpoint and token are found).
+
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <thread>
+
+#include "commands.h"
+#include "remote.h"
+#include "spindle/core/error.h"
+
+namespace spindle::cli {
+
+namespace {
+
+using json = nlohmann::json;
+
+// An elapsed-time spinner on stderr while a long request runs (only on a terminal).
+class Progress {
+ public:
+  explicit Progress(std::string what) : what_(std::move(what)) {
+    if (!::isatty(2)) return;
+    thread_ = std::thread([this] {
+      const char* frames = "|/-\\";
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; !done_.load(); ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        if (done_.load()) break;
+        const double s =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        std::fprintf(stderr, "\r%c %s %.1f s", frames[i % 4], what_.c_str(), s);
+      }
+    });
+  }
+  ~Progress() {
+    done_ = true;
+    if (thread_.joinable()) {
+      thread_.join();
+      std::fprintf(stderr, "\r\033[K");
+    }
+  }
+
+ private:
+  std::string what_;
+  std::atomic<bool> done_{false};
+  std::thread thread_;
+};
+
+void run_status(const RemoteOptions& o, bool as_json) {
+  const auto client = connect_remote(o);
+  const auto caps = client->capabilities();
+  const auto st = client->status();
+  if (as_json) {
+    json bases = json::array();
+    for (const auto& b : caps.bases) {
+      bases.push_back({{"id", b.id}, {"arch", b.arch}, {"n_layers", b.n_layers}, {"dim", b.dim},
+                       {"vocab_size", b.vocab_size}, {"max_seq_len", b.max_seq_len}});
+    }
+    json placements = json::array();
+    for (const auto& p : st.placements) {
+      placements.push_back({{"revision", p.revision_id}, {"tier", p.tier}, {"slot", p.slot},
+                            {"in_use", p.in_use}});
+    }
+    const auto& l = caps.limits;
+    std::printf("%s\n",
+                json{{"server", st.server_version},
+                     {"tenant", client->server().tenant},
+                     {"uptime_s", st.uptime_s},
+                     {"bases", bases},
+                     {"limits",
+                      {{"max_batch", l.max_batch}, {"max_tokens_per_request", l.max_tokens_per_request},
+                       {"max_num_samples", l.max_num_samples}, {"max_sample_tokens", l.max_sample_tokens},
+                       {"max_rank", l.max_rank}, {"max_queue", l.max_queue},
+                       {"max_sessions", l.max_sessions}, {"max_frame_bytes", l.max_frame_bytes}}},
+                     {"queue", {{"depth", st.queue_depth}, {"parked", st.parked},
+                                {"running_sequences", st.running_sequences}}},
+                     {"training_sessions", st.training_sessions},
+                     {"requests", {{"served", st.requests_served}, {"failed", st.requests_failed}}},
+                     {"tokens_per_s", st.tokens_per_s},
+                     {"residency",
+                      {{"device_slots", st.device_slots}, {"device_slots_used", st.device_slots_used},
+                       {"host_cache_bytes", st.host_cache_bytes},
+                       {"host_cache_capacity", st.host_cache_capacity},
+                       {"loads_queued", st.loads_queued}, {"loads_running", st.loads_running},
+                       {"device_hit_rate", st.device_hit_rate}, {"host_hit_rate", st.host_hit_rate},
+                       {"mean_load_wait_ms", st.mean_load_wait_ms}, {"placements", placements}}}}
+                    .dump(2)
+                    .c_str());
+    return;
+  }
+  std::printf("%s", fmt::format("server       {} (protocol {}), up {:.0f} s, tenant {}\n",
+                                st.server_version, client->server().protocol_version,
+                                st.uptime_s, client->server().tenant)
+                        .c_str());
+  for (const auto& b : caps.bases) {
+    std::printf("%s", fmt::format("base         {} ({}, {} layers, dim {}, vocab {}, context {})\n",
+                                  b.id, b.arch, b.n_layers, b.dim, b.vocab_size, b.max_seq_len)
+                          .c_str());
+  }
+  std::printf("%s", fmt::format("queue        {} in flight, {} parked on cold adapters, {} "
+                                "sequences decoding, {:.1f} tokens/s\n",
+                                st.queue_depth, st.parked, st.running_sequences, st.tokens_per_s)
+                        .c_str());
+  std::printf("%s", fmt::format("requests     {} served, {} failed; {} training sessions\n",
+                                st.requests_served, st.requests_failed, st.training_sessions)
+                        .c_str());
+  std::printf("%s", fmt::format("residency    device slots {}/{} (hit rate {:.2f}), host cache "
+                                "{:.1f}/{:.1f} MiB (hit rate {:.2f}), loads {} queued {} running "
+                                "(mean wait {:.1f} ms)\n",
+                                st.device_slots_used, st.device_slots, st.device_hit_rate,
+                                double(st.host_cache_bytes) / 1048576.0,
+                                double(st.host_cache_capacity) / 1048576.0, st.host_hit_rate,
+                                st.loads_queued, st.loads_running, st.mean_load_wait_ms)
+                        .c_str());
+  for (const auto& p : st.placements) {
+    std::printf("%s", fmt::format("  {:<12} {:<8} slot {:>3}  in use {}\n",
+                                  p.revision_id.substr(0, 12), p.tier, p.slot, p.in_use)
+                          .c_str());
+  }
+}
+
+struct SampleArgs {
+  std::string address, prompt;
+  int32_t num_samples = 1;
+  protocol::SamplingParamsMsg params;
+  std::vector<std::string> stops;
+};
+
+void run_sample(const RemoteOptions& o, const SampleArgs& a, bool as_json) {
+  const auto client = connect_remote(o);
+  // The base's tokenizer lives on the server; a policy address needs its base id.
+  const std::vector<int32_t> prompt = client->tokenize(a.prompt);
+  SPINDLE_CHECK(!prompt.empty(), invalid_argument,
+                "--prompt: the tokenizer gave no tokens (an empty prompt needs a BOS token)");
+  protocol::SamplingParamsMsg params = a.params;
+  params.stop_strings = a.stops;
+  protocol::SampleResult r;
+  {
+    Progress p(fmt::format("sampling {} x {} tokens", a.num_samples, params.max_tokens));
+    r = client->sample(a.address, prompt, a.num_samples, params);
+  }
+  if (as_json) {
+    json seqs = json::array();
+    for (const auto& s : r.sequences) {
+      seqs.push_back({{"text", s.text}, {"tokens", s.tokens}, {"logprobs", s.logprobs},
+                      {"stop_reason", s.stop_reason}});
+    }
+    std::printf("%s\n", json{{"address", a.address}, {"revision", r.revision_id},
+                             {"prompt_tokens", prompt}, {"sequences", seqs}}
+                            .dump(2, ' ', false, json::error_handler_t::replace)
+                            .c_str());
+    return;
+  }
+  for (size_t i = 0; i < r.sequences.size(); ++i) {
+    if (r.sequences.size() > 1) std::printf("--- sample %zu (%s)\n", i, r.sequences[i].stop_reason.c_str());
+    std::printf("%s\n", r.sequences[i].text.c_str());
+  }
+}
+
+}  // namespace
+
+void register_status(CLI::App& app) {
+  auto o = std::make_shared<RemoteOptions>();
+  auto as_json = std::make_shared<bool>(false);
+  CLI::App* cmd = app.add_subcommand("status", "A running spindled: bases, limits, queue, residency");
+  add_remote_options(*cmd, *o);
+  cmd->add_flag("--json", *as_json, "one JSON document");
+  cmd->callback([o, as_json] { run_status(*o, *as_json); });
+}
+
+void register_sample(CLI::App& app) {
+  auto o = std::make_shared<RemoteOptions>();
+  auto a = std::make_shared<SampleArgs>();
+  auto as_json = std::make_shared<bool>(false);
+  CLI::App* cmd = app.add_subcommand("sample", "Sample from a policy (or the base) on a running spindled");
+  cmd->add_option("ADDRESS", a->address,
+                  "spindle://tenant/policy[@rev], or a base model id for the base alone")
+      ->required();
+  cmd->add_option("--prompt", a->prompt, "prompt text (tokenized by the server)")->required();
+  cmd->add_option("-n,--num-samples", a->num_samples, "completions")->capture_default_str();
+  cmd->add_option("--max-tokens", a->params.max_tokens, "tokens per completion")->capture_default_str();
+  cmd->add_option("--temperature", a->params.temperature, "0 = greedy")->capture_default_str();
+  cmd->add_option("--top-p", a->params.top_p, "nucleus sampling (1 = off)")->capture_default_str();
+  cmd->add_option("--top-k", a->params.top_k, "0 = off")->capture_default_str();
+  cmd->add_option("--seed", a->params.seed, "sampling seed")->capture_default_str();
+  cmd->add_option("--stop", a->stops, "stop string (repeatable)");
+  cmd->add_flag("--json", *as_json, "one JSON document (tokens, logprobs, stop reasons)");
+  add_remote_options(*cmd, *o);
+  cmd->callback([o, a, as_json] { run_sample(*o, *a, *as_json); });
+}
+
+}  // namespace spindle::cli
