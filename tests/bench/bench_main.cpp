@@ -15,6 +15,7 @@
 
 namespace spindle::bench {
 void register_catalog_bench(CLI::App& app);  // bench_catalog.cpp
+void register_grpo_bench(CLI::App& app);  // bench_grpo.cpp
 void register_residency_bench(CLI::App& app);  // bench_residency.cpp
 void register_service_bench(CLI::App& app);  // bench_service.cpp
 }
@@ -34,6 +35,7 @@ int main(int argc, char** argv) {
   CLI::App app{"spindle-bench: engine speed, reported as ratios measured in one run"};
   app.require_subcommand(1);
   spindle::bench::register_catalog_bench(app);  // runs from its own callback
+  spindle::bench::register_grpo_bench(app);  // runs from its own callback
   spindle::bench::register_residency_bench(app);  // runs from its own callback
   spindle::bench::register_service_bench(app);  // runs from its own callback
 

@@ -73,6 +73,8 @@ std::shared_ptr<const engine::AdamW> copy_optimizer(const engine::AdamW& adam) {
 TrainingSessions::TrainingSessions(const engine::Model& model, const SchedulerOptions& options,
                                    EngineCounters& counters, WaitingCount& waiting)
     : model_(model),
+      tokens_per_pass_(options.train_tokens_per_pass > 0 ? options.train_tokens_per_pass
+                                                         : std::max<int64_t>(options.token_budget, 1)),
       counters_(counters),
       waiting_(waiting),
       pool_(model.config(),
@@ -259,10 +261,28 @@ void TrainingSessions::run_merged(const std::vector<TrainRequest*>& jobs,
   }
   first[jobs.size()] = data.size();
   const TrainRequest& key = *jobs.front();
+  // One trainer call per run of data within tokens_per_pass_; outputs concatenated.
   auto call = [&](std::span<const engine::TrainDatum> batch) {
-    ++counters_.train_passes;
-    return key.backward ? trainer_.forward_backward(batch, key.fn, key.config)
-                        : trainer_.forward(batch, key.fn, key.config);
+    engine::ForwardBackwardOutput all;
+    size_t begin = 0;
+    while (begin < batch.size()) {
+      size_t end = begin;
+      int64_t tokens = 0;
+      while (end < batch.size() &&
+             (end == begin || tokens + int64_t(batch[end].input_tokens.size()) <= tokens_per_pass_)) {
+        tokens += int64_t(batch[end].input_tokens.size());
+        ++end;
+      }
+      ++counters_.train_passes;
+      const auto chunk = batch.subspan(begin, end - begin);
+      engine::ForwardBackwardOutput out = key.backward
+                                              ? trainer_.forward_backward(chunk, key.fn, key.config)
+                                              : trainer_.forward(chunk, key.fn, key.config);
+      for (auto& lp : out.logprobs) all.logprobs.push_back(std::move(lp));
+      all.metrics.add(out.metrics);
+      begin = end;
+    }
+    return all;
   };
   auto deliver = [&](size_t j, engine::ForwardBackwardOutput& out, size_t offset) {
     const size_t n = first[j + 1] - first[j];

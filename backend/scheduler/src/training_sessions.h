@@ -98,6 +98,7 @@ class TrainingSessions {
   void run_merged(const std::vector<TrainRequest*>& jobs, const std::vector<int32_t>& slots);
 
   const engine::Model& model_;
+  int64_t tokens_per_pass_;  // trainer call cap (SchedulerOptions::train_tokens_per_pass)
   EngineCounters& counters_;
   WaitingCount& waiting_;
   engine::LoraSlotPool pool_;

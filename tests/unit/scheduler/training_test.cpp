@@ -58,10 +58,14 @@ SessionId open(Scheduler& s, engine::LoraWeights w) {
   return out.ok() ? *out.value : 0;
 }
 
-TEST(SchedulerTraining, MergedForwardBackwardEqualsEachSessionAlone) {
+// `tokens_per_pass` 0: the merged group fits one trainer call; 1: every datum is its own call
+// (the cap that bounds activation memory), and gradients must still sum exactly.
+void check_merged_equals_alone(int64_t tokens_per_pass) {
   auto env = testing::tiny_env();
   const engine::ModelConfig& c = env->weights.config;
-  const SchedulerOptions options{.training_slots = 3, .training_max_rank = 8};
+  const SchedulerOptions options{.training_slots = 3,
+                                 .training_max_rank = 8,
+                                 .train_tokens_per_pass = tokens_per_pass};
   Scheduler sched(env->model, nullptr, env->pool, env->residency, options);
   const int64_t ranks[2] = {4, 8};
   std::vector<engine::LoraWeights> init;
@@ -136,8 +140,18 @@ TEST(SchedulerTraining, MergedForwardBackwardEqualsEachSessionAlone) {
   testing::settle(sched);
   const SchedulerStats s = sched.stats();
   EXPECT_EQ(s.train_jobs_merged, 2u);
-  EXPECT_EQ(s.train_passes, 1u);
+  size_t n_data = 0;
+  for (const auto& d : data) n_data += d.size();
+  EXPECT_EQ(s.train_passes, tokens_per_pass == 1 ? n_data : 1u);
   EXPECT_EQ(s.sessions, 2u);
+}
+
+TEST(SchedulerTraining, MergedForwardBackwardEqualsEachSessionAlone) {
+  check_merged_equals_alone(/*tokens_per_pass=*/0);
+}
+
+TEST(SchedulerTraining, ChunkedMergedPassStillEqualsEachSessionAlone) {
+  check_merged_equals_alone(/*tokens_per_pass=*/1);
 }
 
 TEST(SchedulerTraining, DifferentLossesDoNotMergeAndOrderHoldsPerSession) {

@@ -111,6 +111,11 @@ struct SchedulerOptions {
   int32_t training_slots = 8;         // sessions training at once
   int32_t training_max_rank = 64;
   int64_t kv_blocks = 4096;           // KV cache blocks (block size 16)
+  // Most tokens in one trainer call; 0 = token_budget. A merged forward_backward group larger
+  // than this runs as several calls (gradients accumulate, so the result is the same), which
+  // caps activation memory whatever the number of policies merged (a datum longer than the
+  // cap gets a call of its own).
+  int64_t train_tokens_per_pass = 0;
 };
 
 struct SchedulerStats {
