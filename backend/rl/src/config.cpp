@@ -251,9 +251,13 @@ std::string RunConfig::to_json() const {
 RunConfig default_arith_config() {
   RunConfig c;
   c.seed = 0;
-  c.steps = 40;
+  // Measured on nine make-base bases (held-out 0.21-0.51): held-out greedy exact match +0.12
+  // on average after 60 steps, every base rising (+0.06 to +0.18); the former 40 steps of 16
+  // prompts at 3e-4 gave +0.06 and fell on one. Bases that ran out of make-base's time budget
+  // (annealed) gain least. 512 completions a step keep enough mixed groups.
+  c.steps = 60;
   c.group_size = 8;
-  c.prompts_per_step = 16;
+  c.prompts_per_step = 64;
   c.max_tokens = 6;  // longest answer (3 digits) + EOS, with room
   c.temperature = 1.0f;
   c.eval_every = 10;
@@ -263,7 +267,7 @@ RunConfig default_arith_config() {
   p.name = "arith-grpo";
   p.rank = 8;
   p.alpha = 16.0f;
-  p.learning_rate = 3e-4f;  // 1e-3 and up: Adam's sign-like first steps hurt the tiny base
+  p.learning_rate = 5e-4f;  // 1e-3 and up: Adam's sign-like steps make the gain erratic
   p.loss = engine::LossFn::ppo;
   p.loss_config.clip_low_threshold = 0.8f;
   p.loss_config.clip_high_threshold = 1.28f;  // DAPO clip-higher

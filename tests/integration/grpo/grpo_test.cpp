@@ -175,11 +175,16 @@ TEST(Grpo, StoppedRunResumesFromItsRevisionExactly) {
 }
 
 // The arithmetic base, built once per binary: a short make-base stopped at a low accuracy.
+// Stopping on the target (not on the time budget) keeps the base mid-training, where GRPO gains
+// most: bases that ran out of budget (learning rate annealed) gained little or nothing. One
+// OpenMP thread keeps make-base fast on a busy machine (two spinning threads on two contended
+// cores ran 2.4x slower, leaving a much weaker base); about two minutes unloaded.
 fs::path arith_base() {
   static const fs::path dir = [] {
     const fs::path d = temp_dir("arith-base");
     const std::string cmd = fmt::format(
-        "{} make-base --task arithmetic --out {} --minutes 2 --target-accuracy 0.3 > {} 2>&1",
+        "OMP_NUM_THREADS=1 {} make-base --task arithmetic --out {} --minutes 3 "
+        "--target-accuracy 0.2 > {} 2>&1",
         SPINDLE_CLI, (d / "base").string(), (d / "make-base.log").string());
     const int rc = std::system(cmd.c_str());
     EXPECT_EQ(rc, 0) << cmd;
@@ -192,18 +197,32 @@ TEST(Grpo, ArithmeticHeldOutAccuracyRises) {
   const fs::path base = arith_base();
   ASSERT_TRUE(fs::exists(base / "config.json"));
   LocalEngine engine(base);
-  RunConfig c = default_arith_config();
-  c.steps = 40;
-  c.eval_every = 0;
+  RunConfig c = default_arith_config();  // the README's demo, unchanged but for evaluations
+  c.eval_every = 10;
   c.eval_prompts = 200;
+  ASSERT_EQ(c.steps, 60);
   GrpoRun run(c, context(engine, "", ""));
   run.run();
   const auto h = run.history();
-  ASSERT_GE(h.size(), 2u);
-  ASSERT_TRUE(h.front().eval_accuracy && h.back().eval_accuracy);
-  const double before = *h.front().eval_accuracy, after = *h.back().eval_accuracy;
-  std::printf("arith held-out exact match: %.3f -> %.3f\n", before, after);
-  EXPECT_GT(after, before + 0.04);  // measured: +0.06 after 30 steps, rising steadily
+  ASSERT_TRUE(h.front().eval_accuracy);
+  const double before = *h.front().eval_accuracy;
+  // Greedy exact match on 200 problems moves by ±0.04 between neighbouring checkpoints, so the
+  // gain is judged on the mean of the last three (steps 40, 50, 60).
+  double after = 0.0;
+  int n = 0;
+  for (const auto& m : h) {
+    if (m.step >= 40 && m.eval_accuracy) {
+      after += *m.eval_accuracy;
+      ++n;
+    }
+  }
+  ASSERT_EQ(n, 3);
+  after /= n;
+  std::printf("arith held-out exact match: %.3f -> %.3f (mean of steps 40-60), last %.3f\n",
+              before, after, *h.back().eval_accuracy);
+  // Measured on nine bases (held-out 0.21-0.51): +0.03 to +0.17, +0.10 on average; three bases
+  // built with these flags (0.21-0.235) gained +0.07, +0.09 and +0.14.
+  EXPECT_GT(after, before + 0.05);
 }
 
 }  // namespace
