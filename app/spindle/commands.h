@@ -20,5 +20,6 @@ void register_grpo(CLI::App& app);
 void register_reward(CLI::App& app);
 void register_status(CLI::App& app);
 void register_sample(CLI::App& app);
+void register_run(CLI::App& app);
 
 }  // namespace spindle::cli

@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   spindle::cli::register_reward(app);
   spindle::cli::register_status(app);
   spindle::cli::register_sample(app);
+  spindle::cli::register_run(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -39,6 +39,11 @@ constexpr std::array<OpEntry, kOpCount> kOps = {{
     {Op::import_peft, "import_peft"},
     {Op::export_peft, "export_peft"},
     {Op::tokenize, "tokenize"},
+    {Op::run_start, "run_start"},
+    {Op::run_list, "run_list"},
+    {Op::run_status, "run_status"},
+    {Op::run_stop, "run_stop"},
+    {Op::run_resume, "run_resume"},
 }};
 
 constexpr bool table_in_enum_order() {
@@ -88,6 +93,11 @@ RequestBody empty_request_body(Op op) {
     case Op::catalog_tag: return TagRequest{};
     case Op::import_peft: return ImportPeftRequest{};
     case Op::tokenize: return TokenizeRequest{};
+    case Op::run_start: return RunStartRequest{};
+    case Op::run_list: return RunListRequest{};
+    case Op::run_status: return RunStatusRequest{};
+    case Op::run_stop: return RunIdRequest{};
+    case Op::run_resume: return RunIdRequest{};
   }
   throw ProtocolError(errc::internal, "empty_request_body: op " + std::to_string(int(op)));
 }
@@ -119,6 +129,11 @@ ReplyBody empty_reply_body(Op op) {
     case Op::catalog_lineage: return LineageReply{};
     case Op::export_peft: return ExportPeftReply{};
     case Op::tokenize: return TokenizeReply{};
+    case Op::run_start: return RunStartReply{};
+    case Op::run_list: return RunListReply{};
+    case Op::run_status: return RunStatusReply{};
+    case Op::run_stop: return RunStatusReply{};
+    case Op::run_resume: return RunStatusReply{};
   }
   throw ProtocolError(errc::internal, "empty_reply_body: op " + std::to_string(int(op)));
 }

@@ -119,7 +119,8 @@ struct FieldChecks : detail::Walker::Visitor {
   explicit FieldChecks(Checker& c) : c(c) {}
   void string(const detail::Walker& w, std::string& s) override {
     const uint64_t limit =
-        w.field() == "adapter_config_json" ? c.l_.max_header_bytes : c.l_.max_string_bytes;
+        w.field() == "adapter_config_json" || w.field() == "config_json" ? c.l_.max_header_bytes
+                                                                          : c.l_.max_string_bytes;
     if (s.size() > limit)
       c.fail(errc::limit_exceeded, w.path(),
              std::to_string(s.size()) + " bytes, limit " + std::to_string(limit));
@@ -257,6 +258,13 @@ void check(Checker& c, const TokenizeRequest& b) {
   c.require(b.text.size() <= c.l_.max_tokens_per_request, "text",
             "longer than max_tokens_per_request bytes");
 }
+void check(Checker& c, const RunStartRequest& b) { c.non_empty(b.config_json, "config_json"); }
+void check(Checker& c, const RunListRequest& b) { c.bounded(b.limit, 1, kMaxCatalogLimit, "limit"); }
+void check(Checker& c, const RunStatusRequest& b) {
+  c.non_empty(b.run_id, "run_id");
+  c.require(b.metrics_since_step >= 0, "metrics_since_step", "must be >= 0");
+}
+void check(Checker& c, const RunIdRequest& b) { c.non_empty(b.run_id, "run_id"); }
 void check(Checker&, const Empty&) {}
 void check(Checker&, const HandshakeRequest&) {}
 

@@ -160,8 +160,36 @@ ALTER TABLE revisions ADD COLUMN state_blob TEXT;
 CREATE INDEX revisions_by_state_blob ON revisions(state_blob) WHERE state_blob IS NOT NULL;
 )sql";
 
-const Migration kMigrations[] = {{1, kV1}, {2, kV2}, {3, kV3}};
-constexpr int kLatest = 3;
+// Version 4: GRPO run records and their metrics timeline. `id` is the run's public id; `seq`
+// orders pages (newest first). `policies` is a JSON list of addresses. One metrics row per
+// (run, step, policy); a re-recorded step replaces its row.
+constexpr const char* kV4 = R"sql(
+CREATE TABLE runs(
+  seq INTEGER PRIMARY KEY,
+  id TEXT NOT NULL UNIQUE,
+  tenant_id INTEGER NOT NULL REFERENCES tenants(id),
+  config_json TEXT NOT NULL,
+  status TEXT NOT NULL CHECK (status IN ('queued', 'running', 'stopped', 'failed', 'done')),
+  error TEXT NOT NULL DEFAULT '',
+  created_ms INTEGER NOT NULL,
+  updated_ms INTEGER NOT NULL,
+  step INTEGER NOT NULL DEFAULT 0,
+  steps INTEGER NOT NULL,
+  policies TEXT NOT NULL DEFAULT '[]');
+CREATE INDEX runs_by_tenant ON runs(tenant_id, seq);
+CREATE INDEX runs_by_status ON runs(status);
+
+CREATE TABLE run_metrics(
+  run_seq INTEGER NOT NULL REFERENCES runs(seq) ON DELETE CASCADE,
+  step INTEGER NOT NULL,
+  policy TEXT NOT NULL,
+  metrics_json TEXT NOT NULL,
+  created_ms INTEGER NOT NULL,
+  PRIMARY KEY (run_seq, step, policy)) WITHOUT ROWID;
+)sql";
+
+const Migration kMigrations[] = {{1, kV1}, {2, kV2}, {3, kV3}, {4, kV4}};
+constexpr int kLatest = 4;
 
 }  // namespace
 

@@ -17,5 +17,7 @@ catalog::Address client_address(Daemon& d, catalog::Catalog& cat, const Call& ca
 
 // Posts the request to the catalog thread; the reply is sent from there.
 void dispatch_catalog_op(Daemon& d, Call call, protocol::Request request);
+// run_* ops (run_ops.cpp), also on the catalog thread.
+void dispatch_run_op(Daemon& d, Call call, protocol::Request request);
 
 }  // namespace spindle::service

@@ -32,6 +32,8 @@ void for_each_field(ServiceConfig& c, F&& f) {
   f("authorized-clients", "CURVE public keys (Z85, one per line) allowed on --tcp (default: "
                           "<data-dir>/curve/authorized_clients)", c.authorized_clients);
   f("log-level", "trace, debug, info, warn, error or off", c.log_level);
+  f("data-root", "built-in datasets of GRPO runs (default: $SPINDLE_SHARED_DIR/data when set, "
+                 "else none: runs may use only inline and absolute jsonl datasets)", c.data_root);
   f("max-queue", "requests in flight before `overloaded`", c.max_queue);
   f("max-sessions", "training sessions at once", c.max_sessions);
   f("retry-after-ms", "retry delay suggested in `overloaded` replies", c.retry_after_ms);

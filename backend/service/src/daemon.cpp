@@ -12,6 +12,7 @@
 #include <cstdio>
 
 #include "front.h"
+#include "run_manager.h"
 #include "setup.h"
 #include "spindle/core/error.h"
 #include "spindle/engine/loader.h"
@@ -113,6 +114,13 @@ int serve(Daemon& d) {
   d.scheduler = std::make_unique<scheduler::Scheduler>(*d.model, d.tokenizer.get(),
                                                        *d.serving_pool, *d.residency, so);
   d.catalog.start(d.paths.data_dir);
+  // Runs left "running" by a daemon that died are stopped now; `run_resume` continues them.
+  d.runs = std::make_unique<RunManager>(d);
+  d.catalog.post([&log](catalog::Catalog& cat) {
+    for (const std::string& id : cat.interrupt_running_runs("spindled")) {
+      log.warn("run {} was interrupted (the previous daemon stopped under it): now stopped", id);
+    }
+  });
 
   // Sockets. The ZAP handler is bound before the CURVE socket.
   d.context = std::make_unique<zmq::context_t>(1);
@@ -163,6 +171,7 @@ int serve(Daemon& d) {
 
   // Everything handed off is answered (or the drain timed out): stop the workers, then close
   // sockets (routers linger to flush replies), then the context.
+  d.runs->stop_all();  // each saves its step in progress, on the still-running scheduler
   d.scheduler->stop(/*drain=*/false);
   d.catalog.stop();
   if (zap) zap->stop();

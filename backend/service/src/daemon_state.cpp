@@ -1,10 +1,15 @@
 #include "daemon_state.h"
 
+#include "run_manager.h"
+
 #include <random>
 
 #include "spindle/core/error.h"
 
 namespace spindle::service {
+
+Daemon::Daemon() = default;
+Daemon::~Daemon() = default;
 
 namespace {
 

@@ -104,7 +104,11 @@ class CatalogWorker {
   std::thread thread_;
 };
 
+class RunManager;
+
 struct Daemon {
+  Daemon();
+  ~Daemon();
   ServiceConfig config;
   Paths paths;
   std::shared_ptr<spdlog::logger> log;
@@ -129,6 +133,7 @@ struct Daemon {
   SessionTable sessions;
   ResolutionCache resolutions;
   CatalogWorker catalog;
+  std::unique_ptr<RunManager> runs;  // GRPO runs; stopped before the scheduler
   std::unique_ptr<zmq::context_t> context;
   std::unique_ptr<ReplyChannel> replies;
 };

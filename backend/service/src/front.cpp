@@ -42,6 +42,11 @@ bool is_session_op(Op op) {
 
 bool is_sampling_op(Op op) { return op == Op::sample || op == Op::compute_logprobs; }
 
+bool is_run_op(Op op) {
+  return op == Op::run_start || op == Op::run_list || op == Op::run_status ||
+         op == Op::run_stop || op == Op::run_resume;
+}
+
 bool is_catalog_op(Op op) {
   switch (op) {
     case Op::catalog_list: case Op::catalog_search: case Op::catalog_show:
@@ -101,6 +106,11 @@ void Front::run(const std::atomic<bool>& stop) {
 void Front::on_reply(std::vector<std::string> parts) {
   uint8_t socket = 0;
   uint32_t n_env = 0;
+  if (parts.size() == 3 && decode_route(parts[0], socket, n_env) && socket == kPublishRoute) {
+    pub_.send(zmq::buffer(parts[1]), zmq::send_flags::sndmore);
+    pub_.send(zmq::buffer(parts[2]), zmq::send_flags::dontwait);
+    return;
+  }
   if (parts.empty() || !decode_route(parts[0], socket, n_env) || socket >= routers_.size() ||
       parts.size() < size_t(n_env) + 2) {
     d_.log->error("internal: malformed reply on the reply channel dropped");
@@ -239,6 +249,8 @@ void Front::on_request(uint8_t socket, std::vector<std::string> parts) {
   ++in_flight_;
   if (is_catalog_op(req.op)) {
     dispatch_catalog_op(d_, std::move(call), std::move(req));
+  } else if (is_run_op(req.op)) {
+    dispatch_run_op(d_, std::move(call), std::move(req));
   } else if (is_sampling_op(req.op)) {
     dispatch_sampling_op(d_, std::move(call), std::move(req));
   } else {

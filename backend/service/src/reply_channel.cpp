@@ -100,4 +100,12 @@ void ReplyChannel::send(const Call& call, const protocol::Reply& reply) {
   }
 }
 
+void ReplyChannel::publish(const std::string& topic, const protocol::Reply& event) {
+  const std::string header = protocol::encode_reply_header(event);
+  zmq::socket_t& push = push_for(context_, endpoint_);
+  push.send(zmq::buffer(encode_route(kPublishRoute, 0)), zmq::send_flags::sndmore);
+  push.send(zmq::buffer(topic), zmq::send_flags::sndmore);
+  push.send(zmq::buffer(header), zmq::send_flags::none);
+}
+
 }  // namespace spindle::service

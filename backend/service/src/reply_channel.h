@@ -19,6 +19,9 @@
 
 namespace spindle::service {
 
+// The route socket index of an event for the PUB socket (never a ROUTER index).
+inline constexpr uint8_t kPublishRoute = 0xff;
+
 // Who a reply goes to: the request's route and the header fields a reply echoes.
 struct Call {
   uint8_t socket = 0;                  // index of the ROUTER the request came in on
@@ -40,6 +43,9 @@ class ReplyChannel {
   void overloaded(const Call& call, uint64_t depth, uint64_t limit, uint32_t retry_after_ms);
   // Sends a built reply (encoded on the calling thread).
   void send(const Call& call, const protocol::Reply& reply);
+  // Hands an event to the front thread, which publishes [topic][header] on the PUB socket.
+  // Route: socket index kPublishRoute, no envelope.
+  void publish(const std::string& topic, const protocol::Reply& event);
 
   // Replies sent by any path (this channel and the front's direct sends), ok and errors.
   std::atomic<uint64_t> served{0};

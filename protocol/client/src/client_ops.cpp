@@ -234,4 +234,24 @@ std::vector<int32_t> Client::tokenize(const std::string& text, bool add_special_
   });
 }
 
+RunStartReply Client::run_start(const std::string& config_json, bool resume) {
+  return body_of<RunStartReply>(call(Op::run_start, RunStartRequest{config_json, resume}));
+}
+
+RunListReply Client::run_list(uint32_t limit, const std::string& cursor) {
+  return body_of<RunListReply>(call(Op::run_list, RunListRequest{limit, cursor}));
+}
+
+RunStatusReply Client::run_status(const std::string& run_id, int64_t metrics_since_step) {
+  return body_of<RunStatusReply>(call(Op::run_status, RunStatusRequest{run_id, metrics_since_step}));
+}
+
+RunStatusReply Client::run_stop(const std::string& run_id) {
+  return body_of<RunStatusReply>(call(Op::run_stop, RunIdRequest{run_id}));
+}
+
+RunStatusReply Client::run_resume(const std::string& run_id) {
+  return body_of<RunStatusReply>(call(Op::run_resume, RunIdRequest{run_id}));
+}
+
 }  // namespace spindle::protocol

@@ -14,6 +14,7 @@ from .sampling_client import SamplingClient
 from .training_client import TrainingClient
 from .types import (ExportPeftResponse, HandshakeInfo, LineageResponse, PolicyDetails,
                     PolicyListResponse, ServerCapabilities, ServerStatus)
+from .types import _runs
 from .types._records import from_wire
 
 T = TypeVar("T")
@@ -204,3 +205,35 @@ class ServiceClient:
         (directory / PEFT_MODEL).write_bytes(model.tobytes())
         return ExportPeftResponse(revision_id=str(reply.body.get("revision_id", "")),
                                   directory=str(directory))
+
+    # ---- GRPO runs -----------------------------------------------------------------------
+
+    def start_run(self, config: dict | str, resume: bool = False) -> "_runs.RunStartResponse":
+        """Starts a GRPO run on the daemon (config: spindle grpo's run config, a dict or JSON
+        text; its tenant is the caller's). resume=True continues policies that already have
+        revisions (e.g. a fork() of a revision) from their heads."""
+        text = config if isinstance(config, str) else json.dumps(config)
+        body = self._call("run_start", {"config_json": text, "resume": bool(resume)},
+                          lambda r: r.body)
+        return _runs.RunStartResponse(run_id=str(body.get("run_id", "")),
+                                      policies=[str(p) for p in body.get("policies", [])])
+
+    def list_runs(self, limit: int = 50, cursor: str = "") -> "_runs.RunListResponse":
+        """One page of the caller's runs, newest first; pass next_cursor for the next."""
+        body = self._call("run_list", {"limit": int(limit), "cursor": str(cursor)}, lambda r: r.body)
+        return _runs.RunListResponse(runs=[_runs.run_info(x) for x in body.get("runs", [])],
+                                     next_cursor=str(body.get("next_cursor", "")))
+
+    def run_status(self, run_id: str, metrics_since_step: int = 0) -> "_runs.RunStatus":
+        """The run record and its metrics rows with step >= metrics_since_step."""
+        return self._call("run_status", {"run_id": str(run_id),
+                                         "metrics_since_step": int(metrics_since_step)},
+                          lambda r: _runs.run_status(r.body))
+
+    def stop_run(self, run_id: str) -> "_runs.RunStatus":
+        """Asks the run to stop after its step in progress (it saves, then becomes stopped)."""
+        return self._call("run_stop", {"run_id": str(run_id)}, lambda r: _runs.run_status(r.body))
+
+    def resume_run(self, run_id: str) -> "_runs.RunStatus":
+        """Continues a stopped or failed run from its policies' last saved revisions."""
+        return self._call("run_resume", {"run_id": str(run_id)}, lambda r: _runs.run_status(r.body))

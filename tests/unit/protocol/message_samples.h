@@ -127,6 +127,11 @@ inline Request sample_request(Op op, Encoding encoding = Encoding::binary) {
       break;
     }
     case Op::tokenize: r.body = TokenizeRequest{"stories260K", "Once upon a time ✨", true}; break;
+    case Op::run_start: r.body = RunStartRequest{R"({"steps": 3, "policies": [{"name": "p"}]})", true}; break;
+    case Op::run_list: r.body = RunListRequest{20, "17"}; break;
+    case Op::run_status: r.body = RunStatusRequest{"00ab12cd34ef5678", 2}; break;
+    case Op::run_stop:
+    case Op::run_resume: r.body = RunIdRequest{"00ab12cd34ef5678"}; break;
   }
   return r;
 }
@@ -232,6 +237,21 @@ inline Reply sample_reply(Op op, Encoding encoding = Encoding::binary) {
     case Op::tokenize:
       r.body = TokenizeReply{"stories260K", add_tensor(f, std::span<const int32_t>(tokens))};
       break;
+    case Op::run_start: r.body = RunStartReply{"00ab12cd34ef5678", {"spindle://alice/a", "spindle://alice/b"}}; break;
+    case Op::run_list:
+    case Op::run_status:
+    case Op::run_stop:
+    case Op::run_resume: {
+      const RunInfo run{"00ab12cd34ef5678", "alice", "running", "", 2, 3,
+                        {"spindle://alice/a"}, R"({"steps": 3})", 1700000000000, 1700000001000};
+      if (op == Op::run_list) {
+        r.body = RunListReply{{run, run}, "12"};
+      } else {
+        r.body = RunStatusReply{run, {{1, "spindle://alice/a", R"({"reward_mean":0.5})"},
+                                      {2, "spindle://alice/a", R"({"loss":-0.25})"}}};
+      }
+      break;
+    }
   }
   return r;
 }

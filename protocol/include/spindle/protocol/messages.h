@@ -424,6 +424,91 @@ struct TokenizeReply {
   }
 };
 
+// ---- GRPO runs -----------------------------------------------------------------------------
+
+/// A run record (catalog schema v4). status: queued | running | stopped | failed | done.
+struct RunInfo {
+  bool operator==(const RunInfo&) const = default;
+  std::string id;
+  std::string tenant;
+  std::string status;
+  std::string error;  // failed / interrupted: what happened
+  int64_t step = 0;   // last finished step
+  int64_t steps = 0;
+  std::vector<std::string> policies;  // addresses
+  std::string config_json;
+  int64_t created_ms = 0;
+  int64_t updated_ms = 0;
+  template <class A> void serialize(A& ar, uint32_t) {
+    ar(CEREAL_NVP(id), CEREAL_NVP(tenant), CEREAL_NVP(status), CEREAL_NVP(error),
+       CEREAL_NVP(step), CEREAL_NVP(steps), CEREAL_NVP(policies), CEREAL_NVP(config_json),
+       CEREAL_NVP(created_ms), CEREAL_NVP(updated_ms));
+  }
+};
+/// One policy's metrics at one step (a JSON object: reward_mean, loss, kl, eval_accuracy, ...).
+struct RunMetricInfo {
+  bool operator==(const RunMetricInfo&) const = default;
+  int64_t step = 0;
+  std::string policy;
+  std::string metrics_json;
+  template <class A> void serialize(A& ar, uint32_t) {
+    ar(CEREAL_NVP(step), CEREAL_NVP(policy), CEREAL_NVP(metrics_json));
+  }
+};
+
+/// op "run_start": a GRPO run config (spindle grpo's JSON; its "tenant" is replaced by the
+/// caller's) -> the new run, started on the server.
+struct RunStartRequest {
+  bool operator==(const RunStartRequest&) const = default;
+  std::string config_json;
+  /// Continue policies that already have revisions from their heads (e.g. a policy made by
+  /// catalog_fork of any revision: the fork of a run). false: such a policy is refused.
+  bool resume = false;
+  template <class A> void serialize(A& ar, uint32_t) { ar(CEREAL_NVP(config_json), CEREAL_NVP(resume)); }
+};
+struct RunStartReply {
+  bool operator==(const RunStartReply&) const = default;
+  std::string run_id;
+  std::vector<std::string> policies;  // addresses
+  template <class A> void serialize(A& ar, uint32_t) { ar(CEREAL_NVP(run_id), CEREAL_NVP(policies)); }
+};
+/// op "run_list": the caller's runs, newest first.
+struct RunListRequest {
+  bool operator==(const RunListRequest&) const = default;
+  uint32_t limit = 50;  // 1..1000
+  std::string cursor;   // next_cursor of the previous page; "" = first page
+  template <class A> void serialize(A& ar, uint32_t) { ar(CEREAL_NVP(limit), CEREAL_NVP(cursor)); }
+};
+struct RunListReply {
+  bool operator==(const RunListReply&) const = default;
+  std::vector<RunInfo> runs;
+  std::string next_cursor;
+  template <class A> void serialize(A& ar, uint32_t) { ar(CEREAL_NVP(runs), CEREAL_NVP(next_cursor)); }
+};
+/// op "run_status": the run and its metrics with step >= metrics_since_step.
+struct RunStatusRequest {
+  bool operator==(const RunStatusRequest&) const = default;
+  std::string run_id;
+  int64_t metrics_since_step = 0;
+  template <class A> void serialize(A& ar, uint32_t) {
+    ar(CEREAL_NVP(run_id), CEREAL_NVP(metrics_since_step));
+  }
+};
+/// Reply of run_status, run_stop and run_resume (these two with no metrics), and the body of
+/// the "metrics" PUB event (the step's rows).
+struct RunStatusReply {
+  bool operator==(const RunStatusReply&) const = default;
+  RunInfo run;
+  std::vector<RunMetricInfo> metrics;
+  template <class A> void serialize(A& ar, uint32_t) { ar(CEREAL_NVP(run), CEREAL_NVP(metrics)); }
+};
+/// ops "run_stop", "run_resume".
+struct RunIdRequest {
+  bool operator==(const RunIdRequest&) const = default;
+  std::string run_id;
+  template <class A> void serialize(A& ar, uint32_t) { ar(CEREAL_NVP(run_id)); }
+};
+
 // ---- catalog -------------------------------------------------------------------------------
 
 struct PolicyInfo {
@@ -613,6 +698,15 @@ CEREAL_CLASS_VERSION(spindle::protocol::ComputeLogprobsRequest, 1);
 CEREAL_CLASS_VERSION(spindle::protocol::ComputeLogprobsReply, 1);
 CEREAL_CLASS_VERSION(spindle::protocol::TokenizeRequest, 1);
 CEREAL_CLASS_VERSION(spindle::protocol::TokenizeReply, 1);
+CEREAL_CLASS_VERSION(spindle::protocol::RunInfo, 1);
+CEREAL_CLASS_VERSION(spindle::protocol::RunMetricInfo, 1);
+CEREAL_CLASS_VERSION(spindle::protocol::RunStartRequest, 1);
+CEREAL_CLASS_VERSION(spindle::protocol::RunStartReply, 1);
+CEREAL_CLASS_VERSION(spindle::protocol::RunListRequest, 1);
+CEREAL_CLASS_VERSION(spindle::protocol::RunListReply, 1);
+CEREAL_CLASS_VERSION(spindle::protocol::RunStatusRequest, 1);
+CEREAL_CLASS_VERSION(spindle::protocol::RunStatusReply, 1);
+CEREAL_CLASS_VERSION(spindle::protocol::RunIdRequest, 1);
 CEREAL_CLASS_VERSION(spindle::protocol::PolicyInfo, 1);
 CEREAL_CLASS_VERSION(spindle::protocol::RevisionInfo, 1);
 CEREAL_CLASS_VERSION(spindle::protocol::CatalogListRequest, 1);

@@ -51,8 +51,13 @@ enum class Op : uint8_t {
   import_peft,                 // ImportPeftRequest -> PolicyReply
   export_peft,                 // AddressRequest -> ExportPeftReply
   tokenize,                    // TokenizeRequest -> TokenizeReply
+  run_start,                   // RunStartRequest -> RunStartReply
+  run_list,                    // RunListRequest -> RunListReply
+  run_status,                  // RunStatusRequest -> RunStatusReply
+  run_stop,                    // RunIdRequest -> RunStatusReply
+  run_resume,                  // RunIdRequest -> RunStatusReply
 };
-inline constexpr int kOpCount = int(Op::tokenize) + 1;
+inline constexpr int kOpCount = int(Op::run_resume) + 1;
 
 const char* op_name(Op op);
 std::optional<Op> op_from_name(std::string_view name);
@@ -95,12 +100,14 @@ using RequestBody =
                  ForwardBackwardRequest, OptimStepRequest, SaveRequest, LoadStateRequest,
                  SessionRequest, SampleRequest, ComputeLogprobsRequest, CatalogListRequest,
                  CatalogSearchRequest, AddressRequest, LineageRequest, ForkRequest, TagRequest,
-                 ImportPeftRequest, TokenizeRequest>;
+                 ImportPeftRequest, TokenizeRequest, RunStartRequest, RunListRequest,
+                 RunStatusRequest, RunIdRequest>;
 using ReplyBody =
     std::variant<Empty, HandshakeReply, CapabilitiesReply, StatusReply, TrainingSessionReply,
                  ForwardBackwardReply, OptimStepReply, SaveReply, SampleReply,
                  ComputeLogprobsReply, PolicyListReply, PolicyReply, LineageReply,
-                 ExportPeftReply, TokenizeReply>;
+                 ExportPeftReply, TokenizeReply, RunStartReply, RunListReply,
+                 RunStatusReply>;
 
 /// The body a request (reply) of `op` must hold, default-constructed.
 RequestBody empty_request_body(Op op);

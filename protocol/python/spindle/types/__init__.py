@@ -2,6 +2,7 @@
 
 from ._catalog import (ExportPeftResponse, LineageEntry, LineageResponse, PolicyDetails,
                        PolicyInfo, PolicyListResponse, RevisionInfo)
+from ._runs import RunInfo, RunListResponse, RunMetric, RunStartResponse, RunStatus
 from ._sampling import SampledSequence, SampleResponse, SamplingParams
 from ._server import (BaseInfo, GetServerCapabilitiesResponse, HandshakeInfo, LimitsInfo,
                       PlacementInfo, ServerCapabilities, ServerStatus, SupportedModel)
@@ -15,7 +16,8 @@ __all__ = [
     "AdamParams", "BaseInfo", "Datum", "ExportPeftResponse", "ForwardBackwardOutput",
     "GetServerCapabilitiesResponse", "HandshakeInfo", "LimitsInfo", "LineageEntry",
     "LineageResponse", "LoadStateResponse", "ModelInput", "OptimStepResponse", "PlacementInfo",
-    "PolicyDetails", "PolicyInfo", "PolicyListResponse", "RevisionInfo", "SampleResponse",
+    "PolicyDetails", "PolicyInfo", "PolicyListResponse", "RevisionInfo", "RunInfo",
+    "RunListResponse", "RunMetric", "RunStartResponse", "RunStatus", "SampleResponse",
     "SampledSequence", "SamplingParams", "SaveStateResponse", "SaveWeightsForSamplerResponse",
     "SaveWeightsResponse", "ServerCapabilities", "ServerStatus", "SpindleError",
     "SupportedModel", "TensorData", "TrainingSessionInfo",

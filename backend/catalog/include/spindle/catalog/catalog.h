@@ -30,6 +30,7 @@
 #include "spindle/adapters/blob_store.h"
 #include "spindle/adapters/revision_format.h"
 #include "spindle/catalog/address.h"
+#include "spindle/catalog/runs.h"
 #include "spindle/catalog/types.h"
 #include "spindle/engine/lora.h"
 
@@ -104,6 +105,22 @@ class Catalog {
   // Newest first; before_id pages backwards (AuditEntry::id of the last entry seen).
   std::vector<AuditEntry> audit_log(std::string_view tenant, int limit = 100,
                                     std::optional<int64_t> before_id = std::nullopt);
+
+  // ---- runs (tenant-scoped; runs.h) ---------------------------------------------------------
+  // A new run record (status "queued", step 0, a fresh random id). config_json must be a JSON
+  // object; `steps` and `policies` are taken from `record`, other fields are ignored.
+  RunRecord create_run(std::string_view tenant, const RunRecord& record, std::string_view actor);
+  // not_found when the run does not exist in `tenant`; invalid_argument for an unknown status.
+  RunRecord update_run(std::string_view tenant, std::string_view run_id, const RunUpdate& update);
+  RunRecord get_run(std::string_view tenant, std::string_view run_id);
+  RunPage list_runs(std::string_view tenant, const RunQuery& query = {});
+  void append_run_metrics(std::string_view tenant, std::string_view run_id, const RunMetric& metric);
+  // The run's metrics with step >= since_step, in (step, policy) order.
+  std::vector<RunMetric> run_metrics(std::string_view tenant, std::string_view run_id,
+                                     int64_t since_step = 0);
+  // Operator, at daemon start: every run still "running" (its daemon died or stopped under
+  // it) becomes "stopped", so it can be resumed. Returns their ids.
+  std::vector<std::string> interrupt_running_runs(std::string_view actor);
 
   // ---- maintenance (operator) -------------------------------------------------------------
   // Purges soft-deleted policies past retention, then deletes unreferenced blobs. Blob

@@ -45,6 +45,7 @@ struct ServiceConfig {
   std::string tokens_file;         // "" = <data_dir>/tokens.json
   std::string authorized_clients;  // "" = <data_dir>/curve/authorized_clients
   std::string log_level = "info";  // trace, debug, info, warn, error, off
+  std::string data_root;           // GRPO runs' built-in datasets; "" = $SPINDLE_SHARED_DIR/data
 
   protocol::Limits limits = default_limits();
   uint32_t max_queue = 256;        // requests in flight (all but handshake/capabilities/status)

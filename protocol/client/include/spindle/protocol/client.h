@@ -146,6 +146,12 @@ class Client {
   /// Token ids of `text` under the base's tokenizer ("" = the server's default base).
   std::vector<int32_t> tokenize(const std::string& text, bool add_special_tokens = true,
                                 const std::string& base_model = "");
+  /// GRPO runs on the server (PROTOCOL.md "GRPO runs").
+  RunStartReply run_start(const std::string& config_json, bool resume = false);
+  RunListReply run_list(uint32_t limit = 50, const std::string& cursor = "");
+  RunStatusReply run_status(const std::string& run_id, int64_t metrics_since_step = 0);
+  RunStatusReply run_stop(const std::string& run_id);
+  RunStatusReply run_resume(const std::string& run_id);
 
   /// Builds the request body and frames of a forward/forward_backward call (exposed for tests
   /// and for callers using send()).
