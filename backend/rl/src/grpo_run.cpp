@@ -126,15 +126,23 @@ void GrpoRun::Impl::execute() {
       report(m, 0);
     }
     int64_t s = start;
+    int64_t saved = start;
+    std::vector<StepMetrics> m;
     while (s < config.steps && !stop_requested) {
       ++s;
-      std::vector<StepMetrics> m = step(s);
+      m = step(s);
       const bool last = s == config.steps || stop_requested;
       if (config.eval_prompts > 0 && (last || (config.eval_every > 0 && s % config.eval_every == 0)))
         evaluate(m);
-      if (cat && (last || (config.save_every > 0 && s % config.save_every == 0))) save(s, m);
+      if (cat && (last || (config.save_every > 0 && s % config.save_every == 0))) {
+        save(s, m);
+        saved = s;
+      }
       report(m, s);
     }
+    // A stop that arrived between two steps: the last finished step is saved too, so a stopped
+    // run always resumes from where it stopped.
+    if (cat && s > saved) save(s, m);
     close_sessions();
     std::lock_guard lock(mutex);
     status_.state = s == config.steps ? RunState::finished : RunState::stopped;

@@ -20,6 +20,7 @@ struct EngineCounters {
   uint64_t engine_steps = 0;
   uint64_t sampled_tokens = 0;
   uint64_t train_passes = 0;
+  uint64_t train_calls = 0;
   uint64_t train_jobs_merged = 0;
   uint64_t session_sample_jobs = 0;
 };

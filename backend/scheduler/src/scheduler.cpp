@@ -84,6 +84,7 @@ struct Scheduler::Impl {
     s.engine_steps = counters_.engine_steps;
     s.sampled_tokens = counters_.sampled_tokens;
     s.train_passes = counters_.train_passes;
+    s.train_calls = counters_.train_calls;
     s.train_jobs_merged = counters_.train_jobs_merged;
     s.session_sample_jobs = counters_.session_sample_jobs;
     s.residency = residency_.stats();

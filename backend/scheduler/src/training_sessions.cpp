@@ -263,6 +263,7 @@ void TrainingSessions::run_merged(const std::vector<TrainRequest*>& jobs,
   const TrainRequest& key = *jobs.front();
   // One trainer call per run of data within tokens_per_pass_; outputs concatenated.
   auto call = [&](std::span<const engine::TrainDatum> batch) {
+    ++counters_.train_passes;
     engine::ForwardBackwardOutput all;
     size_t begin = 0;
     while (begin < batch.size()) {
@@ -273,7 +274,7 @@ void TrainingSessions::run_merged(const std::vector<TrainRequest*>& jobs,
         tokens += int64_t(batch[end].input_tokens.size());
         ++end;
       }
-      ++counters_.train_passes;
+      ++counters_.train_calls;
       const auto chunk = batch.subspan(begin, end - begin);
       engine::ForwardBackwardOutput out = key.backward
                                               ? trainer_.forward_backward(chunk, key.fn, key.config)

@@ -142,7 +142,8 @@ void check_merged_equals_alone(int64_t tokens_per_pass) {
   EXPECT_EQ(s.train_jobs_merged, 2u);
   size_t n_data = 0;
   for (const auto& d : data) n_data += d.size();
-  EXPECT_EQ(s.train_passes, tokens_per_pass == 1 ? n_data : 1u);
+  EXPECT_EQ(s.train_passes, 1u);
+  EXPECT_EQ(s.train_calls, tokens_per_pass == 1 ? n_data : 1u);
   EXPECT_EQ(s.sessions, 2u);
 }
 

@@ -127,7 +127,8 @@ struct SchedulerStats {
   uint64_t jobs_failed = 0;
   uint64_t engine_steps = 0;
   uint64_t sampled_tokens = 0;
-  uint64_t train_passes = 0;          // LoraTrainer::forward_backward calls
+  uint64_t train_passes = 0;          // passes over a (merged) group of forward_backward jobs
+  uint64_t train_calls = 0;           // LoraTrainer calls (a pass is chunked at the cap)
   uint64_t train_jobs_merged = 0;     // forward_backward jobs that shared a pass with another
   uint64_t session_sample_jobs = 0;   // sample/logprobs jobs run on a session's live weights
   adapters::ResidencyStats residency;
