@@ -27,10 +27,11 @@ from dataclasses import dataclass
 import zmq
 
 from . import _wire
-from .errors import CLOSED, OVERLOADED, SpindleError
+from .errors import CLOSED, OVERLOADED, TIMEOUT, SpindleError
 
 _log = logging.getLogger("spindle")
 _STOP = object()
+SEND_TIMEOUT_MS = 10000
 
 
 @dataclass
@@ -73,10 +74,14 @@ class Transport:
         self._wake_push.connect(self._wake_endpoint)
         self._dealer = self._ctx.socket(zmq.DEALER)
         self._dealer.setsockopt(zmq.LINGER, 0)
+        # A DEALER with no connected peer blocks in send (e.g. a CURVE handshake the server
+        # refused): bound it, so the I/O thread can always fail the request and see close().
+        self._dealer.setsockopt(zmq.SNDTIMEO, SEND_TIMEOUT_MS)
         if curve is not None:
             self._dealer.curve_serverkey = curve.server_public_key.encode("ascii")
             self._dealer.curve_publickey = curve.client_public_key.encode("ascii")
             self._dealer.curve_secretkey = curve.client_secret_key.encode("ascii")
+        self._endpoint = endpoint
         self._dealer.connect(endpoint)
         # The sockets now belong to the I/O thread (Thread.start is a memory barrier).
         self._thread = threading.Thread(target=self._run, name="spindle-io", daemon=True)
@@ -120,6 +125,16 @@ class Transport:
 
     # ---- I/O thread -----------------------------------------------------------------------
 
+    def _send(self, pending: dict[int, _Pending], request_id: int) -> None:
+        """Sends a pending request; one that cannot be sent within SEND_TIMEOUT_MS (no
+        connected server) fails with SpindleError("timeout") instead of blocking the thread."""
+        try:
+            self._dealer.send_multipart(pending[request_id].parts)
+        except zmq.Again:
+            p = pending.pop(request_id)
+            p.future.set_exception(SpindleError(
+                TIMEOUT, f"could not send {p.op}: no connected server at {self._endpoint}", p.op))
+
     def _run(self) -> None:
         pending: dict[int, _Pending] = {}
         retries: list[tuple[float, int, int]] = []  # (due, seq, request_id) heap
@@ -141,7 +156,7 @@ class Transport:
                 while retries and retries[0][0] <= now:
                     _, _, request_id = heapq.heappop(retries)
                     if request_id in pending:
-                        self._dealer.send_multipart(pending[request_id].parts)
+                        self._send(pending, request_id)
         except Exception as e:  # a socket failure ends the client; fail everything in flight
             _log.exception("spindle I/O thread failed")
             for p in pending.values():
@@ -180,7 +195,7 @@ class Transport:
                 item.future.set_exception(SpindleError(CLOSED, "client is closed", item.op))
                 continue
             pending[item.request_id] = item
-            self._dealer.send_multipart(item.parts)
+            self._send(pending, item.request_id)
 
     def _drain_replies(self, pending: dict[int, _Pending], retries: list, seq) -> None:
         while True:

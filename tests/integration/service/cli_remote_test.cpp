@@ -89,3 +89,43 @@ TEST(CliRemote, StatusSampleAndCatalogThroughTheDaemon) {
 
 }  // namespace
 }  // namespace spindle::testing
+
+namespace spindle::testing {
+namespace {
+
+// `spindle reward test`: samples from the daemon, scores with a real plugin in a real host.
+TEST(CliRemote, RewardTestSamplesFromThePolicyAndScores) {
+  SPINDLE_SHARED_OR_SKIP(model, "models/stories260K/stories260K.bin");
+  const fs::path dir = fresh_dir("reward_test");
+  Daemon daemon(dir, {});
+  const fs::path spec = dir / "spec.json", data = dir / "prompts.jsonl";
+  std::ofstream(spec) << R"({"terms": [{"name": "girl", "plugin": "keywords", "weight": 2.0,
+                                        "config": {"present": ["girl"]}}]})";
+  std::ofstream(data) << "{\"prompt\": \"Once upon a time\"}\n{\"prompt\": \"The dog\"}\n";
+  const RunResult r = run_spindle({"reward", "test", "--spec", spec.string(), "--data",
+                                   data.string(), "--policy", "stories260K", "-n", "3",
+                                   "--max-tokens", "24", "--temperature", "0", "--data-dir",
+                                   dir.string(), "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["n"], 6);  // 2 prompts x 3 samples
+  ASSERT_EQ(j["terms"].size(), 1u);
+  EXPECT_EQ(j["terms"][0]["name"], "girl");
+  // Greedy: the 3 samples of a prompt are identical; the total is the weighted term.
+  const double term_mean = j["terms"][0]["mean"], total_mean = j["total"]["mean"];
+  EXPECT_NEAR(total_mean, 2.0 * term_mean, 1e-9);
+  // stories260K's greedy continuation of "Once upon a time" names a girl ("...a little girl
+  // named Lily"), so that prompt scores 1 on all three samples.
+  EXPECT_GE(term_mean, 0.5);
+  // A spec naming an unknown plugin fails before any sampling, naming it.
+  std::ofstream(spec) << R"({"terms": [{"name": "x", "plugin": "no_such_plugin", "weight": 1}]})";
+  const RunResult bad = run_spindle({"reward", "test", "--spec", spec.string(), "--data",
+                                     data.string(), "--policy", "stories260K", "--data-dir",
+                                     dir.string()});
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("no_such_plugin"), std::string::npos) << bad.err;
+  EXPECT_EQ(daemon.terminate(), 0);
+}
+
+}  // namespace
+}  // namespace spindle::testing
