@@ -23,6 +23,7 @@
 #include "commands.h"
 #include "remote.h"
 #include "spindle/catalog/catalog.h"
+#include "spindle/catalog/data_dir.h"
 #include "spindle/core/error.h"
 
 namespace spindle::cli {
@@ -48,17 +49,6 @@ struct Options {
 
 // Set by register_catalog (once per process), read when a subcommand runs.
 std::shared_ptr<Options> g_options;
-
-std::filesystem::path default_data_dir() {
-  if (const char* d = std::getenv("SPINDLE_DATA_DIR"); d && *d) return d;
-  if (const char* x = std::getenv("XDG_DATA_HOME"); x && *x) {
-    return std::filesystem::path(x) / "spindle";
-  }
-  const char* home = std::getenv("HOME");
-  SPINDLE_CHECK(home && *home, invalid_argument,
-                "no data directory: pass --data-dir or set SPINDLE_DATA_DIR (HOME is unset)");
-  return std::filesystem::path(home) / ".local" / "share" / "spindle";
-}
 
 }  // namespace
 
@@ -143,7 +133,7 @@ void print_json(const json& j) {
 void run_with_catalog(const Run& fn) {
   SPINDLE_ASSERT(g_options != nullptr);
   const std::filesystem::path dir =
-      g_options->data_dir.empty() ? default_data_dir() : std::filesystem::path(g_options->data_dir);
+      catalog::resolve_data_dir(g_options->data_dir);
   SPINDLE_CHECK(g_options->remote.endpoint.empty(), unsupported,
                 "this catalog command works on a local data directory only (drop --endpoint)");
   catalog::check_name("tenant", g_options->tenant);

@@ -21,6 +21,7 @@
 #include "spindle/adapters/revision_format.h"
 #include "spindle/adapters/sha256.h"
 #include "spindle/catalog/catalog.h"
+#include "spindle/adapters/base_checksum.h"
 #include "spindle/core/error.h"
 #include "spindle/core/file_io.h"
 #include "spindle/engine/loader.h"
@@ -51,34 +52,6 @@ DType parse_dtype(const std::string& s) {
   if (s == "f16") return DType::f16;
   if (s == "bf16") return DType::bf16;
   return DType::f32;
-}
-
-// SHA-256 over the files that define a base (config.json and *.safetensors of an HF
-// directory in name order, or a single checkpoint file), streamed in 64 MiB pieces.
-std::string base_checksum(const fs::path& path) {
-  std::vector<fs::path> files;
-  if (fs::is_directory(path)) {
-    for (const auto& e : fs::directory_iterator(path)) {
-      const std::string n = e.path().filename().string();
-      if (n == "config.json" || n.ends_with(".safetensors")) files.push_back(e.path());
-    }
-    std::sort(files.begin(), files.end());
-  } else {
-    files.push_back(path);
-  }
-  SPINDLE_CHECK(!files.empty(), not_found, "--base-path {}: no config.json or .safetensors files",
-                path.string());
-  adapters::Sha256 h;
-  std::string buf(size_t(64) << 20, '\0');
-  for (const auto& f : files) {
-    const FileReader r(f);
-    for (uint64_t at = 0; at < r.size(); at += buf.size()) {
-      const size_t n = size_t(std::min<uint64_t>(buf.size(), r.size() - at));
-      r.read_at(at, buf.data(), n);
-      h.update(buf.data(), n);
-    }
-  }
-  return h.finish_hex();
 }
 
 // The catalog id for the adapter's base: --base, else base_model_name_or_path when it is a
@@ -119,7 +92,7 @@ void ensure_base(catalog::Catalog& cat, const std::string& id, const PeftArgs& a
                                                         (p / "config.json").string())
                                     .arch)
             : "llama";
-    base.checksum = base_checksum(p);
+    base.checksum = adapters::base_checksum(p);
   }
   cat.register_base(base, actor());
   std::fprintf(stderr, "registered base model %s (arch %s%s)\n", id.c_str(), base.arch.c_str(),

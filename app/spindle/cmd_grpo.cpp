@@ -19,6 +19,7 @@
 
 #include "commands.h"
 #include "spindle/catalog/catalog.h"
+#include "spindle/catalog/data_dir.h"
 #include "spindle/core/error.h"
 #include "spindle/core/file_io.h"
 #include "spindle/rl/grpo_run.h"
@@ -37,15 +38,6 @@ struct GrpoArgs {
   bool json = false;
   bool resume = false;
 };
-
-fs::path data_dir_of(const GrpoArgs& a) {
-  if (!a.data_dir.empty()) return fs::absolute(a.data_dir);
-  if (const char* d = std::getenv("SPINDLE_DATA_DIR"); d && *d) return d;
-  if (const char* x = std::getenv("XDG_DATA_HOME"); x && *x) return fs::path(x) / "spindle";
-  const char* home = std::getenv("HOME");
-  SPINDLE_CHECK(home && *home, invalid_argument, "no data directory: pass --data-dir");
-  return fs::path(home) / ".local" / "share" / "spindle";
-}
 
 fs::path datasets_of(const GrpoArgs& a) {
   if (!a.datasets.empty()) return a.datasets;
@@ -112,7 +104,8 @@ void print_step(const rl::StepMetrics& m, bool json) {
 }
 
 void run_grpo(const GrpoArgs& args) {
-  const fs::path data_dir = data_dir_of(args);
+  const fs::path data_dir = catalog::resolve_data_dir(
+      args.data_dir.empty() ? fs::path() : fs::absolute(args.data_dir));
   fs::create_directories(data_dir);
   const bool embedded = args.config.empty();
   rl::RunConfig config = embedded ? rl::default_arith_config()

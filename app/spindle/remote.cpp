@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "spindle/catalog/data_dir.h"
 #include "spindle/core/error.h"
 #include "spindle/engine/lora.h"
 #include "spindle/protocol/curve.h"
@@ -17,16 +18,6 @@ namespace spindle::cli {
 namespace fs = std::filesystem;
 
 namespace {
-
-fs::path data_dir_of(const RemoteOptions& o) {
-  if (!o.data_dir.empty()) return o.data_dir;
-  if (const char* d = std::getenv("SPINDLE_DATA_DIR"); d && *d) return d;
-  if (const char* x = std::getenv("XDG_DATA_HOME"); x && *x) return fs::path(x) / "spindle";
-  const char* home = std::getenv("HOME");
-  SPINDLE_CHECK(home && *home, invalid_argument,
-                "no data directory: pass --data-dir or --endpoint and --token (HOME is unset)");
-  return fs::path(home) / ".local" / "share" / "spindle";
-}
 
 std::string first_word_of_file(const fs::path& p) {
   std::ifstream in(p);
@@ -59,13 +50,13 @@ std::unique_ptr<protocol::Client> connect_remote(const RemoteOptions& o) {
   if (c.endpoint.empty()) {
     if (const char* e = std::getenv("SPINDLE_ENDPOINT"); e && *e) c.endpoint = e;
   }
-  if (c.endpoint.empty()) c.endpoint = "ipc://" + (data_dir_of(o) / "spindled.sock").string();
+  if (c.endpoint.empty()) c.endpoint = "ipc://" + (catalog::resolve_data_dir(o.data_dir) / "spindled.sock").string();
   c.token = o.token;
   if (c.token.empty()) {
     if (const char* t = std::getenv("SPINDLE_TOKEN"); t && *t) c.token = t;
   }
   if (c.token.empty()) {
-    const fs::path token_file = data_dir_of(o) / "token";
+    const fs::path token_file = catalog::resolve_data_dir(o.data_dir) / "token";
     c.token = first_word_of_file(token_file);
     SPINDLE_CHECK(!c.token.empty(), not_found,
                   "no token: pass --token, set SPINDLE_TOKEN, or run spindled once so it writes {}",

@@ -19,6 +19,8 @@
 
 #include "spindle/adapters/sha256.h"
 #include "spindle/catalog/catalog.h"
+#include "spindle/adapters/base_checksum.h"
+#include "spindle/catalog/data_dir.h"
 #include "spindle/core/error.h"
 #include "spindle/core/file_io.h"
 #include "spindle/protocol/curve.h"
@@ -31,51 +33,17 @@ namespace fs = std::filesystem;
 
 namespace {
 
-fs::path default_data_dir() {
-  if (const char* d = std::getenv("SPINDLE_DATA_DIR"); d && *d) return d;
-  if (const char* x = std::getenv("XDG_DATA_HOME"); x && *x) return fs::path(x) / "spindle";
-  const char* home = std::getenv("HOME");
-  SPINDLE_CHECK(home && *home, invalid_argument,
-                "no data directory: pass --data-dir or set SPINDLE_DATA_DIR (HOME is unset)");
-  return fs::path(home) / ".local" / "share" / "spindle";
-}
-
 // Writes `text` to `path` atomically with mode 0600.
 void write_private(const fs::path& path, const std::string& text) {
   write_file_atomic(path, text);
   fs::permissions(path, fs::perms::owner_read | fs::perms::owner_write, fs::perm_options::replace);
 }
 
-// SHA-256 over config.json and *.safetensors of an HF directory (name order) or one file.
-std::string base_checksum(const fs::path& path) {
-  std::vector<fs::path> files;
-  if (fs::is_directory(path)) {
-    for (const auto& e : fs::directory_iterator(path)) {
-      const std::string n = e.path().filename().string();
-      if (n == "config.json" || n.ends_with(".safetensors")) files.push_back(e.path());
-    }
-    std::sort(files.begin(), files.end());
-  } else {
-    files.push_back(path);
-  }
-  adapters::Sha256 h;
-  std::string buf(size_t(64) << 20, '\0');
-  for (const auto& f : files) {
-    const FileReader r(f);
-    for (uint64_t at = 0; at < r.size(); at += buf.size()) {
-      const size_t n = size_t(std::min<uint64_t>(buf.size(), r.size() - at));
-      r.read_at(at, buf.data(), n);
-      h.update(buf.data(), n);
-    }
-  }
-  return h.finish_hex();
-}
-
 }  // namespace
 
 Paths resolve_paths(const ServiceConfig& c) {
   Paths p;
-  p.data_dir = fs::absolute(c.data_dir.empty() ? default_data_dir() : fs::path(c.data_dir));
+  p.data_dir = fs::absolute(catalog::resolve_data_dir(c.data_dir));
   fs::create_directories(p.data_dir);
   p.curve_dir = p.data_dir / "curve";
   fs::create_directories(p.curve_dir);
@@ -154,7 +122,7 @@ void register_base(const Paths& paths, const std::string& base_id, const fs::pat
   base.id = base_id;
   base.arch = engine::arch_name(config.arch);
   base.path = model_path.string();
-  base.checksum = base_checksum(model_path);
+  base.checksum = adapters::base_checksum(model_path);
   cat.register_base(base, "spindled");
   log.info("registered base model {} (arch {}, path {})", base_id, base.arch, base.path);
 }
