@@ -174,17 +174,18 @@ TEST(Grpo, StoppedRunResumesFromItsRevisionExactly) {
   fs::remove_all(dir);
 }
 
-// The arithmetic base, built once per binary: a short make-base stopped at a low accuracy.
-// Stopping on the target (not on the time budget) keeps the base mid-training, where GRPO gains
-// most: bases that ran out of budget (learning rate annealed) gained little or nothing. One
-// OpenMP thread keeps make-base fast on a busy machine (two spinning threads on two contended
-// cores ran 2.4x slower, leaving a much weaker base); about two minutes unloaded.
+// The arithmetic base, built once per binary exactly as the README's main job builds it
+// (make-base's defaults: stop at 50% on training problems, at most 5 minutes), so the test checks
+// what a user runs. Stopping on the target keeps the base mid-training, where GRPO gains most;
+// a lower target (0.2) gave bases that sometimes did not improve at all. One OpenMP thread keeps
+// make-base fast on a busy machine. Measured: 0.580 -> 0.727 and 0.510 -> 0.702 (two runs in
+// parallel), 0.535 -> 0.750 for the main job.
 fs::path arith_base() {
   static const fs::path dir = [] {
     const fs::path d = temp_dir("arith-base");
     const std::string cmd = fmt::format(
-        "OMP_NUM_THREADS=1 {} make-base --task arithmetic --out {} --minutes 3 "
-        "--target-accuracy 0.2 > {} 2>&1",
+        "OMP_NUM_THREADS=1 {} make-base --task arithmetic --out {} --minutes 5 "
+        "--target-accuracy 0.5 > {} 2>&1",
         SPINDLE_CLI, (d / "base").string(), (d / "make-base.log").string());
     const int rc = std::system(cmd.c_str());
     EXPECT_EQ(rc, 0) << cmd;
