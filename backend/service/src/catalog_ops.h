@@ -15,6 +15,10 @@ protocol::RevisionInfo revision_info(const catalog::Revision& r);
 catalog::Address client_address(Daemon& d, catalog::Catalog& cat, const Call& call,
                                 const std::string& text);
 
+// Runs `op` on the catalog thread; whatever it throws becomes the call's typed error reply.
+using CatalogThreadOp = void (*)(Daemon&, catalog::Catalog&, const Call&, const protocol::Request&);
+void post_catalog_op(Daemon& d, Call call, protocol::Request request, CatalogThreadOp op);
+
 // Posts the request to the catalog thread; the reply is sent from there.
 void dispatch_catalog_op(Daemon& d, Call call, protocol::Request request);
 // run_* ops (run_ops.cpp), also on the catalog thread.

@@ -124,13 +124,7 @@ void run_op(Daemon& d, catalog::Catalog& cat, const Call& call, const Request& r
 }  // namespace
 
 void dispatch_run_op(Daemon& d, Call call, protocol::Request request) {
-  d.catalog.post([&d, call = std::move(call), request = std::move(request)](catalog::Catalog& cat) {
-    try {
-      run_op(d, cat, call, request);
-    } catch (const std::exception& e) {
-      reply_exception(d, call, e);
-    }
-  });
+  post_catalog_op(d, std::move(call), std::move(request), run_op);
 }
 
 }  // namespace spindle::service
