@@ -11,10 +11,6 @@
 
 #include <CLI/CLI.hpp>
 #include <cblas.h>
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -30,6 +26,7 @@
 #include <vector>
 
 #include "bench.h"
+#include "spindled_process.h"
 #include "spindle/adapters/peft.h"
 #include "spindle/engine/generator.h"
 #include "spindle/engine/loader.h"
@@ -52,79 +49,28 @@ struct ServiceBenchOptions {
   int handoff_repeats = 3;
 };
 
-// One spindled child process; stdout is read until "spindled ready: <endpoints>".
-class DaemonProcess {
- public:
+// A spindled child process (tests/support/spindled_process.h) and a client for it.
+struct DaemonProcess {
   DaemonProcess(const fs::path& binary, const fs::path& data_dir,
-                const std::vector<std::string>& extra, int ready_timeout_s)
-      : data_dir_(data_dir) {
-    fs::create_directories(data_dir);
-    int out[2];
-    if (::pipe(out) != 0) throw std::runtime_error("pipe failed");
-    std::vector<std::string> args = {binary.string(), "--data-dir", data_dir.string(),
-                                     "--log-level", "warn"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::dup2(out[1], 1);
-      const int err = ::open((data_dir / "stderr").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-      ::dup2(err, 2);
-      ::close(out[0]);
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      ::execv(argv[0], argv.data());
-      ::_exit(127);
-    }
-    ::close(out[1]);
-    std::string buf;
-    const auto deadline = Clock::now() + std::chrono::seconds(ready_timeout_s);
-    while (Clock::now() < deadline) {
-      pollfd p{out[0], POLLIN, 0};
-      if (::poll(&p, 1, 200) <= 0) continue;
-      char c[512];
-      const ssize_t n = ::read(out[0], c, sizeof c);
-      if (n <= 0) break;
-      buf.append(c, size_t(n));
-      const auto at = buf.find("spindled ready: ");
-      const auto nl = at == std::string::npos ? std::string::npos : buf.find('\n', at);
-      if (nl != std::string::npos) {
-        std::istringstream ss(buf.substr(at + 16, nl - at - 16));
-        ss >> endpoint_;
-        ::close(out[0]);
-        return;
-      }
-    }
-    ::close(out[0]);
-    stop();
-    std::ifstream e(data_dir / "stderr");
-    std::stringstream s;
-    s << e.rdbuf();
-    throw std::runtime_error("spindled did not become ready:\n" + s.str());
-  }
-  ~DaemonProcess() { stop(); }
+                std::vector<std::string> extra, int ready_timeout_s)
+      : process(binary, data_dir, with_log_level(std::move(extra)), ready_timeout_s) {}
 
-  void stop() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGTERM);
-    ::waitpid(pid_, nullptr, 0);
-    pid_ = -1;
-  }
+  void stop() { process.terminate(); }
 
   ClientOptions client_options() const {
     ClientOptions o;
-    o.endpoint = endpoint_;
-    std::ifstream in(data_dir_ / "token");
-    in >> o.token;
+    o.endpoint = process.endpoints().at(0);
+    o.token = process.token();
     o.timeout_ms = 120000;
     o.client_name = "spindle-bench";
     return o;
   }
 
- private:
-  fs::path data_dir_;
-  pid_t pid_ = -1;
-  std::string endpoint_;
+  static std::vector<std::string> with_log_level(std::vector<std::string> extra) {
+    extra.insert(extra.begin(), {"--log-level", "warn"});
+    return extra;
+  }
+  testing::SpindledProcess process;
 };
 
 double percentile(std::vector<double> v, double q) {

@@ -27,6 +27,7 @@
 
 #include "run_spindle.h"
 #include "shared_fixtures.h"
+#include "spindled_process.h"
 #include "spindle/protocol/wire.h"
 
 namespace spindle::testing {
@@ -53,97 +54,30 @@ inline std::string read_text(const fs::path& p) {
   return ss.str();
 }
 
-// One spindled process. stdout is read until the ready line; stderr goes to <data_dir>/stderr.
+// One spindled process on stories260K (see spindled_process.h for how it is run).
 class Daemon {
  public:
-  Daemon(fs::path data_dir, std::vector<std::string> extra_args) : data_dir_(std::move(data_dir)) {
-    int out[2];
-    if (::pipe(out) != 0) throw std::runtime_error("pipe");
-    std::vector<std::string> args = {(binary_dir() / "app" / "spindled").string(), "--data-dir",
-                                     data_dir_.string(), "--model", stories_model().string()};
-    args.insert(args.end(), extra_args.begin(), extra_args.end());
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::dup2(out[1], 1);
-      const int err = ::open((data_dir_ / "stderr").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-      ::dup2(err, 2);
-      ::close(out[0]);
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      ::execv(argv[0], argv.data());
-      ::_exit(127);
-    }
-    ::close(out[1]);
-    out_fd_ = out[0];
-    // Wait (at most 60 s) for the ready line.
-    std::string buf;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (std::chrono::steady_clock::now() < deadline) {
-      pollfd p{out_fd_, POLLIN, 0};
-      if (::poll(&p, 1, 200) <= 0) continue;
-      char c[512];
-      const ssize_t n = ::read(out_fd_, c, sizeof c);
-      if (n <= 0) break;
-      buf.append(c, size_t(n));
-      const auto at = buf.find("spindled ready: ");
-      const auto nl = at == std::string::npos ? std::string::npos : buf.find('\n', at);
-      if (nl != std::string::npos) {
-        std::istringstream ss(buf.substr(at + 16, nl - at - 16));
-        for (std::string e; ss >> e;) endpoints_.push_back(e);
-        return;
-      }
-    }
-    throw std::runtime_error("spindled did not become ready; stderr:\n" + log());
-  }
+  Daemon(fs::path data_dir, std::vector<std::string> extra_args)
+      : process_(binary_dir() / "app" / "spindled", data_dir,
+                 with_model(std::move(extra_args)), /*ready_timeout_s=*/60) {}
 
-  ~Daemon() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-    if (out_fd_ >= 0) ::close(out_fd_);
+  int terminate() { return process_.terminate(); }
+  void kill_now() { process_.kill_now(); }
+  const std::string& ipc() const { return process_.endpoints().at(0); }
+  const std::string& tcp() const { return process_.endpoints().at(1); }
+  const fs::path& data_dir() const { return process_.data_dir(); }
+  std::string token() const { return process_.token(); }
+  std::string log() const {
+    return read_text(data_dir() / "logs" / "spindled.log") + read_text(data_dir() / "stderr");
   }
-
-  // SIGTERM, then the exit code (-1 when killed by a signal or after 60 s).
-  int terminate() {
-    ::kill(pid_, SIGTERM);
-    int status = 0;
-    for (int i = 0; i < 600; ++i) {
-      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-      }
-      ::usleep(100000);
-    }
-    return -1;
-  }
-
-  // SIGKILL now (a crash: no drain, no cleanup) and reap the process. Safe from another thread
-  // while a client is talking to the daemon.
-  void kill_now() {
-    const pid_t pid = pid_;
-    if (pid <= 0) return;
-    ::kill(pid, SIGKILL);
-    ::waitpid(pid, nullptr, 0);
-    pid_ = -1;
-  }
-
-  const std::string& ipc() const { return endpoints_.at(0); }
-  const std::string& tcp() const { return endpoints_.at(1); }
-  const fs::path& data_dir() const { return data_dir_; }
-  std::string token() const {
-    std::string t = read_text(data_dir_ / "token");
-    while (!t.empty() && (t.back() == '\n' || t.back() == ' ')) t.pop_back();
-    return t;
-  }
-  std::string log() const { return read_text(data_dir_ / "logs" / "spindled.log") + read_text(data_dir_ / "stderr"); }
 
  private:
-  fs::path data_dir_;
-  pid_t pid_ = -1;
-  int out_fd_ = -1;
-  std::vector<std::string> endpoints_;
+  static std::vector<std::string> with_model(std::vector<std::string> extra) {
+    std::vector<std::string> args = {"--model", stories_model().string()};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  }
+  SpindledProcess process_;
 };
 
 struct CurveKeys {
