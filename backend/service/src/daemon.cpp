@@ -96,23 +96,21 @@ int serve(Daemon& d) {
 
   // Residency tiers and the engine thread.
   d.blobs = std::make_unique<adapters::BlobStore>(d.paths.data_dir / "blobs");
-  d.host_cache = std::make_unique<adapters::HostCache>(size_t(c.host_cache_mib) << 20);
-  engine::LoraPoolOptions pool;
-  pool.max_slots = c.serving_slots;
-  pool.max_rank = int32_t(c.limits.max_rank);
-  d.serving_pool = std::make_unique<engine::LoraSlotPool>(d.weights.config, pool);
-  d.loader = std::make_unique<adapters::Loader>(
-      *d.host_cache, adapters::blob_store_load_fn(*d.blobs, d.weights.config),
-      adapters::LoaderOptions{.threads = c.loader_threads});
-  d.residency = std::make_unique<adapters::ResidencyManager>(*d.serving_pool, *d.host_cache, *d.loader);
-  scheduler::SchedulerOptions so;
-  so.token_budget = c.token_budget;
-  so.max_running = c.max_running;
-  so.training_slots = int32_t(c.max_sessions);
-  so.training_max_rank = int32_t(c.limits.max_rank);
-  so.kv_blocks = c.kv_blocks;
-  d.scheduler = std::make_unique<scheduler::Scheduler>(*d.model, d.tokenizer.get(),
-                                                       *d.serving_pool, *d.residency, so);
+  scheduler::EngineStackOptions eo;
+  eo.serving_slots = c.serving_slots;
+  eo.serving_max_rank = int32_t(c.limits.max_rank);
+  eo.host_cache_bytes = size_t(c.host_cache_mib) << 20;
+  eo.loader_threads = c.loader_threads;
+  eo.scheduler.token_budget = c.token_budget;
+  eo.scheduler.max_running = c.max_running;
+  eo.scheduler.training_slots = int32_t(c.max_sessions);
+  eo.scheduler.training_max_rank = int32_t(c.limits.max_rank);
+  eo.scheduler.kv_blocks = c.kv_blocks;
+  d.engine = std::make_unique<scheduler::EngineStack>(
+      *d.model, d.tokenizer.get(), adapters::blob_store_load_fn(*d.blobs, d.weights.config), eo);
+  d.scheduler = &d.engine->scheduler();
+  d.host_cache = &d.engine->host_cache();
+  d.loader = &d.engine->loader();
   d.catalog.start(d.paths.data_dir);
   // Runs left "running" by a daemon that died are stopped now; `run_resume` continues them.
   d.runs = std::make_unique<RunManager>(d);
@@ -180,9 +178,7 @@ int serve(Daemon& d) {
   pub.close();
   pull.close();
   zap.reset();
-  d.scheduler.reset();
-  d.residency.reset();
-  d.loader.reset();
+  d.engine.reset();
   d.context.reset();
   log.info("stopped: {} requests served, {} failed", d.replies->served.load(), d.replies->failed.load());
   ::close(lock_fd);

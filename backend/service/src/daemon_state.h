@@ -29,7 +29,7 @@
 #include "spindle/engine/model.h"
 #include "spindle/engine/tokenizer.h"
 #include "spindle/engine/weights.h"
-#include "spindle/scheduler/scheduler.h"
+#include "spindle/scheduler/engine_stack.h"
 #include "spindle/service/service.h"
 
 namespace spindle::service {
@@ -123,11 +123,11 @@ struct Daemon {
 
   // Residency tiers and the scheduler (the engine thread).
   std::unique_ptr<adapters::BlobStore> blobs;
-  std::unique_ptr<adapters::HostCache> host_cache;
-  std::unique_ptr<engine::LoraSlotPool> serving_pool;
-  std::unique_ptr<adapters::Loader> loader;
-  std::unique_ptr<adapters::ResidencyManager> residency;
-  std::unique_ptr<scheduler::Scheduler> scheduler;
+  std::unique_ptr<scheduler::EngineStack> engine;
+  // Views into `engine` (valid while it lives), named for the call sites.
+  scheduler::Scheduler* scheduler = nullptr;
+  adapters::HostCache* host_cache = nullptr;
+  adapters::Loader* loader = nullptr;
 
   std::map<std::string, std::string> tokens;  // token -> tenant
   SessionTable sessions;

@@ -120,7 +120,7 @@ void RunManager::start(const catalog::RunRecord& record, rl::RunConfig config, b
                         "run " + record.id + " is still active (a stop may be in progress)");
   }
   rl::RunContext ctx;
-  ctx.scheduler = d_.scheduler.get();
+  ctx.scheduler = d_.scheduler;
   ctx.model_config = d_.weights.config;
   ctx.tokenizer = d_.tokenizer.get();
   ctx.catalog_dir = d_.paths.data_dir;

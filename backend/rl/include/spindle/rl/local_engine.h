@@ -1,18 +1,14 @@
 #pragma once
 // An in-process engine for GRPO runs outside the daemon (`spindle grpo`, tests, benches): the
-// base loaded once, its tokenizer, a one-slot serving tier (nothing is served, but the
-// scheduler wants one) and a Scheduler whose training pool holds the runs' sessions — the same
-// pieces the service builds (backend/service/src/daemon.cpp).
+// base loaded once, its tokenizer, and the same scheduler::EngineStack the daemon builds (with a
+// one-slot serving tier: nothing is served here) whose training pool holds the runs' sessions.
 
 #include <filesystem>
 #include <memory>
 
-#include "spindle/adapters/host_cache.h"
-#include "spindle/adapters/loader.h"
-#include "spindle/adapters/residency.h"
 #include "spindle/engine/model.h"
 #include "spindle/engine/tokenizer.h"
-#include "spindle/scheduler/scheduler.h"
+#include "spindle/scheduler/engine_stack.h"
 
 namespace spindle::rl {
 
@@ -27,21 +23,17 @@ class LocalEngine {
  public:
   // Loads the model (HF dir or llama2.c .bin) and the tokenizer found beside it.
   explicit LocalEngine(const std::filesystem::path& model_path, LocalEngineOptions options = {});
-  ~LocalEngine();  // stops the scheduler first
+  ~LocalEngine();
 
   const engine::ModelWeights& weights() const { return weights_; }
   const engine::Tokenizer& tokenizer() const { return *tokenizer_; }
-  scheduler::Scheduler& scheduler() { return *scheduler_; }
+  scheduler::Scheduler& scheduler() { return stack_->scheduler(); }
 
  private:
   engine::ModelWeights weights_;
   std::unique_ptr<engine::Model> model_;
   std::unique_ptr<engine::Tokenizer> tokenizer_;
-  std::unique_ptr<engine::LoraSlotPool> serving_pool_;
-  std::unique_ptr<adapters::HostCache> cache_;
-  std::unique_ptr<adapters::Loader> loader_;
-  std::unique_ptr<adapters::ResidencyManager> residency_;
-  std::unique_ptr<scheduler::Scheduler> scheduler_;
+  std::unique_ptr<scheduler::EngineStack> stack_;
 };
 
 }  // namespace spindle::rl
