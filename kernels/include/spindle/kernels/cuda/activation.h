@@ -1,0 +1,30 @@
+#pragma once
+// SwiGLU and embedding gather/scatter on the GPU (semantics of kernels/activation.h).
+
+#include <cstdint>
+
+#include "spindle/kernels/cuda/runtime.h"
+
+namespace spindle::kernels::cuda {
+
+// out = silu(gate) · up, elementwise, fp32 math; out may alias gate or up.
+template <class T>
+void swiglu(const T* gate, const T* up, T* out, int64_t count, cudaStream_t stream);
+
+// d_gate = d_out·up·silu'(gate), d_up = d_out·silu(gate); outputs must not alias inputs.
+template <class T>
+void swiglu_backward(const T* gate, const T* up, const T* d_out, T* d_gate, T* d_up,
+                     int64_t count, cudaStream_t stream);
+
+// out[r, :] = table[tokens[r], :] for r < rows. table: [vocab, dim] dense; out row stride ld_out.
+// tokens: device. Token ids are validated by the caller (the engine checks them on the host).
+template <class T>
+void embedding_gather(const T* table, int64_t dim, const int32_t* tokens, int64_t rows, T* out,
+                      int64_t ld_out, cudaStream_t stream);
+
+// d_table[tokens[r], :] += d_out[r, :] (fp32 accumulation with atomics; repeated tokens add up).
+template <class T>
+void embedding_scatter_add(const T* d_out, int64_t ld_d_out, const int32_t* tokens, int64_t rows,
+                           int64_t dim, float* d_table, cudaStream_t stream);
+
+}  // namespace spindle::kernels::cuda

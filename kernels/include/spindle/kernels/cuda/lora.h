@@ -1,0 +1,61 @@
+#pragma once
+// LoRA through the SGMV contract on the GPU: the semantics of kernels/lora.h (read it first),
+// with the slot pool, ranks, scales and segments in device memory. LoRA weights (A, B), the
+// shrink output h and all LoRA gradients are fp32; activations x, y, dy, dx are T (float or
+// bf16); every dot product accumulates in fp32. Ranks 1..128.
+//
+// One launch serves all segments of a call (a decode batch of 64 distinct adapters is 64
+// one-row segments): the kernel maps each row to its segment on the device. Rows in no segment,
+// base-only segments (slot < 0) and rank-0 slots are left untouched (h rows too).
+//
+// Contract checks (host side, before any launch): max_rank in [1, 128], sizes positive,
+// n_segments >= 0. Segment contents (slot range, ordering) are the caller's contract: the GPU
+// engine builds them from validated batches.
+
+#include <cstdint>
+
+#include "spindle/kernels/cuda/runtime.h"
+#include "spindle/kernels/lora.h"
+
+namespace spindle::kernels::cuda {
+
+struct DeviceLoraSlots {
+  const float* A = nullptr;        // [max_slots, max_rank, d_in]   device
+  const float* B = nullptr;        // [max_slots, d_out, max_rank]  device
+  const int32_t* rank = nullptr;   // [max_slots]                   device
+  const float* scale = nullptr;    // [max_slots]                   device
+  int64_t max_slots = 0;
+  int64_t max_rank = 0;
+  int64_t d_in = 0;
+  int64_t d_out = 0;
+};
+
+// Segments of rows (kernels::LoraSegment, in row order, non-overlapping) in device memory.
+struct DeviceSegments {
+  const LoraSegment* data = nullptr;  // device
+  int32_t count = 0;
+  int64_t rows = 0;  // total rows of x/h/y covered by the call (>= last segment's row_end)
+};
+
+// h[t, 0:r_s] = x[t, :] · A_sᵀ.  x: [rows, d_in] stride ld_x; h: [rows, max_rank] dense fp32.
+template <class T>
+void lora_shrink(const T* x, int64_t ld_x, const DeviceLoraSlots& slots, DeviceSegments segments,
+                 float* h, cudaStream_t stream);
+
+// y[t, col_offset + j] += scale_s · Σ_i h[t, i] · B_s[j, i].  y: row stride ld_y.
+template <class T>
+void lora_expand(const float* h, const DeviceLoraSlots& slots, DeviceSegments segments, T* y,
+                 int64_t ld_y, int64_t col_offset, cudaStream_t stream);
+
+// Backward, as kernels/lora.h: dh overwritten for adapted rows; dB, dA accumulated (pool
+// layout); dx accumulated (dx += dh·A_s) when non-null.
+template <class T>
+void lora_expand_backward(const float* h, const T* dy, int64_t ld_dy, int64_t col_offset,
+                          const DeviceLoraSlots& slots, DeviceSegments segments, float* dh,
+                          float* dB, cudaStream_t stream);
+template <class T>
+void lora_shrink_backward(const T* x, int64_t ld_x, const float* dh, const DeviceLoraSlots& slots,
+                          DeviceSegments segments, float* dA, T* dx, int64_t ld_dx,
+                          cudaStream_t stream);
+
+}  // namespace spindle::kernels::cuda
