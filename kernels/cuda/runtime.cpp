@@ -1,0 +1,65 @@
+// CUDA runtime helpers: error checks, device queries, streams, host-side bf16 conversion.
+
+#include "spindle/kernels/cuda/runtime.h"
+
+#include <cstdio>
+
+namespace spindle::kernels::cuda {
+
+void check(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) {
+    throw CudaError(std::string(what) + ": " + cudaGetErrorString(status));
+  }
+}
+
+void check_launch(const char* kernel) {
+  check(cudaGetLastError(), kernel);
+}
+
+int device_count() noexcept {
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess) {
+    // No driver / no device: the error is sticky for cudaGetLastError, clear it so the next
+    // check_launch does not report it against an unrelated kernel.
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
+std::string device_name(int index) {
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, index), "cudaGetDeviceProperties");
+  const double gib = static_cast<double>(prop.totalGlobalMem) / (1024.0 * 1024.0 * 1024.0);
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), " (sm_%d%d, %.0f GiB)", prop.major, prop.minor, gib);
+  return std::string(prop.name) + buf;
+}
+
+Stream::Stream() {
+  check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+}
+
+Stream::~Stream() {
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+}
+
+void Stream::synchronize() const {
+  check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+}
+
+std::vector<bf16> to_bf16(std::span<const float> x) {
+  std::vector<bf16> out(x.size());
+  // __float2bfloat16_rn is host-callable: round to nearest even, NaN preserved.
+  for (size_t i = 0; i < x.size(); ++i) out[i] = __float2bfloat16_rn(x[i]);
+  return out;
+}
+
+std::vector<float> to_float(std::span<const bf16> x) {
+  std::vector<float> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) out[i] = __bfloat162float(x[i]);
+  return out;
+}
+
+}  // namespace spindle::kernels::cuda

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Packs the GPU test executables and the GPU bench into one self-contained folder for a CUDA
+# machine that has the NVIDIA driver and CUDA 13 runtime libraries but none of Debian's:
+#   BUILD/gpu-bundle/{bin,lib,shared,run.sh} and BUILD/gpu-bundle.tar.xz
+# lib/ holds every non-system, non-CUDA shared library the executables load (from ldd);
+# shared/ holds the stories260K fixture when SPINDLE_SHARED_DIR (default ../shared) has it.
+# On the GPU machine: tar xf gpu-bundle.tar.xz && gpu-bundle/run.sh [OUT_DIR]
+set -euo pipefail
+build=${1:-build/default}
+shared=${SPINDLE_SHARED_DIR:-$(cd "$(dirname "$0")/.." && pwd)/../shared}
+dest=$build/gpu-bundle
+rm -rf "$dest" && mkdir -p "$dest/bin" "$dest/lib"
+
+mapfile -t exes < <(find "$build/tests" -maxdepth 2 -type f -perm -u+x \
+                      \( -name 'test_gpu_*' -o -name 'spindle-bench-gpu' \) | sort)
+[[ ${#exes[@]} -gt 0 ]] || { echo "gpu-bundle: no test_gpu_* executables under $build" >&2; exit 1; }
+cp "${exes[@]}" "$dest/bin/"
+cp "$(dirname "$0")/../tests/bench/gpu.sh" "$dest/bin/" 2>/dev/null || true
+
+# System libraries (glibc, libstdc++, libgcc) exist on any Linux; CUDA's come with the driver
+# machine's toolkit. Everything else travels.
+skip='^(linux-vdso|ld-linux|libc\.|libm\.|libdl\.|librt\.|libpthread\.|libstdc\+\+|libgcc_s|libcuda\.|libcudart|libcublas|libnccl|libcurand)'
+for exe in "${exes[@]}"; do
+  ldd "$exe" | awk '/=> \//{print $1, $3}'
+done | sort -u | while read -r name path; do
+  [[ $name =~ $skip ]] || cp -L "$path" "$dest/lib/$name"
+done
+
+if [[ -d $shared/models/stories260K ]]; then
+  mkdir -p "$dest/shared/models"
+  cp -r "$shared/models/stories260K" "$dest/shared/models/"
+fi
+
+cat > "$dest/run.sh" <<'RUN'
+#!/usr/bin/env bash
+# Runs every GPU test executable (gtest XML + logs into OUT_DIR) and then the GPU bench.
+here=$(cd "$(dirname "$0")" && pwd)
+out=${1:-$here/out}
+mkdir -p "$out"
+nccl=$(find / -name 'libnccl.so.2' -not -path '*/proc/*' 2>/dev/null | head -1)
+export LD_LIBRARY_PATH=$here/lib:/usr/local/cuda/lib64:${nccl:+$(dirname "$nccl"):}${LD_LIBRARY_PATH:-}
+export SPINDLE_SHARED_DIR=$here/shared
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+status=0
+for t in "$here"/bin/test_gpu_*; do
+  name=$(basename "$t")
+  echo "=== $name"
+  timeout "${SPINDLE_GPU_TEST_TIMEOUT:-240}" "$t" --gtest_output="xml:$out/$name.xml" \
+    --gtest_brief=1 >"$out/$name.log" 2>&1 || status=1
+  tail -n 40 "$out/$name.log"
+done
+if [[ -x $here/bin/spindle-bench-gpu && ${SPINDLE_GPU_BENCH:-1} == 1 ]]; then
+  echo "=== spindle-bench-gpu"
+  PATH=$here/bin:$PATH timeout "${SPINDLE_GPU_BENCH_TIMEOUT:-360}" \
+    bash "$here/bin/gpu.sh" 2>&1 | tee "$out/bench.log" || status=1
+fi
+exit $status
+RUN
+chmod +x "$dest/run.sh"
+tar -C "$build" -cJf "$build/gpu-bundle.tar.xz" gpu-bundle
+du -sh "$dest" "$build/gpu-bundle.tar.xz"
