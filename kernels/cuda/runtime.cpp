@@ -8,6 +8,9 @@ namespace spindle::kernels::cuda {
 
 void check(cudaError_t status, const char* what) {
   if (status != cudaSuccess) {
+    // The failure is also recorded as the thread's last error; clear it so a later check_launch
+    // does not blame an unrelated kernel for it.
+    (void)cudaGetLastError();
     throw CudaError(std::string(what) + ": " + cudaGetErrorString(status));
   }
 }

@@ -76,12 +76,15 @@ class DeviceBuffer {
   size_t bytes() const { return count_ * sizeof(T); }
   bool empty() const { return count_ == 0; }
 
-  // Synchronous copies (cudaMemcpy); host.size() must be <= size().
+  // Synchronous copies; host.size() must be <= size(). A pageable-memory cudaMemcpy may return
+  // before its DMA lands, and kernels on non-blocking streams do not wait for the legacy default
+  // stream, so upload() synchronises that stream: the data is on the device when it returns.
   void upload(std::span<const T> host) {
     if (host.size() > count_) throw std::invalid_argument("DeviceBuffer::upload: too many elements");
     if (!host.empty()) {
       check(cudaMemcpy(ptr_, host.data(), host.size_bytes(), cudaMemcpyHostToDevice),
             "cudaMemcpy H2D");
+      check(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize after upload");
     }
   }
   std::vector<T> download() const {
