@@ -1,0 +1,108 @@
+#pragma once
+// Private to kernels/cuda/attention*.cu: element conversion, warp reductions, the paged-cache
+// address rule, host-side contract checks, and the launchers attention_paged dispatches to.
+
+#include <cuda_bf16.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "spindle/kernels/cuda/attention.h"
+#include "spindle/kernels/kernel_error.h"
+
+namespace spindle::kernels::cuda::detail {
+
+// head_dim bound of every attention kernel: per-lane accumulators cover head_dim / 32 columns.
+constexpr int kMaxHeadDim = 256;
+constexpr int kColsPerLane = kMaxHeadDim / 32;
+constexpr unsigned kFullMask = 0xffffffffu;
+
+__device__ __forceinline__ float to_f(float x) {
+  return x;
+}
+__device__ __forceinline__ float to_f(bf16 x) {
+  return __bfloat162float(x);
+}
+
+template <class T>
+__device__ __forceinline__ T from_f(float x);
+template <>
+__device__ __forceinline__ float from_f<float>(float x) {
+  return x;
+}
+template <>
+__device__ __forceinline__ bf16 from_f<bf16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+
+__device__ __forceinline__ float warp_max(float x) {
+  for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(kFullMask, x, o));
+  return x;
+}
+
+__device__ __forceinline__ float warp_sum(float x) {
+  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(kFullMask, x, o);
+  return x;
+}
+
+// Σ_d a[d]·b[d], a in shared memory (fp32), b a row of T in global memory.
+template <class T>
+__device__ __forceinline__ float dot_row(const float* a, const T* b, int hd) {
+  float acc = 0.0f;
+  for (int d = 0; d < hd; ++d) acc = fmaf(a[d], to_f(b[d]), acc);
+  return acc;
+}
+
+// Element offset of the cache row of sequence position `pos` (vLLM layout), KV head columns
+// included via kv_col; -1 when the block-table entry lies outside [0, n_blocks) (a caller bug:
+// the kernels then read that key and value as zeros instead of faulting).
+__device__ __forceinline__ int64_t paged_offset(const int32_t* table, int64_t pos,
+                                                int64_t block_size, int64_t n_blocks, int64_t width,
+                                                int64_t kv_col) {
+  const int64_t block = table[pos / block_size];
+  if (block < 0 || block >= n_blocks) return -1;
+  return (block * block_size + pos % block_size) * width + kv_col;
+}
+
+// Contract of attention_paged / _prefill / _decode checked on the host (everything that does
+// not need the device-resident tables). Returns false when there is nothing to do.
+template <class T>
+bool check_paged_args(const char* kernel, const T* q, int64_t ld_q, const T* out, int64_t ld_out,
+                      int64_t n_heads, const DevicePagedKv<T>& cache, const DeviceAttnSeq* seqs,
+                      int32_t n_seqs, const int32_t* block_tables, int32_t max_new,
+                      int32_t max_ctx) {
+  SPINDLE_KERNEL_REQUIRE(cache.k != nullptr && cache.v != nullptr, kernel,
+                         "cache.k and cache.v must be non-null");
+  SPINDLE_KERNEL_REQUIRE(cache.n_blocks > 0 && cache.block_size > 0, kernel,
+                         "cache.n_blocks > 0 and cache.block_size > 0");
+  SPINDLE_KERNEL_REQUIRE(cache.n_kv_heads > 0, kernel, "cache.n_kv_heads > 0");
+  SPINDLE_KERNEL_REQUIRE(
+      cache.head_dim > 0 && cache.head_dim % 8 == 0 && cache.head_dim <= kMaxHeadDim, kernel,
+      "head_dim must be a multiple of 8 in [8, 256]");
+  SPINDLE_KERNEL_REQUIRE(n_heads > 0 && n_heads % cache.n_kv_heads == 0, kernel,
+                         "n_heads must be a positive multiple of n_kv_heads");
+  SPINDLE_KERNEL_REQUIRE(ld_q >= n_heads * cache.head_dim && ld_out >= n_heads * cache.head_dim,
+                         kernel, "ld_q and ld_out must be >= n_heads * head_dim");
+  SPINDLE_KERNEL_REQUIRE(n_seqs >= 0 && max_new >= 0, kernel, "n_seqs >= 0 and max_new >= 0");
+  SPINDLE_KERNEL_REQUIRE(n_heads <= 65535, kernel, "n_heads must be <= 65535 (grid limit)");
+  if (n_seqs == 0 || max_new == 0) return false;
+  SPINDLE_KERNEL_REQUIRE(max_ctx >= max_new, kernel, "max_ctx >= max_new");
+  SPINDLE_KERNEL_REQUIRE(
+      q != nullptr && out != nullptr && seqs != nullptr && block_tables != nullptr, kernel,
+      "q, out, seqs and block_tables must be non-null");
+  return true;
+}
+
+// The launchers behind the public entry points (arguments already checked). The prefill launcher
+// skips one-token sequences when skip_single is set (attention_paged hands those to decode).
+template <class T>
+void launch_prefill(const T* q, int64_t ld_q, T* out, int64_t ld_out, int64_t n_heads,
+                    const DevicePagedKv<T>& cache, const DeviceAttnSeq* seqs, int32_t n_seqs,
+                    const int32_t* block_tables, int32_t max_new, float scale, bool skip_single,
+                    cudaStream_t stream);
+template <class T>
+void launch_decode(const T* q, int64_t ld_q, T* out, int64_t ld_out, int64_t n_heads,
+                   const DevicePagedKv<T>& cache, const DeviceAttnSeq* seqs, int32_t n_seqs,
+                   const int32_t* block_tables, int32_t max_ctx, float scale, cudaStream_t stream);
+
+}  // namespace spindle::kernels::cuda::detail

@@ -1,0 +1,201 @@
+// GPU attention_backward against the CPU kernel (kernels::attention_backward) on the same
+// inputs, and in fp32 against central finite differences of a scalar loss computed by a
+// double-precision forward in the test.
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "gpu_test_util.h"
+#include "spindle/kernels/attention.h"
+#include "spindle/kernels/cuda/attention.h"
+
+namespace spindle::kernels::cuda::test {
+namespace {
+
+// Rows between sequences must stay untouched (all_close accepts NaN only against NaN).
+const float kSentinel = std::numeric_limits<float>::quiet_NaN();
+
+struct DenseCase {
+  int64_t n_heads, n_kv, hd;
+  std::vector<int64_t> lens;
+  uint32_t seed;
+};
+
+struct Grads {
+  std::vector<float> dq, dk, dv;
+};
+
+// Sequences are laid out in order with one unused row before each, so "rows outside sequences
+// untouched" is checked along with the values.
+struct DenseLayout {
+  std::vector<DenseSeq> seqs;
+  int64_t rows = 0;
+  int32_t max_n = 0;
+  explicit DenseLayout(const std::vector<int64_t>& lens) {
+    for (int64_t n : lens) {
+      rows += 1;
+      seqs.push_back({rows, n});
+      rows += n;
+      max_n = std::max(max_n, static_cast<int32_t>(n));
+    }
+  }
+};
+
+template <class T>
+Grads gpu_backward(const DenseCase& c, const DenseLayout& lay, const std::vector<float>& q,
+                   const std::vector<float>& k, const std::vector<float>& v,
+                   const std::vector<float>& d_out, float scale) {
+  auto d_q = upload(to_device_type<T>(q));
+  auto d_k = upload(to_device_type<T>(k));
+  auto d_v = upload(to_device_type<T>(v));
+  auto d_do = upload(to_device_type<T>(d_out));
+  auto d_dq = upload(to_device_type<T>(std::vector<float>(q.size(), kSentinel)));
+  auto d_dk = upload(to_device_type<T>(std::vector<float>(k.size(), kSentinel)));
+  auto d_dv = upload(to_device_type<T>(std::vector<float>(v.size(), kSentinel)));
+  auto d_seqs = upload(lay.seqs);
+  // upload() runs on the legacy stream, which a non-blocking stream does not wait for.
+  check(cudaDeviceSynchronize(), "sync after upload");
+  Stream stream;
+  attention_backward<T>(d_q.data(), d_k.data(), d_v.data(), d_do.data(), d_dq.data(), d_dk.data(),
+                        d_dv.data(), c.n_heads, c.n_kv, c.hd, d_seqs.data(),
+                        static_cast<int32_t>(lay.seqs.size()), lay.max_n, scale, stream.get());
+  stream.synchronize();
+  return {to_host_float<T>(d_dq.download()), to_host_float<T>(d_dk.download()),
+          to_host_float<T>(d_dv.download())};
+}
+
+template <class T>
+void check_against_cpu(const DenseCase& c) {
+  const DenseLayout lay(c.lens);
+  const int64_t ld_q = c.n_heads * c.hd;
+  const int64_t ld_kv = c.n_kv * c.hd;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
+  const auto q = round_like<T>(random_floats(size_t(lay.rows * ld_q), c.seed));
+  const auto k = round_like<T>(random_floats(size_t(lay.rows * ld_kv), c.seed + 1));
+  const auto v = round_like<T>(random_floats(size_t(lay.rows * ld_kv), c.seed + 2));
+  const auto d_out = round_like<T>(random_floats(size_t(lay.rows * ld_q), c.seed + 3));
+
+  Grads want{std::vector<float>(q.size(), kSentinel), std::vector<float>(k.size(), kSentinel),
+             std::vector<float>(v.size(), kSentinel)};
+  kernels::attention_backward(q.data(), k.data(), v.data(), d_out.data(), want.dq.data(),
+                              want.dk.data(), want.dv.data(), c.n_heads, c.n_kv, c.hd, lay.seqs,
+                              scale);
+  const Grads got = gpu_backward<T>(c, lay, q, k, v, d_out, scale);
+  // fp32: sums over up to n·group terms in a different order. bf16: the gradients are rounded
+  // to bf16 (relative 2^-9) after an fp32 computation.
+  const Tolerance tol = std::is_same_v<T, float> ? Tolerance{2e-5, 1e-4} : Tolerance{4e-3, 1e-2};
+  const std::string what = std::string("<") + type_name<T>() + "> hd " + std::to_string(c.hd) +
+                           " heads " + std::to_string(c.n_heads) + "/" + std::to_string(c.n_kv);
+  EXPECT_TRUE(all_close("dq" + what, got.dq, want.dq, ld_q, tol));
+  EXPECT_TRUE(all_close("dk" + what, got.dk, want.dk, ld_kv, tol));
+  EXPECT_TRUE(all_close("dv" + what, got.dv, want.dv, ld_kv, tol));
+}
+
+template <class T>
+class GpuAttentionBackward : public ::testing::Test {};
+TYPED_TEST_SUITE(GpuAttentionBackward, ElementTypes);
+
+TYPED_TEST(GpuAttentionBackward, StoriesShapeRaggedBatch) {
+  SPINDLE_REQUIRE_GPU();
+  check_against_cpu<TypeParam>({8, 4, 8, {37, 1, 64, 100}, 31});
+}
+
+TYPED_TEST(GpuAttentionBackward, Gqa1HeadDim64) {
+  SPINDLE_REQUIRE_GPU();
+  check_against_cpu<TypeParam>({4, 4, 64, {33, 129}, 32});
+}
+
+TYPED_TEST(GpuAttentionBackward, Gqa4HeadDim32) {
+  SPINDLE_REQUIRE_GPU();
+  check_against_cpu<TypeParam>({8, 2, 32, {70, 3}, 33});
+}
+
+TYPED_TEST(GpuAttentionBackward, Gqa8HeadDim128) {
+  SPINDLE_REQUIRE_GPU();
+  check_against_cpu<TypeParam>({16, 2, 128, {300, 5}, 34});
+}
+
+TYPED_TEST(GpuAttentionBackward, Sequence1024) {
+  SPINDLE_REQUIRE_GPU();
+  check_against_cpu<TypeParam>({8, 1, 64, {1024}, 35});
+}
+
+TYPED_TEST(GpuAttentionBackward, HeadDim256) {
+  SPINDLE_REQUIRE_GPU();
+  check_against_cpu<TypeParam>({4, 2, 256, {40, 9}, 36});
+}
+
+// L = Σ W ⊙ attention(q, k, v) in double; the GPU's fp32 gradients must match central
+// differences of L in every input element.
+TEST(GpuAttentionBackwardFd, MatchesFiniteDifferences) {
+  SPINDLE_REQUIRE_GPU();
+  const DenseCase c{4, 2, 8, {5, 3}, 41};
+  const DenseLayout lay(c.lens);
+  const int64_t ld_q = c.n_heads * c.hd;
+  const int64_t ld_kv = c.n_kv * c.hd;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
+  auto q = random_floats(size_t(lay.rows * ld_q), c.seed);
+  auto k = random_floats(size_t(lay.rows * ld_kv), c.seed + 1);
+  auto v = random_floats(size_t(lay.rows * ld_kv), c.seed + 2);
+  const auto w = random_floats(size_t(lay.rows * ld_q), c.seed + 3);
+
+  const auto loss = [&](const std::vector<double>& qd, const std::vector<double>& kd,
+                        const std::vector<double>& vd) {
+    double total = 0.0;
+    const int64_t group = c.n_heads / c.n_kv;
+    for (const DenseSeq& s : lay.seqs)
+      for (int64_t t = 0; t < s.n; ++t)
+        for (int64_t h = 0; h < c.n_heads; ++h) {
+          const int64_t col_q = h * c.hd;
+          const int64_t col_kv = (h / group) * c.hd;
+          std::vector<double> p(static_cast<size_t>(t + 1));
+          double m = -INFINITY;
+          for (int64_t j = 0; j <= t; ++j) {
+            double dot = 0.0;
+            for (int64_t d = 0; d < c.hd; ++d)
+              dot += qd[size_t((s.row_begin + t) * ld_q + col_q + d)] *
+                     kd[size_t((s.row_begin + j) * ld_kv + col_kv + d)];
+            p[size_t(j)] = scale * dot;
+            m = std::max(m, p[size_t(j)]);
+          }
+          double sum = 0.0;
+          for (double& x : p) sum += (x = std::exp(x - m));
+          for (int64_t d = 0; d < c.hd; ++d) {
+            double o = 0.0;
+            for (int64_t j = 0; j <= t; ++j)
+              o += p[size_t(j)] / sum * vd[size_t((s.row_begin + j) * ld_kv + col_kv + d)];
+            total += w[size_t((s.row_begin + t) * ld_q + col_q + d)] * o;
+          }
+        }
+    return total;
+  };
+  std::vector<double> qd(q.begin(), q.end()), kd(k.begin(), k.end()), vd(v.begin(), v.end());
+  const double h = 1e-3;
+  const auto fd = [&](std::vector<double>& x, size_t i) {
+    const double x0 = x[i];
+    x[i] = x0 + h;
+    const double up = loss(qd, kd, vd);
+    x[i] = x0 - h;
+    const double down = loss(qd, kd, vd);
+    x[i] = x0;
+    return (up - down) / (2 * h);
+  };
+  const Grads got = gpu_backward<float>(c, lay, q, k, v, w, scale);
+  const auto check_all = [&](const char* name, std::vector<double>& x,
+                             const std::vector<float>& grad, int64_t ld) {
+    std::vector<float> want(x.size(), kSentinel);
+    for (const DenseSeq& s : lay.seqs)
+      for (int64_t r = s.row_begin; r < s.row_begin + s.n; ++r)
+        for (int64_t col = 0; col < ld; ++col)
+          want[size_t(r * ld + col)] = static_cast<float>(fd(x, size_t(r * ld + col)));
+    EXPECT_TRUE(all_close(name, grad, want, ld, {1e-4, 1e-3}));
+  };
+  check_all("dq vs finite differences", qd, got.dq, ld_q);
+  check_all("dk vs finite differences", kd, got.dk, ld_kv);
+  check_all("dv vs finite differences", vd, got.dv, ld_kv);
+}
+
+}  // namespace
+}  // namespace spindle::kernels::cuda::test

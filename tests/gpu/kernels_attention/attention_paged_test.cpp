@@ -1,0 +1,247 @@
+// GPU kv_cache_write, attention_paged, attention_prefill and attention_decode against the CPU
+// kernels (spindle::kernels) on the same inputs (rounded to bf16 first in the bf16 mode): ragged
+// batches mixing decode rows and prefill chunks with n_past > 0, shuffled block tables, GQA
+// ratios 1–16, head_dim 8–256, contexts that neither the block size nor the tiles divide.
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "gpu_test_util.h"
+#include "spindle/kernels/attention.h"
+#include "spindle/kernels/cuda/attention.h"
+
+namespace spindle::kernels::cuda::test {
+namespace {
+
+struct SeqSpec {
+  int32_t n_past, n_new;
+};
+
+struct PagedCase {
+  int64_t n_heads, n_kv, hd, bs;
+  std::vector<SeqSpec> seqs;
+  uint32_t seed;
+};
+
+enum class Entry { paged, prefill, decode };
+
+const char* entry_name(Entry e) {
+  return e == Entry::paged     ? "attention_paged"
+         : e == Entry::prefill ? "attention_prefill"
+                               : "attention_decode";
+}
+
+// Cache slots and out columns nobody should write (all_close accepts NaN only against NaN).
+const float kSentinel = std::numeric_limits<float>::quiet_NaN();
+
+// One ragged batch on both devices. The caches are filled by the GPU and CPU kv_cache_write
+// from the same dense rows (row stride width + 3); blocks are handed out shuffled, a few stay
+// unused, and q/out rows go in reverse sequence order (row_begin not monotone) with padded
+// row strides.
+template <class T>
+struct PagedBatch {
+  PagedCase c;
+  int64_t width, n_blocks, rows = 0, ld_q, ld_out;
+  int32_t max_new = 0, max_ctx = 0;
+  std::vector<int32_t> tables;  // all sequences' tables, concatenated
+  std::vector<DeviceAttnSeq> dseqs;
+  std::vector<AttnSeq> cseqs;
+  std::vector<float> k_cache, v_cache, q;  // CPU copies (values representable in T)
+  DeviceBuffer<T> d_k, d_v, d_q;
+  DeviceBuffer<int32_t> d_tables;
+  DeviceBuffer<DeviceAttnSeq> d_seqs;
+
+  explicit PagedBatch(PagedCase pc) : c(std::move(pc)) {
+    width = c.n_kv * c.hd;
+    ld_q = c.n_heads * c.hd + 8;
+    ld_out = c.n_heads * c.hd + 16;
+    n_blocks = 3;
+    for (const SeqSpec& s : c.seqs) n_blocks += (s.n_past + s.n_new + c.bs - 1) / c.bs;
+    std::vector<int32_t> order(static_cast<size_t>(n_blocks));
+    std::iota(order.begin(), order.end(), 0);
+    std::mt19937 rng(c.seed);
+    std::shuffle(order.begin(), order.end(), rng);
+
+    std::vector<int64_t> row_begin(c.seqs.size());
+    for (size_t i = c.seqs.size(); i-- > 0;) {
+      row_begin[i] = rows;
+      rows += c.seqs[i].n_new;
+    }
+    // Dense K/V rows of every position of every sequence, and their flat cache slots.
+    const int64_t ld_kv = width + 3;
+    std::vector<float> k_rows, v_rows;
+    std::vector<int64_t> slots;
+    size_t next = 0;
+    for (size_t i = 0; i < c.seqs.size(); ++i) {
+      const SeqSpec& s = c.seqs[i];
+      const int32_t ctx = s.n_past + s.n_new;
+      const auto offset = static_cast<int32_t>(tables.size());
+      for (int64_t b = 0; b < (ctx + c.bs - 1) / c.bs; ++b) tables.push_back(order[next++]);
+      for (int32_t p = 0; p < ctx; ++p)
+        slots.push_back(int64_t{tables[size_t(offset + p / c.bs)]} * c.bs + p % c.bs);
+      dseqs.push_back({row_begin[i], s.n_new, s.n_past, offset});
+      max_new = std::max(max_new, s.n_new);
+      if (s.n_new > 0) max_ctx = std::max(max_ctx, ctx);
+    }
+    const auto n_rows_kv = static_cast<int64_t>(slots.size());
+    k_rows = round_like<T>(random_floats(size_t(n_rows_kv * ld_kv), c.seed + 1));
+    v_rows = round_like<T>(random_floats(size_t(n_rows_kv * ld_kv), c.seed + 2));
+    for (size_t i = 0; i < c.seqs.size(); ++i)
+      cseqs.push_back(
+          {row_begin[i], c.seqs[i].n_new, c.seqs[i].n_past, tables.data() + dseqs[i].table_offset});
+
+    const size_t cache_elems = size_t(n_blocks * c.bs * width);
+    k_cache.assign(cache_elems, kSentinel);
+    v_cache.assign(cache_elems, kSentinel);
+    d_k = upload(to_device_type<T>(k_cache));
+    d_v = upload(to_device_type<T>(v_cache));
+    const PagedKv cpu_cache{k_cache.data(), v_cache.data(), n_blocks, c.bs, c.n_kv, c.hd};
+    kernels::kv_cache_write(cpu_cache, k_rows.data(), v_rows.data(), ld_kv, n_rows_kv,
+                            slots.data());
+    auto d_k_rows = upload(to_device_type<T>(k_rows));
+    auto d_v_rows = upload(to_device_type<T>(v_rows));
+    auto d_slots = upload(slots);
+    cuda::kv_cache_write(device_cache(), d_k_rows.data(), d_v_rows.data(), ld_kv, n_rows_kv,
+                         d_slots.data(), nullptr);
+    check(cudaDeviceSynchronize(), "sync after kv_cache_write");
+
+    q = round_like<T>(random_floats(size_t(std::max<int64_t>(rows, 1) * ld_q), c.seed + 3));
+    d_q = upload(to_device_type<T>(q));
+    d_tables = upload(tables.empty() ? std::vector<int32_t>{0} : tables);
+    d_seqs = upload(dseqs);
+  }
+
+  DevicePagedKv<T> device_cache() { return {d_k.data(), d_v.data(), n_blocks, c.bs, c.n_kv, c.hd}; }
+
+  std::vector<float> cpu_out(float scale) {
+    std::vector<float> out(size_t(std::max<int64_t>(rows, 1) * ld_out), kSentinel);
+    const PagedKv cpu_cache{k_cache.data(), v_cache.data(), n_blocks, c.bs, c.n_kv, c.hd};
+    kernels::attention_paged(q.data(), ld_q, out.data(), ld_out, c.n_heads, cpu_cache, cseqs,
+                             scale);
+    return out;
+  }
+
+  std::vector<float> gpu_out(Entry entry, float scale) {
+    auto d_out = upload(to_device_type<T>(
+        std::vector<float>(size_t(std::max<int64_t>(rows, 1) * ld_out), kSentinel)));
+    const auto n_seqs = static_cast<int32_t>(dseqs.size());
+    const DevicePagedKv<T> cache = device_cache();
+    // upload() runs on the legacy stream, which a non-blocking stream does not wait for.
+    check(cudaDeviceSynchronize(), "sync after upload");
+    Stream stream;
+    switch (entry) {
+      case Entry::paged:
+        attention_paged<T>(d_q.data(), ld_q, d_out.data(), ld_out, c.n_heads, cache, d_seqs.data(),
+                           n_seqs, d_tables.data(), max_new, max_ctx, scale, stream.get());
+        break;
+      case Entry::prefill:
+        attention_prefill<T>(d_q.data(), ld_q, d_out.data(), ld_out, c.n_heads, cache,
+                             d_seqs.data(), n_seqs, d_tables.data(), max_new, max_ctx, scale,
+                             stream.get());
+        break;
+      case Entry::decode:
+        attention_decode<T>(d_q.data(), ld_q, d_out.data(), ld_out, c.n_heads, cache, d_seqs.data(),
+                            n_seqs, d_tables.data(), max_ctx, scale, stream.get());
+        break;
+    }
+    stream.synchronize();
+    return to_host_float<T>(d_out.download());
+  }
+};
+
+template <class T>
+Tolerance forward_tolerance() {
+  // fp32: both sides accumulate in fp32 in different orders. bf16: the output is rounded to bf16
+  // (relative 2^-9) after an fp32 computation on the same bf16 inputs.
+  return std::is_same_v<T, float> ? Tolerance{2e-5, 2e-5} : Tolerance{2e-3, 1e-2};
+}
+
+template <class T>
+void check_case(const PagedCase& pc, std::vector<Entry> entries) {
+  PagedBatch<T> batch(pc);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(pc.hd));
+  // kv_cache_write: every slot (written or sentinel) equals the CPU cache exactly.
+  EXPECT_TRUE(all_close("kv_cache_write k", to_host_float<T>(batch.d_k.download()), batch.k_cache,
+                        batch.width, {0.0, 0.0}));
+  EXPECT_TRUE(all_close("kv_cache_write v", to_host_float<T>(batch.d_v.download()), batch.v_cache,
+                        batch.width, {0.0, 0.0}));
+  const std::vector<float> want = batch.cpu_out(scale);
+  for (Entry e : entries) {
+    const std::string what = std::string(entry_name(e)) + "<" + type_name<T>() + "> hd " +
+                             std::to_string(pc.hd) + " heads " + std::to_string(pc.n_heads) + "/" +
+                             std::to_string(pc.n_kv) + " bs " + std::to_string(pc.bs);
+    EXPECT_TRUE(
+        all_close(what, batch.gpu_out(e, scale), want, batch.ld_out, forward_tolerance<T>()));
+  }
+}
+
+template <class T>
+class GpuAttentionPaged : public ::testing::Test {};
+TYPED_TEST_SUITE(GpuAttentionPaged, ElementTypes);
+
+const std::vector<Entry> kMixed{Entry::paged, Entry::prefill};
+const std::vector<Entry> kAll{Entry::paged, Entry::prefill, Entry::decode};
+
+// stories260K's shape: head_dim 8, 8 heads over 4 KV heads. Prefill from 0, chunked prefill
+// spanning two query tiles, decode rows, an empty sequence.
+TYPED_TEST(GpuAttentionPaged, StoriesShapeMixedBatch) {
+  SPINDLE_REQUIRE_GPU();
+  check_case<TypeParam>({8, 4, 8, 16, {{0, 37}, {5, 1}, {100, 70}, {0, 1}, {33, 0}, {200, 1}}, 11},
+                        kMixed);
+}
+
+TYPED_TEST(GpuAttentionPaged, Gqa1HeadDim64) {
+  SPINDLE_REQUIRE_GPU();
+  check_case<TypeParam>({4, 4, 64, 16, {{17, 1}, {0, 65}, {63, 64}, {1000, 1}}, 12}, kMixed);
+}
+
+// Qwen3-like: head_dim 128, GQA 4, a 4501-token decode context (18 splits) beside a prefill chunk.
+TYPED_TEST(GpuAttentionPaged, Gqa4HeadDim128LongContext) {
+  SPINDLE_REQUIRE_GPU();
+  check_case<TypeParam>({16, 4, 128, 32, {{4500, 1}, {300, 130}, {0, 3}, {31, 1}}, 13}, kMixed);
+}
+
+TYPED_TEST(GpuAttentionPaged, Gqa8SmallBlocks) {
+  SPINDLE_REQUIRE_GPU();
+  check_case<TypeParam>({16, 2, 64, 8, {{0, 1}, {2, 129}, {77, 1}, {500, 20}}, 14}, kMixed);
+}
+
+// head_dim 48 (not a multiple of 32) with a block size that is not a power of two.
+TYPED_TEST(GpuAttentionPaged, HeadDim48OddBlockSize) {
+  SPINDLE_REQUIRE_GPU();
+  check_case<TypeParam>({6, 3, 48, 12, {{10, 50}, {25, 1}, {0, 2}}, 15}, kMixed);
+}
+
+// head_dim 256 takes the 32-row query tile (70 rows: three tiles) and the largest shared memory.
+TYPED_TEST(GpuAttentionPaged, HeadDim256) {
+  SPINDLE_REQUIRE_GPU();
+  check_case<TypeParam>({2, 1, 256, 16, {{40, 70}, {300, 1}}, 16}, kMixed);
+}
+
+// 16 query heads on one KV head: decode blocks take 8 heads, two blocks per KV head.
+TYPED_TEST(GpuAttentionPaged, Gqa16) {
+  SPINDLE_REQUIRE_GPU();
+  check_case<TypeParam>({16, 1, 32, 16, {{700, 1}, {10, 5}}, 17}, kMixed);
+}
+
+// Only one-token sequences (plus an empty one): all three entries, contexts around the 256-key
+// split boundary.
+TYPED_TEST(GpuAttentionPaged, DecodeOnlyBatch) {
+  SPINDLE_REQUIRE_GPU();
+  check_case<TypeParam>(
+      {16, 4, 128, 16, {{4500, 1}, {0, 1}, {255, 1}, {256, 1}, {257, 1}, {40, 0}}, 18}, kAll);
+  check_case<TypeParam>({8, 4, 8, 16, {{0, 1}, {511, 1}, {3, 1}}, 19}, kAll);
+}
+
+// The prefill kernel alone on a batch of one long prompt that spans several query tiles.
+TYPED_TEST(GpuAttentionPaged, LongPromptFromZero) {
+  SPINDLE_REQUIRE_GPU();
+  check_case<TypeParam>({8, 2, 64, 16, {{0, 333}}, 20}, kMixed);
+}
+
+}  // namespace
+}  // namespace spindle::kernels::cuda::test
