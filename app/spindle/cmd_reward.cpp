@@ -1,6 +1,7 @@
-// spindle reward: score completions from a JSONL file with a reward spec, list reward plugins.
-// Stdout carries only the result (the distribution table or JSON); the reward host's own
-// output goes to stderr.
+// spindle reward: score completions from a JSONL file with a reward spec (score, local reward
+// host), sample and score on a running spindled (test: the daemon's reward_test op, which
+// samples and scores server-side), list reward plugins. Stdout carries only the result (the
+// distribution table or JSON); the reward host's own output goes to stderr.
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -34,6 +35,7 @@ struct RewardArgs {
   std::string policy;
   int32_t num_samples = 4;
   size_t rows = 8;
+  bool samples = false;  // reward test: also print every scored completion
   std::string prompt_field = "prompt";
   protocol::SamplingParamsMsg sampling;
   RemoteOptions remote;
@@ -70,19 +72,63 @@ void run_score(const RewardArgs& a) {
   print(a.json ? rewards::report_to_json(report) + "\n" : rewards::format_report(report));
 }
 
-// Samples -n completions per prompt of the first --rows rows from --policy on the daemon,
-// scores them with the spec (reward host on this machine) and prints the distribution.
+rewards::Distribution distribution(const protocol::DistributionInfo& d) {
+  return {size_t(d.n), d.mean, d.std, d.min, d.max,
+          std::vector<size_t>(d.histogram.begin(), d.histogram.end())};
+}
+
+// The reply's distributions as summary.h's report, so the table and JSON are the ones
+// `reward score` prints.
+rewards::RewardReport report_of(const protocol::RewardTestResult& r) {
+  rewards::RewardReport report;
+  for (const auto& t : r.terms) {
+    report.term_names.push_back(t.name);
+    report.weights.push_back(t.weight);
+    report.terms.push_back(distribution(t.scores));
+  }
+  report.total = distribution(r.total);
+  return report;
+}
+
+// --samples: one line per completion (row, total, per-term scores, text) after the table.
+std::string format_samples(const protocol::RewardTestResult& r) {
+  std::string out = "\nsamples (row, total, per-term scores, completion):\n";
+  for (const auto& s : r.samples) {
+    std::string scores;
+    for (double v : s.scores) scores += fmt::format(" {:.4f}", v);
+    nlohmann::json text = s.text;
+    out += fmt::format("{:>4} {:>9.4f} [{} ] {}\n", s.row, s.total, scores,
+                       text.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  }
+  return out;
+}
+
+nlohmann::json samples_json(const protocol::RewardTestResult& r) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& s : r.samples) {
+    nlohmann::json scores = nlohmann::json::object();
+    for (size_t t = 0; t < r.terms.size() && t < s.scores.size(); ++t) {
+      scores[r.terms[t].name] = s.scores[t];
+    }
+    out.push_back({{"row", s.row}, {"completion", s.text}, {"stop_reason", s.stop_reason},
+                   {"tokens", s.tokens}, {"scores", scores}, {"infos", s.infos},
+                   {"total", s.total}});
+  }
+  return out;
+}
+
+// Sends the first --rows rows of --data, the spec and the sampling parameters to the daemon's
+// reward_test op, which samples -n completions per prompt from --policy and scores them with
+// its own reward host; prints the distribution it returns.
 void run_test(const RewardArgs& a) {
-  const rewards::RewardSpec spec = rewards::RewardSpec::parse(read_file_to_string(a.spec), a.spec);
-  rewards::RewardScorer scorer(host_options(a));
-  scorer.validate(spec);  // before any sampling: a bad spec costs nothing
+  protocol::RewardTestRequest req;
+  req.spec_json = read_file_to_string(a.spec);
+  // Parsed here too so a malformed file is reported with its path before connecting.
+  rewards::RewardSpec::parse(req.spec_json, a.spec);
   std::ifstream in(a.data);
   SPINDLE_CHECK(in.good(), io, "reward: cannot open --data {}", a.data);
-  const auto client = connect_remote(a.remote);
-  std::vector<rewards::RewardItem> items;
   std::string line;
-  size_t used = 0;
-  for (size_t lineno = 1; used < a.rows && std::getline(in, line); ++lineno) {
+  for (size_t lineno = 1; req.rows.size() < a.rows && std::getline(in, line); ++lineno) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const std::string where = a.data + ":" + std::to_string(lineno);
     const nlohmann::json row = nlohmann::json::parse(line, nullptr, false);
@@ -91,31 +137,32 @@ void run_test(const RewardArgs& a) {
     if (!row.contains(prompt_key) && row.contains("question")) prompt_key = "question";
     SPINDLE_CHECK(row.contains(prompt_key) && row[prompt_key].is_string(), invalid_argument,
                   "{}: no string field '{}' (--prompt-field)", where, a.prompt_field);
-    const std::string prompt = row[prompt_key];
-    std::string reference;
+    protocol::RewardTestRow r;
+    r.prompt = row[prompt_key];
     for (const char* k : {"reference", "answer", "output"}) {
       if (row.contains(k) && row[k].is_string()) {
-        reference = row[k];
+        r.reference = row[k];
         break;
       }
     }
-    const auto sampled =
-        client->sample(a.policy, client->tokenize(prompt), a.num_samples, a.sampling);
-    for (const auto& s : sampled.sequences) {
-      rewards::RewardItem item;
-      item.prompt = prompt;
-      item.completion = s.text;
-      item.completion_tokens = s.tokens;
-      item.reference = reference;
-      item.metadata_json = row.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-      items.push_back(std::move(item));
-    }
-    ++used;
+    r.metadata_json = row.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    req.rows.push_back(std::move(r));
   }
-  SPINDLE_CHECK(!items.empty(), invalid_argument, "reward: {} holds no rows", a.data);
-  const rewards::RewardBatch batch = scorer.score(spec, items);
-  const rewards::RewardReport report = rewards::summarize(spec, batch, a.bins);
-  print(a.json ? rewards::report_to_json(report) + "\n" : rewards::format_report(report));
+  SPINDLE_CHECK(!req.rows.empty(), invalid_argument, "reward: {} holds no rows", a.data);
+  req.address = a.policy;
+  req.num_samples = a.num_samples;
+  req.sampling_params = a.sampling;
+  req.bins = uint32_t(a.bins);
+  const protocol::RewardTestResult result = connect_remote(a.remote)->reward_test(req);
+  const rewards::RewardReport report = report_of(result);
+  if (a.json) {
+    nlohmann::json j = nlohmann::json::parse(rewards::report_to_json(report));
+    j["revision_id"] = result.revision_id;
+    if (a.samples) j["samples"] = samples_json(result);
+    print(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+  } else {
+    print(rewards::format_report(report) + (a.samples ? format_samples(result) : ""));
+  }
 }
 
 void run_plugins(const RewardArgs& a) {
@@ -160,8 +207,8 @@ void register_reward(CLI::App& app) {
                     "field holding the completion (default: completion)");
   score->add_option("--bins", args->bins, "histogram bins (default 10)");
   CLI::App* test = cmd->add_subcommand(
-      "test", "Sample N completions per prompt from a policy on a running spindled and print the "
-              "per-term and total score distribution");
+      "test", "Sample N completions per prompt from a policy on a running spindled, score them "
+              "there (its reward plugins) and print the per-term and total score distribution");
   test->add_option("--spec", args->spec, "reward spec JSON file")->required();
   test->add_option("--data", args->data,
                    "JSONL rows with a prompt (--prompt-field, else 'question') and optionally a "
@@ -175,9 +222,12 @@ void register_reward(CLI::App& app) {
   test->add_option("--temperature", args->sampling.temperature, "sampling temperature (default 1)");
   test->add_option("--seed", args->sampling.seed, "sampling seed (default 0)");
   test->add_option("--bins", args->bins, "histogram bins (default 10)");
+  test->add_flag("--samples", args->samples,
+                 "also print every completion with its scores (--json: a \"samples\" array)");
+  test->add_flag("--json", args->json, "print JSON");
   add_remote_options(*test, args->remote);
   CLI::App* plugins = cmd->add_subcommand("plugins", "List reward plugins with their schemas");
-  for (CLI::App* sub : {score, test, plugins}) {
+  for (CLI::App* sub : {score, plugins}) {
     sub->add_flag("--json", args->json, "print JSON");
     sub->add_option("--plugin-dir", args->plugin_dirs, "plugin folder (repeatable)");
     sub->add_option("--timeout-ms", args->timeout_ms, "per-call plugin timeout (default 10000)");

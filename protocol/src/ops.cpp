@@ -44,6 +44,7 @@ constexpr std::array<OpEntry, kOpCount> kOps = {{
     {Op::run_status, "run_status"},
     {Op::run_stop, "run_stop"},
     {Op::run_resume, "run_resume"},
+    {Op::reward_test, "reward_test"},
 }};
 
 constexpr bool table_in_enum_order() {
@@ -98,6 +99,7 @@ RequestBody empty_request_body(Op op) {
     case Op::run_status: return RunStatusRequest{};
     case Op::run_stop: return RunIdRequest{};
     case Op::run_resume: return RunIdRequest{};
+    case Op::reward_test: return RewardTestRequest{};
   }
   throw ProtocolError(errc::internal, "empty_request_body: op " + std::to_string(int(op)));
 }
@@ -134,6 +136,7 @@ ReplyBody empty_reply_body(Op op) {
     case Op::run_status: return RunStatusReply{};
     case Op::run_stop: return RunStatusReply{};
     case Op::run_resume: return RunStatusReply{};
+    case Op::reward_test: return RewardTestReply{};
   }
   throw ProtocolError(errc::internal, "empty_reply_body: op " + std::to_string(int(op)));
 }

@@ -14,6 +14,7 @@ namespace spindle::protocol {
 namespace {
 
 constexpr uint32_t kMaxCatalogLimit = 1000;
+constexpr uint32_t kMaxHistogramBins = 1000;
 constexpr const char* kLossFns[] = {"cross_entropy", "importance_sampling", "ppo", "cispo", "dro"};
 constexpr const char* kLossConfigNames[] = {"clip_low_threshold", "clip_high_threshold", "beta"};
 
@@ -118,9 +119,10 @@ class Checker {
 struct FieldChecks : detail::Walker::Visitor {
   explicit FieldChecks(Checker& c) : c(c) {}
   void string(const detail::Walker& w, std::string& s) override {
-    const uint64_t limit =
-        w.field() == "adapter_config_json" || w.field() == "config_json" ? c.l_.max_header_bytes
-                                                                          : c.l_.max_string_bytes;
+    const uint64_t limit = w.field() == "adapter_config_json" || w.field() == "config_json" ||
+                                   w.field() == "spec_json"
+                               ? c.l_.max_header_bytes
+                               : c.l_.max_string_bytes;
     if (s.size() > limit)
       c.fail(errc::limit_exceeded, w.path(),
              std::to_string(s.size()) + " bytes, limit " + std::to_string(limit));
@@ -177,13 +179,7 @@ void check(Checker& c, const ForwardBackwardRequest& b) {
   }
 }
 
-void check(Checker& c, const SampleRequest& b) {
-  c.non_empty(b.address, "address");
-  const int64_t n = c.vector(b.prompt, "prompt", "int32");
-  c.require(n >= 1, "prompt", "needs at least one token");
-  c.tokens(uint64_t(n), "prompt");
-  c.bounded(b.num_samples, 1, c.l_.max_num_samples, "num_samples");
-  const SamplingParamsMsg& s = b.sampling_params;
+void check_sampling(Checker& c, const SamplingParamsMsg& s) {
   c.bounded(s.max_tokens, 1, c.l_.max_sample_tokens, "sampling_params.max_tokens");
   c.require(s.temperature >= 0.0f, "sampling_params.temperature", "must be >= 0");
   c.require(s.top_k >= 0, "sampling_params.top_k", "must be >= 0 (0 = off)");
@@ -193,6 +189,32 @@ void check(Checker& c, const SampleRequest& b) {
               "must be >= 0");
   for (size_t i = 0; i < s.stop_strings.size(); ++i)
     c.non_empty(s.stop_strings[i], "sampling_params.stop_strings[" + std::to_string(i) + "]");
+}
+
+void check(Checker& c, const SampleRequest& b) {
+  c.non_empty(b.address, "address");
+  const int64_t n = c.vector(b.prompt, "prompt", "int32");
+  c.require(n >= 1, "prompt", "needs at least one token");
+  c.tokens(uint64_t(n), "prompt");
+  c.bounded(b.num_samples, 1, c.l_.max_num_samples, "num_samples");
+  check_sampling(c, b.sampling_params);
+}
+
+void check(Checker& c, const RewardTestRequest& b) {
+  c.non_empty(b.spec_json, "spec_json");
+  c.non_empty(b.address, "address");
+  c.require(!b.rows.empty(), "rows", "needs at least one row");
+  for (size_t i = 0; i < b.rows.size(); ++i)
+    c.non_empty(b.rows[i].prompt, "rows[" + std::to_string(i) + "].prompt");
+  c.bounded(b.num_samples, 1, c.l_.max_num_samples, "num_samples");
+  const uint64_t total = uint64_t(b.rows.size()) * uint64_t(b.num_samples);
+  if (total > c.l_.max_reward_test_samples)
+    c.fail(errc::limit_exceeded, "rows",
+           std::to_string(b.rows.size()) + " rows x " + std::to_string(b.num_samples) +
+               " samples = " + std::to_string(total) + " completions, limit " +
+               std::to_string(c.l_.max_reward_test_samples) + " (max_reward_test_samples)");
+  check_sampling(c, b.sampling_params);
+  c.bounded(b.bins, 1, kMaxHistogramBins, "bins");
 }
 
 void check(Checker& c, const ComputeLogprobsRequest& b) {

@@ -166,6 +166,8 @@ std::vector<StepMetrics> GrpoRun::Impl::step(int64_t step) {
     m.kl = train_tokens ? kl_sum / double(train_tokens) : 0.0;
   }
 
+  const double reward_s = seconds_since(t0) - sample_s;
+
   // 4. Every policy's forward_backward at once (one merged pass when losses agree), then each
   // policy's optim_step (queued behind it in the session's FIFO).
   std::vector<detail::Pending<scheduler::TrainBatchResult>> fb(K);
@@ -201,6 +203,8 @@ std::vector<StepMetrics> GrpoRun::Impl::step(int64_t step) {
   const double step_s = seconds_since(t0);
   for (StepMetrics& m : metrics) {
     m.step_time_s = step_s;
+    m.sample_time_s = sample_s;
+    m.reward_time_s = reward_s;
     m.tokens_per_s = sample_s > 0 ? double(sampled_tokens) / sample_s : 0.0;
   }
   return metrics;

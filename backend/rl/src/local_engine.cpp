@@ -13,6 +13,7 @@ scheduler::EngineStackOptions stack_options(const LocalEngineOptions& o) {
   s.scheduler.training_slots = o.training_slots;
   s.scheduler.training_max_rank = o.max_rank;
   s.scheduler.kv_blocks = o.kv_blocks;
+  s.scheduler.train_tokens_per_pass = o.train_tokens_per_pass;
   return s;
 }
 

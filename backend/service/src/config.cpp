@@ -46,6 +46,10 @@ void for_each_field(ServiceConfig& c, F&& f) {
   f("max-sample-tokens", "largest sampling max_tokens", c.limits.max_sample_tokens);
   f("max-rank", "largest LoRA rank (training and serving pools)", c.limits.max_rank);
   f("max-string-bytes", "longest string field", c.limits.max_string_bytes);
+  f("max-reward-test-samples", "most completions (rows x num_samples) of one reward_test",
+    c.limits.max_reward_test_samples);
+  f("reward-test-workers", "threads serving reward_test, each with its own reward host",
+    c.reward_test_workers);
   f("serving-slots", "adapter slots of the serving pool", c.serving_slots);
   f("host-cache-mib", "host cache of decoded adapters (MiB)", c.host_cache_mib);
   f("loader-threads", "cold-load threads", c.loader_threads);

@@ -12,6 +12,7 @@
 #include <cstdio>
 
 #include "front.h"
+#include "reward_tests.h"
 #include "run_manager.h"
 #include "setup.h"
 #include "spindle/core/error.h"
@@ -114,6 +115,7 @@ int serve(Daemon& d) {
   d.catalog.start(d.paths.data_dir);
   // Runs left "running" by a daemon that died are stopped now; `run_resume` continues them.
   d.runs = std::make_unique<RunManager>(d);
+  d.reward_tests = std::make_unique<RewardTester>(d, c.reward_test_workers);
   d.catalog.post([&log](catalog::Catalog& cat) {
     for (const std::string& id : cat.interrupt_running_runs("spindled")) {
       log.warn("run {} was interrupted (the previous daemon stopped under it): now stopped", id);
@@ -170,6 +172,7 @@ int serve(Daemon& d) {
   // Everything handed off is answered (or the drain timed out): stop the workers, then close
   // sockets (routers linger to flush replies), then the context.
   d.runs->stop_all();  // each saves its step in progress, on the still-running scheduler
+  d.reward_tests->stop();  // runs what is queued (sampling needs the scheduler and catalog)
   d.scheduler->stop(/*drain=*/false);
   d.catalog.stop();
   if (zap) zap->stop();

@@ -1,5 +1,6 @@
 #include "daemon_state.h"
 
+#include "reward_tests.h"
 #include "run_manager.h"
 
 #include <random>

@@ -105,6 +105,7 @@ class CatalogWorker {
 };
 
 class RunManager;
+class RewardTester;
 
 struct Daemon {
   Daemon();
@@ -134,6 +135,7 @@ struct Daemon {
   ResolutionCache resolutions;
   CatalogWorker catalog;
   std::unique_ptr<RunManager> runs;  // GRPO runs; stopped before the scheduler
+  std::unique_ptr<RewardTester> reward_tests;  // reward_test workers; stopped before the scheduler
   std::unique_ptr<zmq::context_t> context;
   std::unique_ptr<ReplyChannel> replies;
 };

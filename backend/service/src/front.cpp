@@ -4,6 +4,7 @@
 
 #include "catalog_ops.h"
 #include "engine_ops.h"
+#include "reward_tests.h"
 #include "spindle/engine/loss.h"
 
 namespace spindle::service {
@@ -253,6 +254,8 @@ void Front::on_request(uint8_t socket, std::vector<std::string> parts) {
     dispatch_run_op(d_, std::move(call), std::move(req));
   } else if (is_sampling_op(req.op)) {
     dispatch_sampling_op(d_, std::move(call), std::move(req));
+  } else if (req.op == Op::reward_test) {
+    dispatch_reward_test(d_, std::move(call), std::move(req));
   } else {
     dispatch_training_op(d_, std::move(call), std::move(req));
   }

@@ -254,4 +254,22 @@ RunStatusReply Client::run_resume(const std::string& run_id) {
   return body_of<RunStatusReply>(call(Op::run_resume, RunIdRequest{run_id}));
 }
 
+RewardTestResult Client::reward_test(const RewardTestRequest& request) {
+  Reply r = call(Op::reward_test, request);
+  return decoded(r, [&] {
+    RewardTestReply& body = std::get<RewardTestReply>(r.body);
+    RewardTestResult out;
+    out.revision_id = std::move(body.revision_id);
+    out.terms = std::move(body.terms);
+    out.total = std::move(body.total);
+    for (size_t i = 0; i < body.samples.size(); ++i) {
+      RewardSampleInfo& s = body.samples[i];
+      out.samples.push_back({s.row, read_int32(s.tokens, r.frames, at("samples", i) + ".tokens"),
+                             std::move(s.text), std::move(s.stop_reason), std::move(s.scores),
+                             std::move(s.infos), s.total});
+    }
+    return out;
+  });
+}
+
 }  // namespace spindle::protocol

@@ -132,6 +132,18 @@ inline Request sample_request(Op op, Encoding encoding = Encoding::binary) {
     case Op::run_status: r.body = RunStatusRequest{"00ab12cd34ef5678", 2}; break;
     case Op::run_stop:
     case Op::run_resume: r.body = RunIdRequest{"00ab12cd34ef5678"}; break;
+    case Op::reward_test: {
+      RewardTestRequest b;
+      b.spec_json = R"({"terms": [{"name": "cat", "plugin": "keywords", "weight": 1.5, "config": {"present": ["cat"]}}]})";
+      b.rows = {{"Once upon a time ✨", "", R"({"topic": "cats"})"},
+                {"Question: 2+3=", "#### 5", ""}};
+      b.address = "spindle://alice/p@latest";
+      b.num_samples = 3;
+      b.sampling_params = {24, 0.75f, 5, 0.9f, std::numeric_limits<uint64_t>::max(), {2}, {"\n\n"}};
+      b.bins = 7;
+      r.body = b;
+      break;
+    }
   }
   return r;
 }
@@ -250,6 +262,19 @@ inline Reply sample_reply(Op op, Encoding encoding = Encoding::binary) {
         r.body = RunStatusReply{run, {{1, "spindle://alice/a", R"({"reward_mean":0.5})"},
                                       {2, "spindle://alice/a", R"({"loss":-0.25})"}}};
       }
+      break;
+    }
+    case Op::reward_test: {
+      RewardTestReply b;
+      b.revision_id = std::string(64, 'c');
+      b.terms = {{"cat", "keywords", 1.5, {2, 0.5, 0.5, 0.0, 1.0, {1, 0, 1}}},
+                 {"len", "length", -0.25, {2, 0.75, 0.0, 0.75, 0.75, {2, 0, 0}}}};
+      b.total = {2, 0.5625, 0.75, -0.1875, 1.3125, {1, 0, 1}};
+      b.samples.push_back({0, add_tensor(f, std::span<const int32_t>(tokens)), "a cat ✓", "stop",
+                           {1.0, 0.75}, {"", "len 12"}, 1.3125});
+      b.samples.push_back({1, add_tensor(f, std::span<const int32_t>(tokens.data(), 2)), "",
+                           "length", {0.0, 0.75}, {"", ""}, -0.1875});
+      r.body = b;
       break;
     }
   }

@@ -509,6 +509,87 @@ struct RunIdRequest {
   template <class A> void serialize(A& ar, uint32_t) { ar(CEREAL_NVP(run_id)); }
 };
 
+// ---- reward test ---------------------------------------------------------------------------
+
+/// One prompt row of reward_test, what a JSONL data row gives the reward plugins.
+struct RewardTestRow {
+  bool operator==(const RewardTestRow&) const = default;
+  std::string prompt;         // text; the server tokenizes it (with the tokenizer's specials)
+  std::string reference;      // reference answer ("" = none)
+  std::string metadata_json;  // a JSON object the plugins see as metadata ("" = {})
+  template <class A> void serialize(A& ar, uint32_t) {
+    ar(CEREAL_NVP(prompt), CEREAL_NVP(reference), CEREAL_NVP(metadata_json));
+  }
+};
+
+/// op "reward_test": sample num_samples completions of every row from `address`, score them
+/// with the reward spec on the server and return the score distribution and every sample.
+struct RewardTestRequest {
+  bool operator==(const RewardTestRequest&) const = default;
+  std::string spec_json;  // reward spec {"terms": [{name, plugin, weight, config}]}
+  std::vector<RewardTestRow> rows;
+  std::string address;    // policy address or bare base id
+  int32_t num_samples = 4;  // per row; rows x num_samples <= max_reward_test_samples
+  SamplingParamsMsg sampling_params;
+  uint32_t bins = 10;     // histogram bins of every distribution (1..1000)
+  template <class A> void serialize(A& ar, uint32_t) {
+    ar(CEREAL_NVP(spec_json), CEREAL_NVP(rows), CEREAL_NVP(address), CEREAL_NVP(num_samples),
+       CEREAL_NVP(sampling_params), CEREAL_NVP(bins));
+  }
+};
+
+/// Population statistics of n scores; histogram: `bins` equal-width bins over [min, max]
+/// (every value in bin 0 when min == max).
+struct DistributionInfo {
+  bool operator==(const DistributionInfo&) const = default;
+  uint64_t n = 0;
+  double mean = 0.0, std = 0.0, min = 0.0, max = 0.0;
+  std::vector<uint64_t> histogram;
+  template <class A> void serialize(A& ar, uint32_t) {
+    ar(CEREAL_NVP(n), CEREAL_NVP(mean), CEREAL_NVP(std), CEREAL_NVP(min), CEREAL_NVP(max),
+       CEREAL_NVP(histogram));
+  }
+};
+
+/// One term of the spec and the distribution of its unweighted scores.
+struct RewardTermInfo {
+  bool operator==(const RewardTermInfo&) const = default;
+  std::string name;
+  std::string plugin;
+  double weight = 1.0;
+  DistributionInfo scores;
+  template <class A> void serialize(A& ar, uint32_t) {
+    ar(CEREAL_NVP(name), CEREAL_NVP(plugin), CEREAL_NVP(weight), CEREAL_NVP(scores));
+  }
+};
+
+/// One sampled completion and its scores (term order = the spec's).
+struct RewardSampleInfo {
+  bool operator==(const RewardSampleInfo&) const = default;
+  uint32_t row = 0;             // index into the request's rows
+  TensorRef tokens;             // int32 [m], what the plugins saw as completion_tokens
+  std::string text;             // the completion as scored
+  std::string stop_reason;      // "stop" | "length"
+  std::vector<double> scores;   // unweighted, per term
+  std::vector<std::string> infos;  // plugin-provided info per term ("" = none)
+  double total = 0.0;           // sum of weight x score
+  template <class A> void serialize(A& ar, uint32_t) {
+    ar(CEREAL_NVP(row), CEREAL_NVP(tokens), CEREAL_NVP(text), CEREAL_NVP(stop_reason),
+       CEREAL_NVP(scores), CEREAL_NVP(infos), CEREAL_NVP(total));
+  }
+};
+
+struct RewardTestReply {
+  bool operator==(const RewardTestReply&) const = default;
+  std::string revision_id;  // what was sampled ("" = base)
+  std::vector<RewardTermInfo> terms;
+  DistributionInfo total;
+  std::vector<RewardSampleInfo> samples;  // row-major: row 0's num_samples first
+  template <class A> void serialize(A& ar, uint32_t) {
+    ar(CEREAL_NVP(revision_id), CEREAL_NVP(terms), CEREAL_NVP(total), CEREAL_NVP(samples));
+  }
+};
+
 // ---- catalog -------------------------------------------------------------------------------
 
 struct PolicyInfo {
@@ -707,6 +788,12 @@ CEREAL_CLASS_VERSION(spindle::protocol::RunListReply, 1);
 CEREAL_CLASS_VERSION(spindle::protocol::RunStatusRequest, 1);
 CEREAL_CLASS_VERSION(spindle::protocol::RunStatusReply, 1);
 CEREAL_CLASS_VERSION(spindle::protocol::RunIdRequest, 1);
+CEREAL_CLASS_VERSION(spindle::protocol::RewardTestRow, 1);
+CEREAL_CLASS_VERSION(spindle::protocol::RewardTestRequest, 1);
+CEREAL_CLASS_VERSION(spindle::protocol::DistributionInfo, 1);
+CEREAL_CLASS_VERSION(spindle::protocol::RewardTermInfo, 1);
+CEREAL_CLASS_VERSION(spindle::protocol::RewardSampleInfo, 1);
+CEREAL_CLASS_VERSION(spindle::protocol::RewardTestReply, 1);
 CEREAL_CLASS_VERSION(spindle::protocol::PolicyInfo, 1);
 CEREAL_CLASS_VERSION(spindle::protocol::RevisionInfo, 1);
 CEREAL_CLASS_VERSION(spindle::protocol::CatalogListRequest, 1);

@@ -56,8 +56,9 @@ enum class Op : uint8_t {
   run_status,                  // RunStatusRequest -> RunStatusReply
   run_stop,                    // RunIdRequest -> RunStatusReply
   run_resume,                  // RunIdRequest -> RunStatusReply
+  reward_test,                 // RewardTestRequest -> RewardTestReply
 };
-inline constexpr int kOpCount = int(Op::run_resume) + 1;
+inline constexpr int kOpCount = int(Op::reward_test) + 1;
 
 const char* op_name(Op op);
 std::optional<Op> op_from_name(std::string_view name);
@@ -101,13 +102,13 @@ using RequestBody =
                  SessionRequest, SampleRequest, ComputeLogprobsRequest, CatalogListRequest,
                  CatalogSearchRequest, AddressRequest, LineageRequest, ForkRequest, TagRequest,
                  ImportPeftRequest, TokenizeRequest, RunStartRequest, RunListRequest,
-                 RunStatusRequest, RunIdRequest>;
+                 RunStatusRequest, RunIdRequest, RewardTestRequest>;
 using ReplyBody =
     std::variant<Empty, HandshakeReply, CapabilitiesReply, StatusReply, TrainingSessionReply,
                  ForwardBackwardReply, OptimStepReply, SaveReply, SampleReply,
                  ComputeLogprobsReply, PolicyListReply, PolicyReply, LineageReply,
                  ExportPeftReply, TokenizeReply, RunStartReply, RunListReply,
-                 RunStatusReply>;
+                 RunStatusReply, RewardTestReply>;
 
 /// The body a request (reply) of `op` must hold, default-constructed.
 RequestBody empty_request_body(Op op);
@@ -150,6 +151,7 @@ struct Limits {
   uint32_t max_sample_tokens = 4096;
   uint32_t max_rank = 256;
   uint32_t max_string_bytes = 1 << 16;  // any string field (PEFT config JSON: max_header_bytes)
+  uint32_t max_reward_test_samples = 1024;  // reward_test: rows x num_samples
   LimitsInfo info() const;              // for CapabilitiesReply (queue/session fields left 0)
 };
 

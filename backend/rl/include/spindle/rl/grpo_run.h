@@ -80,6 +80,10 @@ struct StepMetrics {
   double response_length = 0.0;  // mean completion tokens
   double tokens_per_s = 0.0;     // sampled tokens / sampling wall time (all policies)
   double step_time_s = 0.0;
+  // Phases of step_time_s (all policies together; not in to_json): sampling, then rewards,
+  // advantages, the base's logprobs (KL) and the training data; the rest is forward_backward
+  // and optim_step.
+  double sample_time_s = 0.0, reward_time_s = 0.0;
   int64_t dropped_groups = 0;
   double grad_norm = 0.0;
   // Evaluation (when this step evaluated).

@@ -17,6 +17,9 @@ struct LocalEngineOptions {
   int32_t max_rank = 32;
   int64_t token_budget = 2048;
   int64_t kv_blocks = 4096;
+  // Most tokens in one trainer call (SchedulerOptions::train_tokens_per_pass); 0 = token_budget.
+  // Caps the activation memory of a pass that merges many policies' forward_backward jobs.
+  int64_t train_tokens_per_pass = 0;
 };
 
 class LocalEngine {

@@ -51,6 +51,7 @@ struct ServiceConfig {
   uint32_t max_queue = 256;        // requests in flight (all but handshake/capabilities/status)
   uint32_t max_sessions = 8;       // training sessions at once (also the training slots)
   uint32_t retry_after_ms = 50;    // suggested in `overloaded` replies
+  int32_t reward_test_workers = 2; // threads serving reward_test (each with one reward host)
 
   int32_t serving_slots = 16;      // device slots of the serving LoRA pool
   int64_t host_cache_mib = 1024;   // host tier of adapter residency

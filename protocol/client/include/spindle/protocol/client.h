@@ -73,6 +73,23 @@ struct SampleResult {
   std::vector<SampledSequence> sequences;
 };
 
+/// One scored completion of reward_test (RewardSampleInfo with its tokens read from the frames).
+struct RewardTestSample {
+  uint32_t row = 0;  ///< index into the request's rows
+  std::vector<int32_t> tokens;
+  std::string text;
+  std::string stop_reason;
+  std::vector<double> scores;      ///< unweighted, per term of the spec
+  std::vector<std::string> infos;  ///< plugin info per term ("" = none)
+  double total = 0.0;              ///< sum of weight x score
+};
+struct RewardTestResult {
+  std::string revision_id;  ///< "" = base model
+  std::vector<RewardTermInfo> terms;
+  DistributionInfo total;
+  std::vector<RewardTestSample> samples;  ///< row-major
+};
+
 struct LogprobsResult {
   std::string revision_id;
   std::vector<float> logprobs;  ///< [n]; entry 0 is NaN
@@ -152,6 +169,9 @@ class Client {
   RunStatusReply run_status(const std::string& run_id, int64_t metrics_since_step = 0);
   RunStatusReply run_stop(const std::string& run_id);
   RunStatusReply run_resume(const std::string& run_id);
+  /// Samples request.num_samples completions per row from request.address and scores them
+  /// with request.spec_json on the server (PROTOCOL.md "Reward test").
+  RewardTestResult reward_test(const RewardTestRequest& request);
 
   /// Builds the request body and frames of a forward/forward_backward call (exposed for tests
   /// and for callers using send()).
