@@ -1,0 +1,141 @@
+// CUDA swiglu / swiglu_backward against the CPU kernels, embedding gather (exact copy) and
+// scatter-add (against a double loop, repeated tokens), both element types, and the contract
+// checks (host-side, no device needed).
+
+#include <stdexcept>
+#include <vector>
+
+#include "pointwise_test_util.h"
+#include "spindle/kernels/activation.h"
+#include "spindle/kernels/cuda/activation.h"
+
+namespace spindle::kernels::cuda::test {
+namespace {
+
+template <class T>
+class PointwiseActivation : public ::testing::Test {};
+TYPED_TEST_SUITE(PointwiseActivation, ElementTypes, ElementTypeNames);
+
+TYPED_TEST(PointwiseActivation, SwigluMatchesCpuIncludingInPlace) {
+  using T = TypeParam;
+  SPINDLE_REQUIRE_CUDA_DEVICE();
+  Stream stream;
+  for (const int64_t count : {int64_t{0}, int64_t{1}, int64_t{257}, int64_t{100003}}) {
+    for (const bool in_place : {false, true}) {
+      SCOPED_TRACE(testing::Message() << "count " << count << " in_place " << in_place);
+      // Gates reach ±30: e^-g overflows neither side of the sigmoid.
+      const auto gate =
+          quantize<T>(random_floats(size_t(count), uint32_t(count + 1), -30.0f, 30.0f));
+      const auto up = quantize<T>(random_floats(size_t(count), uint32_t(count + 2), -2.0f, 2.0f));
+      std::vector<float> want(static_cast<size_t>(count));
+      kernels::swiglu(gate.data(), up.data(), want.data(), count);
+      auto d_gate = upload_as<T>(gate);
+      auto d_up = upload_as<T>(up);
+      DeviceBuffer<T> d_out_own(static_cast<size_t>(count));
+      T* out = in_place ? d_gate.data() : d_out_own.data();
+      swiglu<T>(d_gate.data(), d_up.data(), out, count, stream.get());
+      stream.synchronize();
+      const auto got = in_place ? download_floats(d_gate) : download_floats(d_out_own);
+      EXPECT_TRUE(all_close(got, want, Tol<T>::abs, Tol<T>::rel, "out"));
+    }
+  }
+}
+
+TYPED_TEST(PointwiseActivation, SwigluBackwardMatchesCpu) {
+  using T = TypeParam;
+  SPINDLE_REQUIRE_CUDA_DEVICE();
+  Stream stream;
+  for (const int64_t count : {int64_t{0}, int64_t{1}, int64_t{33}, int64_t{70001}}) {
+    SCOPED_TRACE(testing::Message() << "count " << count);
+    const auto gate = quantize<T>(random_floats(size_t(count), uint32_t(count + 5), -30.0f, 30.0f));
+    const auto up = quantize<T>(random_floats(size_t(count), uint32_t(count + 6), -2.0f, 2.0f));
+    const auto d_out = quantize<T>(random_floats(size_t(count), uint32_t(count + 7)));
+    std::vector<float> want_gate(static_cast<size_t>(count));
+    std::vector<float> want_up(static_cast<size_t>(count));
+    kernels::swiglu_backward(gate.data(), up.data(), d_out.data(), want_gate.data(), want_up.data(),
+                             count);
+    auto dg = upload_as<T>(gate);
+    auto du = upload_as<T>(up);
+    auto dd = upload_as<T>(d_out);
+    DeviceBuffer<T> d_gate(static_cast<size_t>(count));
+    DeviceBuffer<T> d_up(static_cast<size_t>(count));
+    swiglu_backward<T>(dg.data(), du.data(), dd.data(), d_gate.data(), d_up.data(), count,
+                       stream.get());
+    stream.synchronize();
+    EXPECT_TRUE(all_close(download_floats(d_gate), want_gate, Tol<T>::abs, Tol<T>::rel, "d_gate"));
+    EXPECT_TRUE(all_close(download_floats(d_up), want_up, Tol<T>::abs, Tol<T>::rel, "d_up"));
+  }
+}
+
+TYPED_TEST(PointwiseActivation, EmbeddingGatherCopiesRowsExactly) {
+  using T = TypeParam;
+  SPINDLE_REQUIRE_CUDA_DEVICE();
+  Stream stream;
+  const int64_t vocab = 11, dim = 37, ld_out = 40;
+  const auto table = quantize<T>(random_floats(size_t(vocab * dim), 5u, -3.0f, 3.0f));
+  auto d_table = upload_as<T>(table);
+  for (const std::vector<int32_t>& tokens : {std::vector<int32_t>{}, std::vector<int32_t>{10},
+                                             std::vector<int32_t>{3, 0, 3, 10, 7, 7, 1}}) {
+    const int64_t rows = int64_t(tokens.size());
+    SCOPED_TRACE(testing::Message() << "rows " << rows);
+    const float kUntouched = 7.0f;
+    std::vector<float> want(size_t(rows * ld_out), kUntouched);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < dim; ++c)
+        want[size_t(r * ld_out + c)] = table[size_t(tokens[size_t(r)] * dim + c)];
+    auto d_tokens = upload_vec(tokens);
+    auto d_out = upload_as<T>(std::vector<float>(size_t(rows * ld_out), kUntouched));
+    embedding_gather<T>(d_table.data(), dim, d_tokens.data(), rows, d_out.data(), ld_out,
+                        stream.get());
+    stream.synchronize();
+    EXPECT_TRUE(all_close(download_floats(d_out), want, 0.0, 0.0, "out"));
+  }
+}
+
+TYPED_TEST(PointwiseActivation, EmbeddingScatterAddAccumulatesRepeatedTokens) {
+  using T = TypeParam;
+  SPINDLE_REQUIRE_CUDA_DEVICE();
+  Stream stream;
+  const int64_t vocab = 13, dim = 45, ld = 50;
+  const std::vector<int32_t> tokens = {4, 0, 4, 12, 4, 7, 0, 12, 12, 12, 3};
+  const int64_t rows = int64_t(tokens.size());
+  const auto d_out = quantize<T>(random_floats(size_t(rows * ld), 21u));
+  const auto table0 = random_floats(size_t(vocab * dim), 22u);
+  std::vector<double> want(table0.begin(), table0.end());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < dim; ++c)
+      want[size_t(tokens[size_t(r)] * dim + c)] += d_out[size_t(r * ld + c)];
+  auto dd = upload_as<T>(d_out);
+  auto d_tokens = upload_vec(tokens);
+  auto d_table = upload_vec(table0);
+  embedding_scatter_add<T>(dd.data(), ld, d_tokens.data(), rows, dim, d_table.data(), stream.get());
+  embedding_scatter_add<T>(dd.data(), ld, d_tokens.data(), 0, dim, d_table.data(), stream.get());
+  stream.synchronize();
+  // fp32 accumulation of at most 5 terms in any order.
+  EXPECT_TRUE(all_close(d_table.download(), want, 1e-6, 1e-6, "d_table"));
+}
+
+TEST(PointwiseActivationContracts, ViolationsThrowInvalidArgument) {
+  float* f = reinterpret_cast<float*>(uintptr_t{256});
+  const int32_t* p = reinterpret_cast<const int32_t*>(uintptr_t{256});
+  EXPECT_THROW(swiglu<float>(f, f, f, -1, nullptr), std::invalid_argument);
+  EXPECT_THROW(swiglu<bf16>(nullptr, nullptr, nullptr, 4, nullptr), std::invalid_argument);
+  EXPECT_THROW(swiglu_backward<float>(f, f + 8, f + 16, f, f + 24, 4, nullptr),
+               std::invalid_argument);  // d_gate aliases gate
+  EXPECT_THROW(swiglu_backward<float>(f, f + 8, f + 16, f + 24, f + 24, 4, nullptr),
+               std::invalid_argument);  // d_gate == d_up
+  EXPECT_THROW(swiglu_backward<float>(f, f + 8, nullptr, f + 24, f + 32, 4, nullptr),
+               std::invalid_argument);
+  EXPECT_THROW(embedding_gather<float>(f, 0, p, 1, f, 4, nullptr), std::invalid_argument);
+  EXPECT_THROW(embedding_gather<float>(f, 8, p, 1, f, 7, nullptr), std::invalid_argument);
+  EXPECT_THROW(embedding_gather<bf16>(nullptr, 8, p, 1, nullptr, 8, nullptr),
+               std::invalid_argument);
+  EXPECT_THROW(embedding_scatter_add<float>(f, 3, p, 1, 4, f, nullptr), std::invalid_argument);
+  EXPECT_THROW(embedding_scatter_add<float>(f, 4, nullptr, 1, 4, f, nullptr),
+               std::invalid_argument);
+  EXPECT_THROW(embedding_scatter_add<float>(f, 4, p, -1, 4, f, nullptr), std::invalid_argument);
+  EXPECT_NO_THROW(swiglu<float>(nullptr, nullptr, nullptr, 0, nullptr));
+}
+
+}  // namespace
+}  // namespace spindle::kernels::cuda::test
