@@ -1,0 +1,71 @@
+// spindle-bench-gpu [--quick] [--layers N]: the GPU bench of issue 6 (see bench_gpu.h).
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include "../bench.h"
+#include "bench_gpu.h"
+#include "spindle/gpu/device_weights.h"
+#include "spindle/kernels/cuda/runtime.h"
+
+namespace spindle::bench {
+namespace {
+
+namespace cuda = kernels::cuda;
+
+int run(const GpuBenchOptions& o) {
+  if (cuda::device_count() == 0) {
+    std::printf("spindle-bench-gpu: no CUDA device\n");
+    return 1;
+  }
+  cuda::check(cudaSetDevice(0), "cudaSetDevice");
+  std::printf("device: %s\n", cuda::device_name(0).c_str());
+
+  const double bandwidth = gpu_copy_bandwidth(size_t(2) << 30, o.quick ? 3 : 10);
+  std::printf("copy_bandwidth = %.1f GB/s (device-to-device cudaMemcpyAsync, read + write)\n",
+              bandwidth / 1e9);
+
+  const auto t0 = std::chrono::steady_clock::now();
+  std::unique_ptr<gpu::DeviceWeights> weights;
+  {
+    const engine::ModelWeights host = fast_random_weights(qwen3_0_6b_config(o.n_layers), 42);
+    weights = std::make_unique<gpu::DeviceWeights>(host, gpu::Precision::bf16);
+  }
+  std::printf(
+      "model: random Qwen3-0.6B shape, %lld layers, bf16, %.2f GB on the device "
+      "(built in %.1f s)\n",
+      (long long)o.n_layers, double(weights->bytes()) / 1e9,
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  gpu::DeviceModel model(*weights);
+  run_gpu_decode_bench(model, o, bandwidth);
+  run_gpu_train_bench(model, o);
+  return 0;
+}
+
+}  // namespace
+}  // namespace spindle::bench
+
+int main(int argc, char** argv) {
+  spindle::bench::GpuBenchOptions o;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--quick") == 0) {
+      o.quick = true;
+      o.n_layers = 4;
+    } else if (std::strcmp(argv[i], "--layers") == 0 && i + 1 < argc) {
+      o.n_layers = std::atoll(argv[++i]);
+    } else {
+      std::fprintf(stderr, "usage: spindle-bench-gpu [--quick] [--layers N]\n");
+      return 2;
+    }
+  }
+  try {
+    return spindle::bench::run(o);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "spindle-bench-gpu: %s\n", e.what());
+    return 1;
+  }
+}

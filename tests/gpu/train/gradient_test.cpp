@@ -1,0 +1,146 @@
+// LoRA gradients on the GPU (fp32 mode), tiny random Llama and Qwen3 models, every loss:
+//  - against central finite differences of the GPU's own forward loss, along a random
+//    direction per tensor (the CPU gradient test's method and tolerances,
+//    tests/unit/train/gradient_check_test.cpp);
+//  - against the CPU engine's gradients for the same batch, element-wise, with two adapters of
+//    different ranks interleaved in one batch and the unembedding scored in small row chunks.
+
+#include <gtest/gtest.h>
+
+#include "train_fixtures.h"
+
+namespace spindle::gpu {
+namespace {
+
+using namespace spindle::gpu::testing;
+using engine::LossConfig;
+
+std::string case_name(Arch arch, LossFn fn) {
+  return std::string(arch_name(arch)) + " " + loss_fn_name(fn);
+}
+
+class GpuLoraGradients : public ::testing::TestWithParam<std::tuple<Arch, LossFn>> {};
+
+TEST_P(GpuLoraGradients, MatchFiniteDifferencesOfTheGpuLoss) {
+  SPINDLE_SKIP_WITHOUT_GPU();
+  const auto [arch, fn] = GetParam();
+  Rig rig(arch, 40 + int(arch), Precision::fp32, {.max_slots = 2, .max_rank = 4});
+  const engine::ModelConfig& c = rig.config();
+  // Non-zero B so that A has a gradient; rsLoRA to exercise its scale.
+  LoraWeights adapter = LoraWeights::random(c, 3, 5.0f, kAllTargets, 8, 0.3f, 0.3f);
+  adapter.use_rslora = true;
+  LossConfig cfg;
+  cfg.beta = 0.7f;
+  auto batch = make_batch(c, {7, 4}, {1, 1}, 17);
+  if (fn != LossFn::cross_entropy) {
+    rig.cpu_trainer->attach(1, adapter.clone());
+    add_sampler_logprobs(*rig.cpu_trainer, batch);
+  }
+
+  DeviceTrainer& trainer = *rig.dev_trainer;
+  trainer.attach(1, adapter);
+  const auto base_out = trainer.forward_backward(batch, fn, cfg);
+  const LoraWeights g = trainer.grads(1);
+
+  // cispo's stop-gradient: check against the loss it differentiates (dro with β = 0 and
+  // weights w·clip(ρ) frozen at the current point), as the CPU test does.
+  LossFn fd_fn = fn;
+  LossConfig fd_cfg = cfg;
+  std::vector<TrainDatum> fd_batch = batch;
+  if (fn == LossFn::cispo) {
+    fd_fn = LossFn::dro;
+    fd_cfg.beta = 0.0f;
+    for (size_t i = 0; i < fd_batch.size(); ++i)
+      for (size_t t = 0; t < fd_batch[i].weights.size(); ++t) {
+        const double rho = std::exp(double(base_out.logprobs[i][t]) - fd_batch[i].logprobs[t]);
+        fd_batch[i].weights[t] *=
+            float(std::clamp(rho, double(cfg.clip_low_threshold), double(cfg.clip_high_threshold)));
+      }
+  }
+
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd;
+  for (size_t l = 0; l < size_t(c.n_layers); ++l) {
+    for (LoraTarget t : kAllTargets) {
+      if (!lora_target_per_layer(t) && l != 0) continue;
+      for (int which = 0; which < 2; ++which) {
+        const Tensor& gt = which == 0 ? g.modules[l][size_t(t)].A : g.modules[l][size_t(t)].B;
+        Tensor dir(gt.shape());
+        for (float& x : dir.span()) x = nd(rng);
+        double analytic = 0;
+        for (int64_t i = 0; i < gt.numel(); ++i) analytic += double(gt.data()[i]) * dir.data()[i];
+        auto loss_at = [&](float eps) {
+          LoraWeights p = adapter.clone();
+          Tensor& x = which == 0 ? p.modules[l][size_t(t)].A : p.modules[l][size_t(t)].B;
+          for (int64_t i = 0; i < x.numel(); ++i) x.data()[i] += eps * dir.data()[i];
+          trainer.attach(1, p);
+          return trainer.forward(fd_batch, fd_fn, fd_cfg).metrics.loss;
+        };
+        // A step that moves the loss by about 1e-2 (see the CPU test).
+        const float eps = float(std::min(1e-3, 3e-3 / std::max(1.0, std::abs(analytic))));
+        const double numeric = (loss_at(eps) - loss_at(-eps)) / (2.0 * eps);
+        EXPECT_NEAR(analytic, numeric, 2e-3 + 2e-2 * std::abs(numeric))
+            << case_name(arch, fn) << " layer " << l << " " << lora_target_name(t)
+            << (which == 0 ? " lora_A" : " lora_B");
+      }
+    }
+  }
+}
+
+TEST_P(GpuLoraGradients, MatchTheCpuEngineOnAHeterogeneousBatch) {
+  SPINDLE_SKIP_WITHOUT_GPU();
+  const auto [arch, fn] = GetParam();
+  // Chunks of 5 logits rows: chunk edges fall inside sequences and inside LoRA segments.
+  Rig rig(arch, 50 + int(arch), Precision::fp32, {.max_slots = 3, .max_rank = 4},
+          {.unembed_chunk_rows = 5});
+  const engine::ModelConfig& c = rig.config();
+  LoraWeights a0 = LoraWeights::random(c, 4, 8.0f, kAllTargets, 3, 0.3f, 0.3f);
+  const LoraTarget some[] = {LoraTarget::q, LoraTarget::v, LoraTarget::up, LoraTarget::down,
+                             LoraTarget::lm_head};
+  LoraWeights a2 = LoraWeights::random(c, 2, 4.0f, some, 4, 0.3f, 0.3f);
+  LossConfig cfg;
+  cfg.beta = 0.3f;
+  auto batch = make_batch(c, {6, 9, 1, 5}, {2, 0, 2, 0}, 29);
+  rig.cpu_trainer->attach(0, a0.clone());
+  rig.cpu_trainer->attach(2, a2.clone());
+  if (fn != LossFn::cross_entropy) add_sampler_logprobs(*rig.cpu_trainer, batch);
+  rig.dev_trainer->attach(0, a0);
+  rig.dev_trainer->attach(2, a2);
+
+  const auto want = rig.cpu_trainer->forward_backward(batch, fn, cfg);
+  const auto got = rig.dev_trainer->forward_backward(batch, fn, cfg);
+  EXPECT_EQ(got.metrics.n_tokens, want.metrics.n_tokens);
+  EXPECT_EQ(got.metrics.n_clipped, want.metrics.n_clipped);
+  EXPECT_NEAR(got.metrics.loss, want.metrics.loss, 1e-4 * (1.0 + std::abs(want.metrics.loss)))
+      << case_name(arch, fn);
+  ASSERT_EQ(got.logprobs.size(), want.logprobs.size());
+  for (size_t i = 0; i < want.logprobs.size(); ++i) {
+    ASSERT_EQ(got.logprobs[i].size(), want.logprobs[i].size()) << "datum " << i;
+    for (size_t t = 0; t < want.logprobs[i].size(); ++t)
+      EXPECT_NEAR(got.logprobs[i][t], want.logprobs[i][t], 2e-5)
+          << case_name(arch, fn) << " datum " << i << " position " << t;
+  }
+  for (int32_t slot : {0, 2}) {
+    expect_lora_close(rig.dev_trainer->grads(slot), rig.cpu_trainer->grads(slot),
+                      /*rtol=*/2e-4, /*atol=*/1e-6,
+                      case_name(arch, fn) + " gradients of slot " + std::to_string(slot));
+  }
+  // A second call accumulates (Tinker semantics): the sums double.
+  rig.cpu_trainer->forward_backward(batch, fn, cfg);
+  rig.dev_trainer->forward_backward(batch, fn, cfg);
+  expect_lora_close(rig.dev_trainer->grads(0), rig.cpu_trainer->grads(0), 2e-4, 1e-6,
+                    case_name(arch, fn) + " accumulated gradients of slot 0");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    ArchsAndLosses, GpuLoraGradients,
+    ::testing::Combine(::testing::Values(Arch::llama, Arch::qwen3),
+                       ::testing::Values(LossFn::cross_entropy, LossFn::importance_sampling,
+                                         LossFn::ppo, LossFn::cispo, LossFn::dro)),
+    [](const auto& info) {
+      return std::string(arch_name(std::get<0>(info.param))) + "_" +
+             loss_fn_name(std::get<1>(info.param));
+    });
+
+}  // namespace
+}  // namespace spindle::gpu
