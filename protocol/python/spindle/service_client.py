@@ -13,8 +13,8 @@ from .errors import INVALID_ARGUMENT, SpindleError
 from .sampling_client import SamplingClient
 from .training_client import TrainingClient
 from .types import (ExportPeftResponse, HandshakeInfo, LineageResponse, PolicyDetails,
-                    PolicyListResponse, ServerCapabilities, ServerStatus)
-from .types import _runs
+                    PolicyListResponse, SamplingParams, ServerCapabilities, ServerStatus)
+from .types import _rewards, _runs
 from .types._records import from_wire
 
 T = TypeVar("T")
@@ -237,3 +237,36 @@ class ServiceClient:
     def resume_run(self, run_id: str) -> "_runs.RunStatus":
         """Continues a stopped or failed run from its policies' last saved revisions."""
         return self._call("run_resume", {"run_id": str(run_id)}, lambda r: _runs.run_status(r.body))
+
+    # ---- reward test ---------------------------------------------------------------------
+
+    def reward_test(self, spec: dict | str, rows: Sequence["_rewards.RewardRow | dict | str"],
+                    address: str, num_samples: int = 4,
+                    sampling_params: SamplingParams | None = None,
+                    bins: int = 10) -> "_rewards.RewardTestResponse":
+        """Samples num_samples completions of every row from `address` (a policy address or a
+        bare base id) and scores them with the reward spec on the daemon (its reward plugins):
+        the per-term and total score distributions and every scored sample. spec: a dict or
+        JSON text {"terms": [...]}; rows: RewardRow, dicts with "prompt" (and optionally
+        "reference", "metadata"), or prompt strings. A spec that does not validate fails with
+        SpindleError("invalid_argument") naming the term, before anything is sampled."""
+        spec_json = spec if isinstance(spec, str) else json.dumps(spec)
+        wire_rows = []
+        for row in rows:
+            if isinstance(row, str):
+                row = _rewards.RewardRow(prompt=row)
+            elif isinstance(row, dict):
+                row = _rewards.RewardRow(prompt=row["prompt"], reference=row.get("reference", ""),
+                                         metadata=row.get("metadata"))
+            metadata = row.metadata
+            if metadata is None:
+                metadata = ""
+            elif not isinstance(metadata, str):
+                metadata = json.dumps(metadata)
+            wire_rows.append({"prompt": str(row.prompt), "reference": str(row.reference or ""),
+                              "metadata_json": metadata})
+        body = {"spec_json": spec_json, "rows": wire_rows, "address": str(address),
+                "num_samples": int(num_samples),
+                "sampling_params": _convert.sampling_params_body(sampling_params or SamplingParams()),
+                "bins": int(bins)}
+        return self._call("reward_test", body, _rewards.reward_test_response)

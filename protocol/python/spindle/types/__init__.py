@@ -2,6 +2,8 @@
 
 from ._catalog import (ExportPeftResponse, LineageEntry, LineageResponse, PolicyDetails,
                        PolicyInfo, PolicyListResponse, RevisionInfo)
+from ._rewards import (RewardDistribution, RewardRow, RewardSample, RewardTermSummary,
+                       RewardTestResponse)
 from ._runs import RunInfo, RunListResponse, RunMetric, RunStartResponse, RunStatus
 from ._sampling import SampledSequence, SampleResponse, SamplingParams
 from ._server import (BaseInfo, GetServerCapabilitiesResponse, HandshakeInfo, LimitsInfo,
@@ -16,7 +18,8 @@ __all__ = [
     "AdamParams", "BaseInfo", "Datum", "ExportPeftResponse", "ForwardBackwardOutput",
     "GetServerCapabilitiesResponse", "HandshakeInfo", "LimitsInfo", "LineageEntry",
     "LineageResponse", "LoadStateResponse", "ModelInput", "OptimStepResponse", "PlacementInfo",
-    "PolicyDetails", "PolicyInfo", "PolicyListResponse", "RevisionInfo", "RunInfo",
+    "PolicyDetails", "PolicyInfo", "PolicyListResponse", "RevisionInfo", "RewardDistribution",
+    "RewardRow", "RewardSample", "RewardTermSummary", "RewardTestResponse", "RunInfo",
     "RunListResponse", "RunMetric", "RunStartResponse", "RunStatus", "SampleResponse",
     "SampledSequence", "SamplingParams", "SaveStateResponse", "SaveWeightsForSamplerResponse",
     "SaveWeightsResponse", "ServerCapabilities", "ServerStatus", "SpindleError",

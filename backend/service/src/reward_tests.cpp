@@ -1,0 +1,228 @@
+#include "reward_tests.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <future>
+#include <memory>
+#include <optional>
+
+#include "daemon_state.h"
+#include "spindle/core/error.h"
+#include "spindle/engine/generator.h"
+#include "spindle/rewards/rewards.h"
+#include "spindle/rewards/summary.h"
+
+namespace spindle::service {
+
+using namespace protocol;
+
+namespace {
+
+using Completions = std::vector<engine::Completion>;
+using SampleOutcome = scheduler::Outcome<Completions>;
+
+// The served base (empty adapter) or a policy revision of the caller's tenant. A policy address
+// is resolved on the catalog thread; this worker waits for it.
+ResolvedAdapter resolve(Daemon& d, const Call& call, const std::string& text) {
+  if (!text.starts_with("spindle://")) {
+    SPINDLE_CHECK(text == d.base_id, not_found,
+                  "'{}' is neither the served base ('{}') nor a spindle://tenant/policy address",
+                  text, d.base_id);
+    return {};
+  }
+  const catalog::Address a = catalog::parse_address(text);
+  if (a.tenant != call.tenant) {
+    d.log->warn("refused request {} (reward_test): tenant '{}' named another tenant's address {}",
+                call.request_id, call.tenant, text);
+    SPINDLE_THROW(not_found, "policy {} not found", a.policy_str());
+  }
+  auto promise = std::make_shared<std::promise<ResolvedAdapter>>();
+  std::future<ResolvedAdapter> resolved = promise->get_future();
+  d.catalog.post([&d, tenant = call.tenant, a, promise](catalog::Catalog& cat) {
+    try {
+      const catalog::Resolved r = cat.get(tenant, a);
+      check_served_base(d, r.policy);
+      promise->set_value({r.revision.id, r.revision.blob});
+    } catch (...) {
+      promise->set_exception(std::current_exception());
+    }
+  });
+  return resolved.get();
+}
+
+std::vector<int32_t> encode_prompt(const Daemon& d, const std::string& text, size_t row) {
+  std::vector<int32_t> ids = d.tokenizer->encode(text);
+  if (ids.empty() && d.tokenizer->bos_id()) ids.push_back(*d.tokenizer->bos_id());
+  SPINDLE_CHECK(!ids.empty(), invalid_argument, "rows[{}].prompt encodes to no tokens", row);
+  return ids;
+}
+
+engine::SamplingParams sampling_params(const SamplingParamsMsg& p) {
+  engine::SamplingParams sp;
+  sp.max_tokens = p.max_tokens;
+  sp.temperature = p.temperature;
+  sp.top_k = p.top_k;
+  sp.top_p = p.top_p;
+  sp.seed = p.seed;
+  sp.stop_token_ids = p.stop_token_ids;
+  sp.stop_strings = p.stop_strings;
+  sp.validate();
+  return sp;
+}
+
+// Every row's completions, rows submitted at once so they batch. nullopt when the scheduler
+// refused a job (its queue is full); jobs already submitted are waited for either way, since
+// their callbacks outlive nothing here but their promises.
+std::optional<std::vector<Completions>> sample_rows(Daemon& d, const Call& call,
+                                                    const RewardTestRequest& r,
+                                                    const std::string& adapter_key) {
+  const engine::SamplingParams params = sampling_params(r.sampling_params);
+  std::vector<std::future<SampleOutcome>> pending;
+  bool refused = false;
+  for (size_t i = 0; i < r.rows.size() && !refused; ++i) {
+    auto promise = std::make_shared<std::promise<SampleOutcome>>();
+    scheduler::SampleJob job;
+    job.tenant = call.tenant;
+    job.adapter_key = adapter_key;
+    job.prompt = encode_prompt(d, r.rows[i].prompt, i);
+    job.num_samples = r.num_samples;
+    job.params = params;
+    job.done = [promise](SampleOutcome o) { promise->set_value(std::move(o)); };
+    std::future<SampleOutcome> f = promise->get_future();
+    if (d.scheduler->submit_sample(std::move(job))) {
+      pending.push_back(std::move(f));
+    } else {
+      refused = true;
+    }
+  }
+  std::vector<SampleOutcome> outcomes;
+  for (auto& f : pending) outcomes.push_back(f.get());
+  if (refused) return std::nullopt;
+  std::vector<Completions> out;
+  for (size_t i = 0; i < outcomes.size(); ++i) {
+    if (!outcomes[i].ok()) {
+      throw Error(outcomes[i].error.code, fmt::format("rows[{}]: {}", i, outcomes[i].error.message));
+    }
+    out.push_back(std::move(*outcomes[i].value));
+  }
+  return out;
+}
+
+std::string metadata_of(const RewardTestRow& row, size_t i) {
+  if (row.metadata_json.empty()) return "{}";
+  const nlohmann::json j = nlohmann::json::parse(row.metadata_json, nullptr, false);
+  SPINDLE_CHECK(j.is_object(), invalid_argument, "rows[{}].metadata_json: not a JSON object", i);
+  return row.metadata_json;
+}
+
+DistributionInfo distribution_info(const rewards::Distribution& d) {
+  return {d.n, d.mean, d.std, d.min, d.max, std::vector<uint64_t>(d.histogram.begin(), d.histogram.end())};
+}
+
+// Steps 1-4 of reward_tests.h for one request; replies itself.
+void run_reward_test(Daemon& d, rewards::RewardScorer& scorer, const Call& call,
+                     const RewardTestRequest& r) {
+  const rewards::RewardSpec spec = rewards::RewardSpec::parse(r.spec_json, "spec_json");
+  scorer.validate(spec);
+  std::vector<std::string> metadata;
+  for (size_t i = 0; i < r.rows.size(); ++i) metadata.push_back(metadata_of(r.rows[i], i));
+  if (!d.tokenizer) {
+    throw ProtocolError(errc::failed_precondition,
+                        "reward_test needs a tokenizer; the base '" + d.base_id + "' has none");
+  }
+  const ResolvedAdapter adapter = resolve(d, call, r.address);
+  std::optional<std::vector<Completions>> sampled = sample_rows(d, call, r, adapter.blob);
+  if (!sampled) return reply_scheduler_full(d, call);
+
+  std::vector<rewards::RewardItem> items;
+  for (size_t i = 0; i < r.rows.size(); ++i) {
+    for (const engine::Completion& c : (*sampled)[i]) {
+      items.push_back({r.rows[i].prompt, c.text, c.tokens, r.rows[i].reference, metadata[i]});
+    }
+  }
+  const rewards::RewardBatch batch = scorer.score(spec, items);
+  const rewards::RewardReport report = rewards::summarize(spec, batch, r.bins);
+
+  RewardTestReply out;
+  out.revision_id = adapter.revision_id;
+  for (size_t t = 0; t < spec.terms.size(); ++t) {
+    out.terms.push_back({spec.terms[t].name, spec.terms[t].plugin, spec.terms[t].weight,
+                         distribution_info(report.terms[t])});
+  }
+  out.total = distribution_info(report.total);
+  Frames frames;
+  size_t k = 0;
+  for (size_t i = 0; i < r.rows.size(); ++i) {
+    for (const engine::Completion& c : (*sampled)[i]) {
+      RewardSampleInfo s;
+      s.row = uint32_t(i);
+      s.tokens = add_tensor(frames, std::span<const int32_t>(c.tokens));
+      s.text = c.text;
+      s.stop_reason = engine::stop_reason_name(c.stop_reason);
+      for (size_t t = 0; t < spec.terms.size(); ++t) {
+        s.scores.push_back(batch.per_term[t][k]);
+        s.infos.push_back(batch.info[t][k]);
+      }
+      s.total = batch.total[k];
+      out.samples.push_back(std::move(s));
+      ++k;
+    }
+  }
+  d.log->info("reward_test (tenant {}): {} rows x {} samples from {}, mean total {:.4f}",
+              call.tenant, r.rows.size(), r.num_samples, r.address, report.total.mean);
+  d.replies->ok(call, std::move(out), std::move(frames));
+}
+
+}  // namespace
+
+RewardTester::RewardTester(Daemon& d, int workers) : d_(d) {
+  for (int i = 0; i < std::max(workers, 1); ++i) threads_.emplace_back([this] { loop(); });
+}
+
+void RewardTester::post(Call call, protocol::Request request) {
+  {
+    std::lock_guard lock(mutex_);
+    queue_.push_back({std::move(call), std::move(request)});
+  }
+  cv_.notify_one();
+}
+
+void RewardTester::stop() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  for (std::thread& t : threads_) {
+    if (t.joinable()) t.join();
+  }
+  threads_.clear();
+}
+
+void RewardTester::loop() {
+  std::optional<rewards::RewardScorer> scorer;  // this thread's; its host starts on first use
+  for (;;) {
+    Task task;
+    {
+      std::unique_lock lock(mutex_);
+      cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) break;  // stopping, and everything queued has run
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    try {
+      if (!scorer) scorer.emplace();
+      run_reward_test(d_, *scorer, task.call, std::get<RewardTestRequest>(task.request.body));
+    } catch (const std::exception& e) {
+      reply_exception(d_, task.call, e);
+    }
+  }
+  close_thread_push();
+}
+
+void dispatch_reward_test(Daemon& d, Call call, protocol::Request request) {
+  d.reward_tests->post(std::move(call), std::move(request));
+}
+
+}  // namespace spindle::service
