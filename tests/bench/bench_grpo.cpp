@@ -35,6 +35,13 @@
 //           training (forward_backward + optim_step) by StepMetrics' phase times.
 // Policies keep uniform-reward groups (drop_uniform_groups = false): every step trains.
 // grpo_speedup_kK = sequential wall / concurrent wall.
+// grpo_cpu_speedup_kK = the same ratio of the workers' CPU time (user + system, all threads,
+// the timed repetition only): with one thread per worker it is what the wall would be on an
+// idle core, so it shows when a change of machine load between the two workers skewed walls.
+// grpo_speedup_bound_kK = what concurrency could give at most on this machine: sequential steps
+// / (their sampling / K + rewards + training). Sharing the base pays in sampling (decode steps
+// of a few rows per policy, bound by reading the weights); training (forward_backward over
+// every prompt + completion token) is bound by arithmetic on a CPU and stays K policies' work.
 // grpo_peak_ratio_kK = (peak(concurrent K) − K·B) / (peak(one policy alone) − B), where
 // B = one policy's adapter bytes + its AdamW moments (m and v: 2 × adapter bytes) = 3 × the
 // float32 bytes of init_lora()'s A and B tensors. The reward host is a separate process and
@@ -46,6 +53,7 @@
 // modes are printed, so a different completion length shows.
 
 #include <CLI/CLI.hpp>
+#include <sys/resource.h>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -108,20 +116,30 @@ double vm_status_bytes(const std::string& field) {
   return 0;
 }
 
+// CPU seconds (user + system) of every thread of this process so far.
+double process_cpu_s() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  const auto s = [](const timeval& t) { return double(t.tv_sec) + 1e-6 * double(t.tv_usec); };
+  return s(u.ru_utime) + s(u.ru_stime);
+}
+
 struct RunTotals {
-  double wall = 0, steps = 0, sample = 0, reward = 0, tokens = 0;
+  double wall = 0, cpu = 0, steps = 0, sample = 0, reward = 0, tokens = 0;
 };
 
-// One GrpoRun::run(); adds its wall, Σ step times (and phases) and sampled tokens to `t`.
+// One GrpoRun::run(); adds its wall, CPU time, Σ step times (and phases) and sampled tokens.
 void timed_run(rl::LocalEngine& engine, const rl::RunConfig& c, RunTotals& t) {
   rl::RunContext ctx;
   ctx.scheduler = &engine.scheduler();
   ctx.model_config = engine.weights().config;
   ctx.tokenizer = &engine.tokenizer();
+  const double cpu0 = process_cpu_s();
   const auto t0 = Clock::now();
   rl::GrpoRun run(c, ctx);
   run.run();
   t.wall += seconds_since(t0);
+  t.cpu += process_cpu_s() - cpu0;
   SPINDLE_CHECK(run.status().state == rl::RunState::finished, internal, "GRPO run ended {}",
                 rl::run_state_name(run.status().state));
   const std::string first = c.policies.front().name;
@@ -143,7 +161,7 @@ struct WorkerArgs {
 };
 
 // Worker: one mode in this process. Prints
-// "RESULT <wall s> <steps s> <sampling s> <rewards s> <peak bytes after the first repetition>
+// "RESULT <wall s> <cpu s> <steps s> <sampling s> <rewards s> <peak bytes after the first repetition>
 // <tokens> <policy bytes> <peak bytes after all> <resident bytes after all>" and
 // "STATS <engine steps> <train passes> <jobs merged>" (per repetition, the mean).
 void run_grpo_worker(const GrpoBenchOptions& o, const WorkerArgs& w) {
@@ -181,9 +199,10 @@ void run_grpo_worker(const GrpoBenchOptions& o, const WorkerArgs& w) {
   });
   const RunTotals& t = reps[reps.size() / 2];  // the median repetition (by wall)
   const scheduler::SchedulerStats after = engine.scheduler().stats();
-  std::printf("RESULT %.6f %.6f %.6f %.6f %.0f %.0f %zu %.0f %.0f\n", t.wall, t.steps, t.sample,
-              t.reward, first_peak, t.tokens, policy_state_bytes(engine.weights().config, o.rank),
-              vm_status_bytes("VmHWM"), vm_status_bytes("VmRSS"));
+  std::printf("RESULT %.6f %.6f %.6f %.6f %.6f %.0f %.0f %zu %.0f %.0f\n", t.wall, t.cpu,
+              t.steps, t.sample, t.reward, first_peak, t.tokens,
+              policy_state_bytes(engine.weights().config, o.rank), vm_status_bytes("VmHWM"),
+              vm_status_bytes("VmRSS"));
   std::printf("STATS %llu %llu %llu\n",
               (unsigned long long)(after.engine_steps - before.engine_steps) / o.repeats,
               (unsigned long long)(after.train_passes - before.train_passes) / o.repeats,
@@ -191,8 +210,8 @@ void run_grpo_worker(const GrpoBenchOptions& o, const WorkerArgs& w) {
 }
 
 struct ModeResult {
-  double wall = 0, steps = 0, sample = 0, reward = 0, peak = 0, tokens = 0, policy_bytes = 0,
-         peak_end = 0, rss_end = 0;
+  double wall = 0, cpu = 0, steps = 0, sample = 0, reward = 0, peak = 0, tokens = 0,
+         policy_bytes = 0, peak_end = 0, rss_end = 0;
   unsigned long long engine_steps = 0, passes = 0, merged = 0;
 };
 
@@ -213,9 +232,9 @@ ModeResult run_mode(const GrpoBenchOptions& o, const std::string& mode, int k, i
   ModeResult r;
   bool found = false;
   while (std::fgets(line, sizeof line, p)) {
-    if (std::sscanf(line, "RESULT %lf %lf %lf %lf %lf %lf %lf %lf %lf", &r.wall, &r.steps,
-                    &r.sample, &r.reward, &r.peak, &r.tokens, &r.policy_bytes, &r.peak_end,
-                    &r.rss_end) == 9) {
+    if (std::sscanf(line, "RESULT %lf %lf %lf %lf %lf %lf %lf %lf %lf %lf", &r.wall, &r.cpu,
+                    &r.steps, &r.sample, &r.reward, &r.peak, &r.tokens, &r.policy_bytes,
+                    &r.peak_end, &r.rss_end) == 10) {
       found = true;
     }
     std::sscanf(line, "STATS %llu %llu %llu", &r.engine_steps, &r.passes, &r.merged);
@@ -228,11 +247,11 @@ ModeResult run_mode(const GrpoBenchOptions& o, const std::string& mode, int k, i
 
 void print_mode(const char* label, const ModeResult& r) {
   const double train = r.steps - r.sample - r.reward;
-  std::printf("  %-10s wall %7.2f s (steps %7.2f s: sampling %7.2f s, rewards %6.2f s, training "
-              "%7.2f s), %6.0f sampled tok, %llu engine steps, %llu train passes (%llu jobs "
-              "merged, ~%.0f completion tok per pass); peak RSS %.1f MiB (after all repetitions "
-              "%.1f MiB, resident at the end %.1f MiB)\n",
-              label, r.wall, r.steps, r.sample, r.reward, train, r.tokens, r.engine_steps,
+  std::printf("  %-10s wall %7.2f s, cpu %7.2f s (steps %7.2f s: sampling %7.2f s, rewards %6.2f "
+              "s, training %7.2f s), %6.0f sampled tok, %llu engine steps, %llu train passes "
+              "(%llu jobs merged, ~%.0f completion tok per pass); peak RSS %.1f MiB (after all "
+              "repetitions %.1f MiB, resident at the end %.1f MiB)\n",
+              label, r.wall, r.cpu, r.steps, r.sample, r.reward, train, r.tokens, r.engine_steps,
               r.passes, r.merged, r.passes ? r.tokens / double(r.passes) : 0.0, r.peak / (1 << 20),
               r.peak_end / (1 << 20), r.rss_end / (1 << 20));
 }
@@ -274,9 +293,16 @@ void run_grpo_bench(GrpoBenchOptions o) {
     print_mode("sequential", seq);
     print_mode("concurrent", conc);
     std::printf("grpo_speedup_k%d = %.2f\n", k, seq.wall / conc.wall);
+    std::printf("grpo_cpu_speedup_k%d = %.2f\n", k, seq.cpu / conc.cpu);
     std::printf("grpo_steps_speedup_k%d = %.2f (sampling %.2f, training %.2f)\n", k,
                 seq.steps / conc.steps, seq.sample / conc.sample,
                 (seq.steps - seq.sample - seq.reward) / (conc.steps - conc.sample - conc.reward));
+    // The most concurrency could give here: sampling fully shared (one policy's decode steps
+    // for all K) while training, bound by arithmetic, stays K policies' work.
+    const double seq_train = seq.steps - seq.sample - seq.reward;
+    std::printf("grpo_speedup_bound_k%d = %.2f (sequential steps / (sampling / K + rewards + "
+                "training))\n",
+                k, seq.steps / (seq.sample / k + seq.reward + seq_train));
     std::fflush(stdout);
     if (k == 1) alone = conc;
     widest = conc;

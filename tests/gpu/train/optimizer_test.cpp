@@ -45,7 +45,11 @@ TEST(GpuTrainer, AdamWStepsEqualTheCpuTrainer) {
           << arch_name(arch) << " step " << step;
       expect_lora_close(
           rig.dev_trainer->weights(1), rig.cpu_trainer->weights(1),
-          /*rtol=*/1e-4, /*atol=*/1e-5,
+          // Adam's update m̂/(√v̂+ε) is a ratio of gradients, so a gradient element that is a
+          // near-cancellation (its fp32 sum order differs between devices) moves its weight by a
+          // slightly different fraction of lr. Seen on an H200: 3.3e-5 = 0.33% of one lr step
+          // on 1 of 576 elements after the clipped step. A wrong update is a whole step (1e-2).
+          /*rtol=*/1e-4, /*atol=*/5e-3 * hp.learning_rate,
           std::string(arch_name(arch)) + " weights after step " + std::to_string(step));
       // Gradients were zeroed by the step.
       const LoraWeights g = rig.dev_trainer->grads(1);
