@@ -98,15 +98,10 @@ class Forward {
     const cuda::DevicePagedKv<T> kv = cache.layer<T>(l);
     cuda::kv_cache_write(kv, a.k.data<T>(), a.v.data<T>(), c_.kv_dim(), rows,
                          st_.d_cache_slots.data(), s_);
-    int32_t max_new = 0, max_ctx = 0;
-    for (const auto& q : st_.attn_seqs) {
-      max_new = std::max(max_new, q.n_new);
-      max_ctx = std::max(max_ctx, q.n_past + q.n_new);
-    }
     a.attn.ensure(rows, c_.q_dim(), P_);
     cuda::attention_paged(a.q.data<T>(), c_.q_dim(), a.attn.data<T>(), c_.q_dim(), c_.n_heads, kv,
                           st_.d_attn_seqs.data(), int32_t(st_.attn_seqs.size()),
-                          st_.d_block_tables.data(), max_new, max_ctx,
+                          st_.d_block_tables.data(), st_.attn_max_new, st_.attn_max_ctx,
                           1.0f / std::sqrt(float(hd)), s_);
     // x += attn·Woᵀ + LoRA_o(attn)
     cuda::linear(ctx_.blas, a.attn.data<T>(), c_.q_dim(), rows, c_.q_dim(), w.wo.data<T>(), c_.dim,

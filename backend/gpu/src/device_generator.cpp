@@ -54,8 +54,10 @@ void sample_rows(const DeviceTensor& logits, const std::vector<int32_t>& logit_r
 
 DeviceGenerator::DeviceGenerator(DeviceModel& model, DeviceKvCache& cache,
                                  const DeviceLoraPool* lora, const engine::Tokenizer* tokenizer,
-                                 engine::GeneratorOptions options)
-    : model_(model), cache_(cache), lora_(lora), tokenizer_(tokenizer), options_(options) {}
+                                 engine::GeneratorOptions options,
+                                 DeviceGeneratorOptions device_options)
+    : model_(model), cache_(cache), lora_(lora), tokenizer_(tokenizer), options_(options),
+      device_options_(device_options) {}
 
 void DeviceGenerator::validate(const GenerationRequest& r, size_t i) const {
   engine::validate_sample_request(r.prompt, r.num_samples, r.params, model_.config(), tokenizer_,
@@ -128,7 +130,13 @@ void DeviceGenerator::sample_step(const std::vector<GenerationRequest>& requests
   const size_t n = rows.size();
   if (n == 0) return;
   const cudaStream_t s = model_.stream();
-  std::vector<cuda::RowSampling> params(n);
+  // The pinned buffer is free: the previous step synchronised before returning.
+  const size_t params_bytes = TableStaging::aligned(n * sizeof(cuda::RowSampling));
+  const size_t io_bytes = params_bytes + n * (sizeof(int32_t) + sizeof(float));
+  if (host_io_.bytes() < io_bytes) host_io_ = PinnedBuffer(std::max<size_t>(io_bytes * 2, 4096));
+  auto* params = reinterpret_cast<cuda::RowSampling*>(host_io_.data());
+  auto* tokens = reinterpret_cast<int32_t*>(host_io_.data() + params_bytes);
+  auto* logprobs = reinterpret_cast<float*>(host_io_.data() + params_bytes + n * sizeof(int32_t));
   for (size_t k = 0; k < n; ++k) {
     const Live& l = live[rows[k]];
     const engine::SamplingParams& p = requests[l.request].params;
@@ -138,7 +146,10 @@ void DeviceGenerator::sample_step(const std::vector<GenerationRequest>& requests
                  .seed = l.seed,
                  .counter = uint64_t(l.out.tokens.size())};
   }
-  upload_table(params, d_params_, s);
+  ensure_capacity(d_params_, n);
+  cuda::check(cudaMemcpyAsync(d_params_.data(), params, n * sizeof(cuda::RowSampling),
+                              cudaMemcpyHostToDevice, s),
+              "cudaMemcpyAsync H2D (sampling params)");
   ensure_capacity(d_tokens_, n);
   ensure_capacity(d_logprobs_, n);
   if (model_.precision() == Precision::fp32) {
@@ -148,12 +159,10 @@ void DeviceGenerator::sample_step(const std::vector<GenerationRequest>& requests
     sample_rows<cuda::bf16>(state_.logits, logit_rows, sample_logits_, d_rows_, d_params_.data(),
                             d_tokens_.data(), d_logprobs_.data(), d_scratch_, s);
   }
-  std::vector<int32_t> tokens(n);
-  std::vector<float> logprobs(n);
-  cuda::check(cudaMemcpyAsync(tokens.data(), d_tokens_.data(), n * sizeof(int32_t),
+  cuda::check(cudaMemcpyAsync(tokens, d_tokens_.data(), n * sizeof(int32_t),
                               cudaMemcpyDeviceToHost, s),
               "cudaMemcpyAsync D2H (sampled tokens)");
-  cuda::check(cudaMemcpyAsync(logprobs.data(), d_logprobs_.data(), n * sizeof(float),
+  cuda::check(cudaMemcpyAsync(logprobs, d_logprobs_.data(), n * sizeof(float),
                               cudaMemcpyDeviceToHost, s),
               "cudaMemcpyAsync D2H (logprobs)");
   cuda::check(cudaStreamSynchronize(s), "cudaStreamSynchronize (sampling)");
@@ -225,6 +234,8 @@ void DeviceGenerator::run(const std::vector<GenerationRequest>& requests,
   }
 
   // Decode: one token per live sequence per step, all adapters in one batch.
+  DeviceForwardOptions decode_fwd = fwd;
+  decode_fwd.use_graph = device_options_.use_graph;
   std::vector<BatchSequence> batch;
   std::vector<int32_t> step_tokens;
   for (;;) {
@@ -243,7 +254,7 @@ void DeviceGenerator::run(const std::vector<GenerationRequest>& requests,
       batch.push_back({live[rows[k]].seq, {&step_tokens[k], 1}, live[rows[k]].slot});
       logit_rows[k] = int32_t(k);
     }
-    model_.forward(batch, cache_, lora_, state_, fwd);
+    model_.forward(batch, cache_, lora_, state_, decode_fwd);
     sample_step(requests, live, rows, logit_rows);
   }
 }

@@ -1,11 +1,107 @@
 #include "spindle/gpu/device_tensor.h"
 
+#include <algorithm>
+#include <atomic>
+#include <cstring>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace spindle::gpu {
 
 namespace cuda = kernels::cuda;
+
+namespace {
+std::atomic<uint64_t> g_generation{0};
+}  // namespace
+
+uint64_t device_generation() { return g_generation.load(std::memory_order_acquire); }
+void bump_device_generation() { g_generation.fetch_add(1, std::memory_order_acq_rel); }
+
+PinnedBuffer::PinnedBuffer(size_t bytes) : bytes_(bytes) {
+  if (bytes_ > 0) {
+    void* p = nullptr;
+    cuda::check(cudaHostAlloc(&p, bytes_, cudaHostAllocDefault), "cudaHostAlloc");
+    ptr_ = static_cast<unsigned char*>(p);
+  }
+}
+
+PinnedBuffer::~PinnedBuffer() {
+  if (ptr_ != nullptr) cudaFreeHost(ptr_);
+}
+
+PinnedBuffer::PinnedBuffer(PinnedBuffer&& o) noexcept
+    : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+
+PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& o) noexcept {
+  if (this != &o) {
+    if (ptr_ != nullptr) cudaFreeHost(ptr_);
+    ptr_ = std::exchange(o.ptr_, nullptr);
+    bytes_ = std::exchange(o.bytes_, 0);
+  }
+  return *this;
+}
+
+TableStaging::~TableStaging() {
+  if (copied_ != nullptr) {
+    if (recorded_) cudaEventSynchronize(copied_);  // the pinned memory must outlive its copy
+    cudaEventDestroy(copied_);
+  }
+}
+
+TableStaging::TableStaging(TableStaging&& o) noexcept
+    : host_(std::move(o.host_)), device_(std::move(o.device_)),
+      copied_(std::exchange(o.copied_, nullptr)), recorded_(std::exchange(o.recorded_, false)),
+      cursor_(std::exchange(o.cursor_, 0)), limit_(std::exchange(o.limit_, 0)) {}
+
+TableStaging& TableStaging::operator=(TableStaging&& o) noexcept {
+  if (this != &o) {
+    this->~TableStaging();
+    new (this) TableStaging(std::move(o));
+  }
+  return *this;
+}
+
+void TableStaging::begin(size_t bytes) {
+  if (recorded_) {
+    cuda::check(cudaEventSynchronize(copied_), "cudaEventSynchronize (table staging)");
+  }
+  if (bytes > host_.bytes()) {
+    // Generous growth: reallocation also invalidates every captured graph.
+    const size_t cap = std::max<size_t>(aligned(bytes) * 2, size_t{16} << 10);
+    host_ = PinnedBuffer(cap);
+    device_ = cuda::DeviceBuffer<unsigned char>(cap);
+    bump_device_generation();
+  }
+  cursor_ = 0;
+  limit_ = bytes;
+}
+
+size_t TableStaging::put(const void* src, size_t bytes) {
+  const size_t at = aligned(cursor_);
+  if (at + bytes > limit_) {
+    throw std::logic_error("TableStaging::put: " + std::to_string(at + bytes) +
+                           " bytes exceed the " + std::to_string(limit_) + " begun");
+  }
+  if (bytes > 0) std::memcpy(host_.data() + at, src, bytes);
+  cursor_ = at + bytes;
+  return at;
+}
+
+void TableStaging::copy(size_t bytes, cudaStream_t stream) {
+  if (bytes > host_.bytes()) throw std::logic_error("TableStaging::copy: beyond the staging");
+  if (bytes == 0) return;
+  cuda::check(cudaMemcpyAsync(device_.data(), host_.data(), bytes, cudaMemcpyHostToDevice, stream),
+              "cudaMemcpyAsync H2D (forward tables)");
+}
+
+void TableStaging::record(cudaStream_t stream) {
+  if (copied_ == nullptr) {
+    cuda::check(cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming), "cudaEventCreate");
+  }
+  cuda::check(cudaEventRecord(copied_, stream), "cudaEventRecord (table staging)");
+  recorded_ = true;
+}
 
 const char* precision_name(Precision precision) {
   return precision == Precision::fp32 ? "fp32" : "bf16";
@@ -21,6 +117,7 @@ void DeviceTensor::ensure(int64_t rows, int64_t cols, Precision dtype) {
   const size_t need = size_t(rows * cols) * precision_bytes(dtype);
   if (dtype != dtype_ || need > storage_.size()) {
     storage_ = cuda::DeviceBuffer<unsigned char>(need);
+    bump_device_generation();
   }
   rows_ = rows;
   cols_ = cols;

@@ -1,5 +1,6 @@
 // Decode speed on the GPU: batch 1 against the bandwidth bound, batch 64 with one adapter and
-// with 64 distinct rank-8 adapters, and the SGMV pair against the base GEMM of one layer.
+// with 64 distinct rank-8 adapters, each eager and replaying CUDA graphs (the goal ratios use
+// the graph figures), and the SGMV pair against the base GEMM of one layer.
 
 #include <algorithm>
 #include <cstdio>
@@ -74,10 +75,10 @@ struct DecodeRun {
 
 // Prefills one `prompt`-token sequence per entry of `slots` (untimed), then decodes `warmup`
 // untimed and `steps` timed steps of one token per sequence. Every step waits for its logits,
-// as a sampler would.
+// as a sampler would. With `graph`, decode steps replay CUDA graphs (captured during warm-up).
 DecodeRun time_decode(gpu::DeviceModel& model, gpu::DeviceKvCache& cache,
                       const gpu::DeviceLoraPool* pool, const std::vector<int32_t>& slots,
-                      int64_t prompt, int warmup, int steps) {
+                      int64_t prompt, int warmup, int steps, bool graph) {
   const engine::ModelConfig& c = model.config();
   const size_t n = slots.size();
   std::vector<gpu::SeqId> seqs;
@@ -91,7 +92,8 @@ DecodeRun time_decode(gpu::DeviceModel& model, gpu::DeviceKvCache& cache,
   }
   gpu::DeviceForwardState st;
   const gpu::DeviceForwardOptions opts{.logits = engine::LogitsFor::last_token,
-                                       .copy_logits = false};
+                                       .copy_logits = false,
+                                       .use_graph = graph};
   model.forward(batch, cache, pool, st, opts);
   model.synchronize();
   GpuTimer timer;
@@ -176,13 +178,16 @@ void run_gpu_decode_bench(gpu::DeviceModel& model, const GpuBenchOptions& o, dou
                            model.precision());
 
   // Batch 1, base only.
-  const DecodeRun one = time_decode(model, cache, nullptr, {-1}, prompt, warmup, steps);
+  const DecodeRun one_e = time_decode(model, cache, nullptr, {-1}, prompt, warmup, steps, false);
+  const DecodeRun one = time_decode(model, cache, nullptr, {-1}, prompt, warmup, steps, true);
   const double bound = bandwidth / decode_bytes(model, one.mean_context);
-  std::printf("gpu_decode batch 1 = %.1f tokens/s (%.3f ms/step)\n", one.tokens_per_s,
-              one.ms_per_step);
+  std::printf("gpu_decode batch 1: eager %.1f tokens/s (%.3f ms/step), graph %.1f tokens/s "
+              "(%.3f ms/step)\n",
+              one_e.tokens_per_s, one_e.ms_per_step, one.tokens_per_s, one.ms_per_step);
   std::printf("gpu_decode bandwidth bound = %.1f tokens/s (%.3f GB per step)\n", bound,
               decode_bytes(model, one.mean_context) / 1e9);
-  std::printf("gpu_decode/bandwidth_bound = %.3f (goal >= 0.7)\n", one.tokens_per_s / bound);
+  std::printf("gpu_decode/bandwidth_bound = %.3f graph, %.3f eager (goal >= 0.7, graph)\n",
+              one.tokens_per_s / bound, one_e.tokens_per_s / bound);
 
   // Batch 64: one adapter for all rows, then 64 distinct rank-8 adapters.
   engine::LoraPoolOptions po{.max_slots = 64, .max_rank = 8, .targets = gpu_bench_targets()};
@@ -195,13 +200,18 @@ void run_gpu_decode_bench(gpu::DeviceModel& model, const GpuBenchOptions& o, dou
   const std::vector<int32_t> single(64, 0);
   std::vector<int32_t> hetero(64);
   for (int32_t i = 0; i < 64; ++i) hetero[size_t(i)] = i;
-  const DecodeRun s1 = time_decode(model, cache, &pool, single, prompt, warmup, steps);
-  const DecodeRun s64 = time_decode(model, cache, &pool, hetero, prompt, warmup, steps);
-  std::printf("gpu_decode batch 64, one adapter = %.1f tokens/s (%.3f ms/step)\n", s1.tokens_per_s,
-              s1.ms_per_step);
-  std::printf("gpu_decode batch 64, 64 adapters = %.1f tokens/s (%.3f ms/step)\n", s64.tokens_per_s,
-              s64.ms_per_step);
-  std::printf("gpu_hetero/single = %.3f (goal >= 0.9)\n", s64.tokens_per_s / s1.tokens_per_s);
+  const DecodeRun s1_e = time_decode(model, cache, &pool, single, prompt, warmup, steps, false);
+  const DecodeRun s64_e = time_decode(model, cache, &pool, hetero, prompt, warmup, steps, false);
+  const DecodeRun s1 = time_decode(model, cache, &pool, single, prompt, warmup, steps, true);
+  const DecodeRun s64 = time_decode(model, cache, &pool, hetero, prompt, warmup, steps, true);
+  std::printf("gpu_decode batch 64, one adapter: eager %.1f tokens/s (%.3f ms/step), graph "
+              "%.1f tokens/s (%.3f ms/step)\n",
+              s1_e.tokens_per_s, s1_e.ms_per_step, s1.tokens_per_s, s1.ms_per_step);
+  std::printf("gpu_decode batch 64, 64 adapters: eager %.1f tokens/s (%.3f ms/step), graph "
+              "%.1f tokens/s (%.3f ms/step)\n",
+              s64_e.tokens_per_s, s64_e.ms_per_step, s64.tokens_per_s, s64.ms_per_step);
+  std::printf("gpu_hetero/single = %.3f graph, %.3f eager (goal >= 0.9, graph)\n",
+              s64.tokens_per_s / s1.tokens_per_s, s64_e.tokens_per_s / s1_e.tokens_per_s);
 
   time_sgmv(model, pool, o.quick ? 50 : 500);
 }

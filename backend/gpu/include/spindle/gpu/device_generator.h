@@ -21,11 +21,17 @@
 
 namespace spindle::gpu {
 
+struct DeviceGeneratorOptions {
+  // Decode steps replay CUDA graphs (DeviceForwardOptions::use_graph); same tokens either way.
+  bool use_graph = true;
+};
+
 class DeviceGenerator {
  public:
   // `tokenizer` may be null (then stop strings are rejected and text stays empty).
   DeviceGenerator(DeviceModel& model, DeviceKvCache& cache, const DeviceLoraPool* lora,
-                  const engine::Tokenizer* tokenizer, engine::GeneratorOptions options = {});
+                  const engine::Tokenizer* tokenizer, engine::GeneratorOptions options = {},
+                  DeviceGeneratorOptions device_options = {});
 
   // One result vector per request, num_samples completions each. Validates every request
   // before any work; nothing stays allocated in the cache after the call (also on error).
@@ -50,6 +56,7 @@ class DeviceGenerator {
   const DeviceLoraPool* lora_;
   const engine::Tokenizer* tokenizer_;
   engine::GeneratorOptions options_;
+  DeviceGeneratorOptions device_options_;
   DeviceForwardState state_;
   DeviceTensor sample_logits_;  // logits rows gathered per sampled sequence
   kernels::cuda::DeviceBuffer<int32_t> d_rows_;
@@ -57,6 +64,8 @@ class DeviceGenerator {
   kernels::cuda::DeviceBuffer<int32_t> d_tokens_;
   kernels::cuda::DeviceBuffer<float> d_logprobs_;
   kernels::cuda::DeviceBuffer<unsigned char> d_scratch_;
+  // Pinned host side of a sampling step: [n] RowSampling params, then [n] tokens, [n] logprobs.
+  PinnedBuffer host_io_;
 };
 
 }  // namespace spindle::gpu

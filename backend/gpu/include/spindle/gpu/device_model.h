@@ -14,6 +14,7 @@
 // waits for the stream. Threading: one thread drives a DeviceModel.
 
 #include <cstdint>
+#include <memory>
 #include <span>
 
 #include "spindle/core/tensor.h"
@@ -26,10 +27,20 @@
 
 namespace spindle::gpu {
 
+namespace internal {
+class GraphCache;
+}  // namespace internal
+
 struct DeviceForwardOptions {
   engine::LogitsFor logits = engine::LogitsFor::last_token;
   bool keep_activations = false;  // keep every layer's intermediates (for a backward pass)
   bool copy_logits = true;        // copy logits to state.host_logits as fp32 (waits)
+  // Pure decode batches (every sequence one new token, last_token logits, no
+  // keep_activations) replay a captured CUDA graph (backend/gpu/src/graph.h); other batches
+  // run eagerly. Same kernels either way, so the logits are bitwise those of an eager forward.
+  // A graph is captured after the first eager run of a new shape; failing capture throws
+  // CudaError (no silent fallback).
+  bool use_graph = false;
 };
 
 class DeviceModel {
@@ -37,6 +48,7 @@ class DeviceModel {
   // `weights` must outlive the model. Throws unsupported when head_dim is not a multiple of 8
   // or exceeds 256 (the CUDA attention kernels' contract).
   explicit DeviceModel(const DeviceWeights& weights);
+  ~DeviceModel();
   DeviceModel(const DeviceModel&) = delete;
   DeviceModel& operator=(const DeviceModel&) = delete;
 
@@ -63,19 +75,32 @@ class DeviceModel {
   // Waits for all work queued on stream().
   void synchronize() const { stream_.synchronize(); }
 
+  // Decode graphs currently cached (for tests); clear_graphs() drops them all.
+  size_t cached_graphs() const;
+  void clear_graphs();
+
  private:
   void validate(std::span<const engine::BatchSequence> batch, const DeviceKvCache& cache,
                 const DeviceLoraPool* lora) const;
   // Host tables of the batch (positions, slots, segments, block tables), appended to the
-  // cache, mirrored to the device; the stream waits for the adapters the batch uses.
-  void lay_out(std::span<const engine::BatchSequence> batch, DeviceKvCache& cache,
-               const DeviceLoraPool* lora, DeviceForwardState& st,
-               const DeviceForwardOptions& options);
+  // cache, packed into st.tables' staging with the device views set (nothing copied yet); the
+  // stream waits for the adapters the batch uses. Returns the bytes the forward must copy (for
+  // a graph: sized for its context bucket, so every replay of the graph copies enough).
+  size_t lay_out(std::span<const engine::BatchSequence> batch, DeviceKvCache& cache,
+                 const DeviceLoraPool* lora, DeviceForwardState& st,
+                 const DeviceForwardOptions& options, bool graph);
+  // Queues the table copy and the layer compute on stream().
+  void enqueue(DeviceKvCache& cache, const DeviceLoraPool* lora, DeviceForwardState& st,
+               const DeviceForwardOptions& options, size_t table_bytes);
+  // The graph path of forward(): replay a cached graph, or run eagerly and capture one.
+  void run_graph(DeviceKvCache& cache, const DeviceLoraPool* lora, DeviceForwardState& st,
+                 const DeviceForwardOptions& options, size_t table_bytes);
 
   const DeviceWeights& weights_;
   kernels::cuda::Stream stream_;
   kernels::cuda::Blas blas_;
   kernels::cuda::DeviceBuffer<kernels::LoraSegment> chunk_segments_;  // unembed's row chunk
+  std::unique_ptr<internal::GraphCache> graphs_;
 };
 
 }  // namespace spindle::gpu

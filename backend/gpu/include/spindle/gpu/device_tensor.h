@@ -71,6 +71,69 @@ class DeviceTensor {
   Precision dtype_ = Precision::fp32;
 };
 
+// Process-wide count of device (re)allocations by DeviceTensor::ensure and TableStaging. A
+// captured CUDA graph bakes buffer addresses: a graph captured at one value is valid only while
+// the value is unchanged (graph.h). Never decreases; thread-safe.
+uint64_t device_generation();
+void bump_device_generation();
+
+// Page-locked host memory (cudaHostAlloc), freed in the destructor. Move-only.
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  explicit PinnedBuffer(size_t bytes);
+  ~PinnedBuffer();
+  PinnedBuffer(PinnedBuffer&& o) noexcept;
+  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept;
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  unsigned char* data() { return ptr_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  unsigned char* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// The per-forward host tables packed at 16-byte aligned offsets into one pinned staging buffer
+// and copied to one device buffer with one cudaMemcpyAsync. Ordering contract: the host never
+// overwrites staging bytes a queued copy may still read, because begin() waits (host) for the
+// event of the last record() — callers record() after queuing the work that copies the staging
+// (the copy itself, or a graph launch containing it). Growth (begin with more bytes than held)
+// reallocates both buffers and bumps device_generation(). Not thread-safe; move-only.
+class TableStaging {
+ public:
+  TableStaging() = default;
+  ~TableStaging();
+  TableStaging(TableStaging&& o) noexcept;
+  TableStaging& operator=(TableStaging&& o) noexcept;
+  TableStaging(const TableStaging&) = delete;
+  TableStaging& operator=(const TableStaging&) = delete;
+
+  static size_t aligned(size_t bytes) { return (bytes + 15) & ~size_t{15}; }
+  // Waits for the last recorded copy, makes room for `bytes`, rewinds the packing cursor.
+  void begin(size_t bytes);
+  // Packs `bytes` of `src` at the next aligned offset (within begin's bytes); returns the offset.
+  size_t put(const void* src, size_t bytes);
+  template <class T>
+  T* device_at(size_t offset) {
+    return reinterpret_cast<T*>(device_.data() + offset);
+  }
+  // Queues the copy of the first `bytes` staged bytes to the device buffer on `stream`.
+  void copy(size_t bytes, cudaStream_t stream);
+  // Records the event begin() waits for, on `stream` (not while the stream is capturing).
+  void record(cudaStream_t stream);
+  size_t used() const { return cursor_; }
+
+ private:
+  PinnedBuffer host_;
+  kernels::cuda::DeviceBuffer<unsigned char> device_;
+  cudaEvent_t copied_ = nullptr;
+  bool recorded_ = false;
+  size_t cursor_ = 0;
+  size_t limit_ = 0;
+};
+
 // Grows `buf` to at least `count` elements (never shrinks; contents lost on growth).
 template <class T>
 void ensure_capacity(kernels::cuda::DeviceBuffer<T>& buf, size_t count) {

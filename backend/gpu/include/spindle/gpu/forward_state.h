@@ -6,7 +6,8 @@
 // dtypes: activations are the model's Precision (T = float or bf16); tensors marked fp32 are
 // fp32 in both modes (norm statistics, LoRA scratch). Shapes are [rows, cols] as noted.
 // Host-side tables (positions, tokens, segments, ...) are kept next to their device mirrors,
-// which hold the same values (uploaded on the model's stream during the forward).
+// which hold the same values (packed into one pinned staging buffer and copied on the model's
+// stream during the forward).
 //
 // Threading: one engine loop owns a state; it is reused across forwards (memory grows, never
 // shrinks) and must not be shared between DeviceModels running concurrently.
@@ -42,6 +43,13 @@ struct DeviceLayerActivations {
   DeviceTensor act;           // [T, hidden] silu(gate)·up
 };
 
+// A typed view of device memory owned elsewhere (DeviceForwardState::tables).
+template <class T>
+struct DeviceTable {
+  T* ptr = nullptr;
+  T* data() const { return ptr; }
+};
+
 struct DeviceForwardState {
   int64_t T = 0;                  // rows (new tokens) in the batch
   int64_t rows_out = 0;           // logits / x_final rows (sequences, or T for all-token rows)
@@ -59,15 +67,21 @@ struct DeviceForwardState {
   std::vector<int32_t> last_rows;                   // [n_seqs] last row of each sequence
   std::vector<int32_t> slots_used;                  // distinct adapter slots >= 0 in the batch
 
-  // Device mirrors of the tables above (capacity may exceed the current size).
-  kernels::cuda::DeviceBuffer<int32_t> d_positions;
-  kernels::cuda::DeviceBuffer<int32_t> d_tokens;
-  kernels::cuda::DeviceBuffer<int64_t> d_cache_slots;
-  kernels::cuda::DeviceBuffer<kernels::LoraSegment> d_segments;
-  kernels::cuda::DeviceBuffer<kernels::LoraSegment> d_out_segments;
-  kernels::cuda::DeviceBuffer<kernels::cuda::DeviceAttnSeq> d_attn_seqs;
-  kernels::cuda::DeviceBuffer<int32_t> d_block_tables;
-  kernels::cuda::DeviceBuffer<int32_t> d_last_rows;
+  // Device mirrors of the tables above: views into `tables`' device buffer, valid until the
+  // next forward with this state (one packed H2D copy per forward, see TableStaging).
+  DeviceTable<int32_t> d_positions;
+  DeviceTable<int32_t> d_tokens;
+  DeviceTable<int64_t> d_cache_slots;
+  DeviceTable<kernels::LoraSegment> d_segments;
+  DeviceTable<kernels::LoraSegment> d_out_segments;
+  DeviceTable<kernels::cuda::DeviceAttnSeq> d_attn_seqs;
+  DeviceTable<int32_t> d_last_rows;
+  DeviceTable<int32_t> d_block_tables;  // packed last (its length varies step to step)
+  TableStaging tables;
+  // Attention launch bounds: max n_new and the max_ctx passed to the kernel (the real maximum,
+  // or a graph's context bucket, which is larger).
+  int32_t attn_max_new = 0;
+  int32_t attn_max_ctx = 0;
 
   // n_layers entries with keep_activations, else 1 (reused by every layer).
   std::vector<DeviceLayerActivations> layers;

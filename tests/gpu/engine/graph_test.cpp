@@ -1,0 +1,206 @@
+// CUDA-graph decode (DeviceForwardOptions::use_graph, backend/gpu/src/graph.h): replayed decode
+// steps give logits bitwise equal to eager forwards of the same batches (same kernels), over
+// contexts crossing the graph context buckets, a sequence released and another created mid-way
+// (another graph shape), and an adapter evicted and reloaded into its slot between replays;
+// DeviceGenerator's greedy tokens are identical with graphs on and off.
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+
+#include "gpu_fixtures.h"
+#include "spindle/engine/lora.h"
+#include "spindle/gpu/device_generator.h"
+#include "spindle/gpu/device_model.h"
+
+namespace spindle::gpu {
+namespace {
+
+using engine::Arch;
+using engine::BatchSequence;
+using engine::LoraTarget;
+using engine::LoraWeights;
+
+constexpr LoraTarget kTargets[] = {LoraTarget::q,    LoraTarget::k,  LoraTarget::v,
+                                   LoraTarget::o,    LoraTarget::gate, LoraTarget::up,
+                                   LoraTarget::down, LoraTarget::lm_head};
+
+engine::ModelConfig graph_config() {
+  engine::ModelConfig c = testing::gpu_tiny_config(Arch::qwen3);
+  c.max_seq_len = 128;  // decode contexts cross the 16, 32 and 64 buckets
+  return c;
+}
+
+// Bitwise equality of two [rows, cols] logits tensors; names the first differing element.
+::testing::AssertionResult bitwise_equal(const Tensor& got, const Tensor& want,
+                                         const std::string& what) {
+  if (got.numel() != want.numel() || got.rank() != 2 || want.rank() != 2 ||
+      got.dim(0) != want.dim(0)) {
+    return ::testing::AssertionFailure() << what << ": shapes differ (" << got.numel() << " vs "
+                                         << want.numel() << " elements)";
+  }
+  const int64_t cols = want.dim(1);
+  for (int64_t i = 0; i < want.numel(); ++i) {
+    if (std::memcmp(got.data() + i, want.data() + i, sizeof(float)) != 0) {
+      return ::testing::AssertionFailure()
+             << what << ": row " << i / cols << " col " << i % cols << ": graph " << got.data()[i]
+             << ", eager " << want.data()[i] << " (tolerance: bitwise)";
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+int32_t argmax_row(const Tensor& logits, int64_t row) {
+  const int64_t v = logits.dim(1);
+  const float* r = logits.data() + row * v;
+  int64_t best = 0;
+  for (int64_t j = 1; j < v; ++j) {
+    if (r[j] > r[best]) best = j;
+  }
+  return int32_t(best);
+}
+
+// Two caches and states driven in lockstep through one model: `eager` with use_graph off, `graph`
+// with it on. Every step's logits must agree bitwise.
+void check_graph_decode(Precision p) {
+  const engine::ModelWeights w = testing::random_weights(graph_config(), 77);
+  const engine::ModelConfig& c = w.config;
+  std::vector<LoraWeights> adapters;
+  for (int i = 0; i < 4; ++i) {
+    adapters.push_back(LoraWeights::random(c, 2 + 3 * i, 8.0f, kTargets, 900 + i, 0.2f, 0.2f));
+  }
+  DeviceLoraPool pool(c, {.max_slots = 3, .max_rank = 16});
+  for (int s = 0; s < 3; ++s) pool.load(s, adapters[size_t(s)]);
+  const DeviceWeights dw(w, p);
+  DeviceModel model(dw);
+  const engine::KvCacheOptions ko{.block_size = 4, .n_blocks = 0, .max_seqs = 8};
+  DeviceKvCache cache_e(c, ko, p), cache_g(c, ko, p);
+  DeviceForwardState st_e, st_g;
+  const DeviceForwardOptions eager{.logits = engine::LogitsFor::last_token};
+  DeviceForwardOptions graph = eager;
+  graph.use_graph = true;
+
+  struct Seq {
+    SeqId e = -1, g = -1;
+    int32_t slot = -1;
+    int32_t next = 0;
+  };
+  std::mt19937 rng(5);
+  auto prompt = [&](size_t n) {
+    std::vector<int32_t> t(n);
+    for (auto& x : t) x = int32_t(rng() % uint32_t(c.vocab_size));
+    return t;
+  };
+  // Prefill (eager on both sides: not a pure decode batch) and take the first token.
+  auto start = [&](std::vector<Seq>& seqs, const std::vector<size_t>& lens,
+                   const std::vector<int32_t>& slots) {
+    std::vector<BatchSequence> be, bg;
+    std::vector<std::vector<int32_t>> prompts;
+    const size_t first = seqs.size();
+    for (size_t i = 0; i < lens.size(); ++i) {
+      prompts.push_back(prompt(lens[i]));
+      seqs.push_back({cache_e.create(), cache_g.create(), slots[i], 0});
+    }
+    for (size_t i = 0; i < lens.size(); ++i) {
+      be.push_back({seqs[first + i].e, prompts[i], slots[i]});
+      bg.push_back({seqs[first + i].g, prompts[i], slots[i]});
+    }
+    model.forward(be, cache_e, &pool, st_e, eager);
+    model.forward(bg, cache_g, &pool, st_g, graph);
+    ASSERT_TRUE(bitwise_equal(st_g.host_logits, st_e.host_logits, "prefill"));
+    for (size_t i = 0; i < lens.size(); ++i) {
+      seqs[first + i].next = argmax_row(st_e.host_logits, int64_t(i));
+    }
+  };
+
+  std::vector<Seq> seqs;
+  start(seqs, {3, 7, 12, 14, 9}, {-1, 0, 1, 2, 0});  // 3 adapters + base, slot 0 twice
+  ASSERT_FALSE(::testing::Test::HasFatalFailure());
+  for (int step = 0; step < 48; ++step) {
+    if (step == 14) {  // release one sequence: 4 rows from now on (another graph)
+      cache_e.release(seqs[1].e);
+      cache_g.release(seqs[1].g);
+      seqs.erase(seqs.begin() + 1);
+    }
+    if (step == 24) {  // a new sequence joins: 5 rows again
+      start(seqs, {5}, {1});
+      ASSERT_FALSE(::testing::Test::HasFatalFailure());
+    }
+    if (step == 32) {  // slot 2 evicted and reloaded with another adapter, same addresses
+      pool.evict(2);
+      pool.load(2, adapters[3]);
+    }
+    std::vector<BatchSequence> be, bg;
+    std::vector<int32_t> tokens(seqs.size());
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      tokens[i] = seqs[i].next;
+      be.push_back({seqs[i].e, {&tokens[i], 1}, seqs[i].slot});
+      bg.push_back({seqs[i].g, {&tokens[i], 1}, seqs[i].slot});
+    }
+    model.forward(be, cache_e, &pool, st_e, eager);
+    model.forward(bg, cache_g, &pool, st_g, graph);
+    ASSERT_TRUE(bitwise_equal(st_g.host_logits, st_e.host_logits,
+                              "decode step " + std::to_string(step) + " (" +
+                                  std::to_string(seqs.size()) + " sequences, context " +
+                                  std::to_string(cache_g.length(seqs[0].g)) + ")"));
+    for (size_t i = 0; i < seqs.size(); ++i) seqs[i].next = argmax_row(st_e.host_logits, int64_t(i));
+  }
+  // Replays happened: shapes 5 and 4 rows over several buckets are cached.
+  EXPECT_GE(model.cached_graphs(), 4u);
+}
+
+TEST(GpuGraph, DecodeReplayEqualsEagerBitwiseFp32) {
+  SPINDLE_GPU_OR_SKIP();
+  check_graph_decode(Precision::fp32);
+}
+
+TEST(GpuGraph, DecodeReplayEqualsEagerBitwiseBf16) {
+  SPINDLE_GPU_OR_SKIP();
+  check_graph_decode(Precision::bf16);
+}
+
+// Greedy generation with forks and adapters: the same tokens and logprobs with graphs on/off.
+TEST(GpuGraph, GeneratorGreedyTokensEqualWithAndWithoutGraphs) {
+  SPINDLE_GPU_OR_SKIP();
+  const engine::ModelWeights w = testing::random_weights(graph_config(), 41);
+  const engine::ModelConfig& c = w.config;
+  DeviceLoraPool pool(c, {.max_slots = 2, .max_rank = 8});
+  pool.load(0, LoraWeights::random(c, 8, 16, kTargets, 3, 0.3f, 0.3f));
+  pool.load(1, LoraWeights::random(c, 4, 8, kTargets, 4, 0.3f, 0.3f));
+  std::vector<engine::GenerationRequest> reqs(3);
+  reqs[0].prompt = {1, 5, 6};
+  reqs[0].slot = 1;
+  reqs[0].num_samples = 3;
+  reqs[0].params.max_tokens = 40;
+  reqs[1].prompt = {1, 9, 9, 9, 9, 9, 9, 9, 9, 9};
+  reqs[1].params.max_tokens = 25;
+  reqs[2].prompt = {1, 40};
+  reqs[2].slot = 0;
+  reqs[2].num_samples = 2;
+  reqs[2].params.max_tokens = 50;
+  for (auto& r : reqs) r.params.temperature = 0;
+  for (Precision p : {Precision::fp32, Precision::bf16}) {
+    const DeviceWeights dw(w, p);
+    std::vector<std::vector<engine::Completion>> out[2];
+    for (int use = 0; use < 2; ++use) {
+      DeviceModel model(dw);
+      DeviceKvCache cache(c, {.block_size = 4, .n_blocks = 0, .max_seqs = 8}, p);
+      DeviceGenerator gen(model, cache, &pool, nullptr, {}, {.use_graph = use == 1});
+      out[use] = gen.generate(reqs);
+      EXPECT_EQ(cache.live_sequences(), 0);
+      if (use == 1) EXPECT_GT(model.cached_graphs(), 0u);
+    }
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      for (size_t n = 0; n < out[0][i].size(); ++n) {
+        const std::string who = std::string(precision_name(p)) + " request " +
+                                std::to_string(i) + " sample " + std::to_string(n);
+        EXPECT_EQ(out[1][i][n].tokens, out[0][i][n].tokens) << who;
+        EXPECT_EQ(out[1][i][n].logprobs, out[0][i][n].logprobs) << who << " (bitwise)";
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace spindle::gpu
