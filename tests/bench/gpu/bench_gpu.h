@@ -47,6 +47,9 @@ const std::vector<engine::LoraTarget>& gpu_bench_targets();
 void run_gpu_decode_bench(gpu::DeviceModel& model, const GpuBenchOptions& options,
                           double bandwidth);
 
+// Every op of a batch-1 decode step timed alone (graph replay) against its own bandwidth bound.
+void run_gpu_op_breakdown(gpu::DeviceModel& model, double bandwidth);
+
 // LoRA training tokens/s (rank 16, sequences of 256 tokens).
 void run_gpu_train_bench(gpu::DeviceModel& model, const GpuBenchOptions& options);
 

@@ -42,6 +42,7 @@ int run(const GpuBenchOptions& o) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   gpu::DeviceModel model(*weights);
   run_gpu_decode_bench(model, o, bandwidth);
+  run_gpu_op_breakdown(model, bandwidth);
   run_gpu_train_bench(model, o);
   return 0;
 }
