@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <climits>
 #include <string>
+#include <type_traits>
 
+#include "gemv.cuh"
 #include "spindle/kernels/cuda/gemm.h"
 #include "spindle/kernels/kernel_error.h"
 
@@ -84,6 +86,13 @@ void linear(Blas& blas, const T* x, int64_t ldx, int64_t rows, int64_t k, const 
   if (rows == 0) return;
   SPINDLE_KERNEL_REQUIRE(x != nullptr && W != nullptr && y != nullptr, "cuda::linear",
                          "x, W and y must be non-null");
+  if constexpr (std::is_same_v<T, bf16>) {
+    // Decode batches: a warp per output column streams W at close to full bandwidth.
+    if (detail::gemv_applies(x, ldx, rows, k, W)) {
+      detail::linear_gemv(x, ldx, rows, k, W, n, y, ldy, beta, stream);
+      return;
+    }
+  }
   const float alpha = 1.0f;
   // Column-major: yᵀ[n, rows] = W(col-major [k, n])ᵀ · xᵀ(col-major [k, rows]).
   check_blas(cublasGemmEx(bind(blas, stream), CUBLAS_OP_T, CUBLAS_OP_N, int(n), int(rows), int(k),

@@ -21,8 +21,9 @@ using Dtypes = ::testing::Types<float, bf16>;
 TYPED_TEST_SUITE(CudaGemm, Dtypes);
 
 template <class T>
-void check_linear(Blas& blas, int64_t rows, int64_t k, int64_t n, float beta, uint32_t seed) {
-  const int64_t ldx = k + 5;
+void check_linear(Blas& blas, int64_t rows, int64_t k, int64_t n, float beta, uint32_t seed,
+                  int64_t ldx_pad = 5) {
+  const int64_t ldx = k + ldx_pad;
   const int64_t ldy = n + 3;
   const auto x = round_to<T>(random_floats(size_t(std::max<int64_t>(rows, 1) * ldx), seed));
   const auto W = round_to<T>(random_floats(size_t(n * k), seed + 1));
@@ -60,6 +61,18 @@ TYPED_TEST(CudaGemm, LinearMatchesCpu) {
   }
   // A long reduction: TF32 (10-bit mantissa) would miss the fp32 tolerance by far.
   check_linear<TypeParam>(blas, 9, 1031, 130, 1.0f, 13);
+}
+
+// Decode shapes: 1..8 rows with k and ldx multiples of 8 take bf16's skinny (gemv) path; n not a
+// multiple of the 8 columns a block computes; 9 rows fall back to cuBLAS.
+TYPED_TEST(CudaGemm, LinearDecodeRowsMatchCpu) {
+  SPINDLE_REQUIRE_GPU();
+  Blas blas;
+  for (int64_t rows = 1; rows <= 9; ++rows) {
+    check_linear<TypeParam>(blas, rows, 1024, 1003, 0.0f, 21 + uint32_t(rows), /*ldx_pad=*/8);
+    check_linear<TypeParam>(blas, rows, 264, 77, 0.5f, 41 + uint32_t(rows), /*ldx_pad=*/0);
+  }
+  check_linear<TypeParam>(blas, 1, 3072, 4099, 1.0f, 61, /*ldx_pad=*/16);
 }
 
 template <class T>
