@@ -9,6 +9,9 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <set>
+#include <string>
+#include <utility>
 #include <thread>
 
 #include "commands.h"
@@ -128,18 +131,29 @@ void run_status(const RunArgs& a) {
     }
     return;
   }
+  // The policies of one step are stored one by one, so a poll can see some of a step's rows and
+  // not the others: each poll asks again from the newest step seen and prints only (step,
+  // policy) rows not printed yet; once the run has ended, one last poll from step 0 prints
+  // whatever is still missing.
+  std::set<std::pair<int64_t, std::string>> printed;
   int64_t since = 0;
-  for (;;) {
-    const protocol::RunStatusReply r = client->run_status(a.run_id, since);
+  auto print_new = [&](const protocol::RunStatusReply& r) {
     for (const auto& m : r.metrics) {
+      if (!printed.insert({m.step, m.policy}).second) continue;
       if (a.json) std::printf("%s\n", metric_json(m).dump().c_str());
       else print_metric_line(m);
-      since = std::max(since, m.step + 1);
+      since = std::max(since, m.step);
     }
     std::fflush(stdout);
+  };
+  for (;;) {
+    const protocol::RunStatusReply r = client->run_status(a.run_id, since);
+    print_new(r);
     if (finished(r.run.status)) {
-      if (a.json) std::printf("%s\n", run_json(r.run).dump().c_str());
-      else print_run_line(r.run);
+      const protocol::RunStatusReply last = client->run_status(a.run_id, 0);
+      print_new(last);
+      if (a.json) std::printf("%s\n", run_json(last.run).dump().c_str());
+      else print_run_line(last.run);
       return;
     }
     std::this_thread::sleep_for(std::chrono::seconds(1));
