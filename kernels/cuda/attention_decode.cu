@@ -1,16 +1,32 @@
 // Split-KV decode attention (flash-decoding): one query row per sequence over its paged context.
 //
 // Pass 1 (decode_partial_kernel), grid (sequence, query-head group, split): a block takes up to
-// kMaxHeadsPerBlock query heads that share one KV head and one chunk of kChunk keys, and writes
-// per (sequence, head, split) the chunk's max score m, Σ exp(s − m) and the unnormalised
-// Σ exp(s − m)·v. The heads of a block read each K/V row once per block (L1/L2 serve the rest).
+// kMaxHeadsPerBlock query heads that share one KV head and one split of `chunk` keys (32..256,
+// chosen on the host so that even one short sequence fills the GPU with blocks).
+//  - Scores: a key is handled by L = next_pow2(head_dim / 8) lanes, each holding 8 columns of the
+//    K row (one 16-byte load for bf16) and the same columns of every head's query in registers,
+//    so the heads of one GQA group reuse each K load; the dot products finish with L-lane
+//    shuffles. A warp scores 32 / L keys at a time.
+//  - Softmax over the split: a warp per head, probabilities kept in shared memory.
+//  - Σ p·v: a thread owns 8 columns of V and a slice of the split's keys (neighbouring threads
+//    read neighbouring columns of one V row); the slices are summed in shared memory.
+// The block writes per (sequence, head, split) the split's max score m, Σ exp(s − m) and the
+// unnormalised Σ exp(s − m)·v — or, when one split covers every sequence (max_ctx <= chunk), the
+// normalised output row directly and pass 2 is skipped.
 // Pass 2 (decode_combine_kernel), grid (sequence, head): rescales the splits to the global max
 // and divides by the global sum. Both passes skip sequences whose n_new is not 1.
 //
-// The partials live in a stream-ordered scratch allocation (cudaMallocAsync/cudaFreeAsync) of
-// n_seqs·n_heads·ceil(max_ctx / kChunk)·(head_dim + 2) floats.
+// Scratch for the partials (n_seqs·n_heads·splits·(head_dim + 2) floats) comes from a buffer per
+// (device, stream), grown on demand with stream-ordered allocations outside graph capture and
+// reused afterwards, so steady-state calls (and graph replays) allocate nothing. A buffer that a
+// captured graph may reference is never freed; a graph must be launched on the stream it was
+// captured on (or one ordered with it). During capture with a too-small buffer, or when the
+// table is full, the call falls back to a cudaMallocAsync/cudaFreeAsync pair of its own.
 
 #include <algorithm>
+#include <cstdint>
+#include <mutex>
+#include <vector>
 
 #include "attention_common.cuh"
 
@@ -19,7 +35,9 @@ namespace detail {
 namespace {
 
 constexpr int kThreads = 128;
-constexpr int kChunk = 256;  // keys per split
+constexpr int kMinChunk = 32;   // keys per split, a power of two in [kMinChunk, kMaxChunk]
+constexpr int kMaxChunk = 256;
+constexpr int64_t kTargetBlocks = 256;  // ~2 blocks per SM on an H100/H200
 constexpr int kMaxHeadsPerBlock = 8;
 
 struct DecodeShape {
@@ -28,51 +46,126 @@ struct DecodeShape {
   int heads_per_block;
   int max_ctx;
   int max_splits;
+  int chunk;
+  int lanes_per_key;  // next power of two >= head_dim / 8
+  bool vec_loads;     // cache.k and cache.v 16-byte aligned: K/V rows read as 8-element vectors
   float scale;
 };
 
+// x[0..8) = p[0..8) as fp32; p is 8-element aligned within an aligned base when vec.
+__device__ __forceinline__ void load8(const float* p, bool vec, float (&x)[8]) {
+  if (vec) {
+    const float4 a = *reinterpret_cast<const float4*>(p);
+    const float4 b = *reinterpret_cast<const float4*>(p + 4);
+    x[0] = a.x, x[1] = a.y, x[2] = a.z, x[3] = a.w;
+    x[4] = b.x, x[5] = b.y, x[6] = b.z, x[7] = b.w;
+  } else {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) x[i] = p[i];
+  }
+}
+__device__ __forceinline__ void load8(const bf16* p, bool vec, float (&x)[8]) {
+  if (vec) {
+    const uint4 u = *reinterpret_cast<const uint4*>(p);
+    const auto* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 f = __bfloat1622float2(h[i]);
+      x[2 * i] = f.x;
+      x[2 * i + 1] = f.y;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) x[i] = __bfloat162float(p[i]);
+  }
+}
+
+// Shared memory of one block, in floats: the V-slice partial sums (the query rows alias their
+// start before the PV pass), row offsets [chunk] int64, probabilities [hpb, chunk], (m, Σ) [hpb].
+__host__ __device__ inline int decode_red_floats(int hd, int hpb) {
+  return (kThreads / (hd / 8)) * hpb * hd;
+}
+__host__ __device__ inline int decode_smem_floats(int hd, int hpb, int chunk) {
+  return decode_red_floats(hd, hpb) + 2 * chunk + hpb * chunk + 2 * hpb;
+}
+
 template <class T>
-__global__ void decode_partial_kernel(const T* __restrict__ q, int64_t ld_q, DevicePagedKv<T> cache,
-                                      const DeviceAttnSeq* __restrict__ seqs,
-                                      const int32_t* __restrict__ block_tables, DecodeShape sh,
-                                      float* __restrict__ part_acc, float* __restrict__ part_ml) {
+__global__ void __launch_bounds__(kThreads)
+    decode_partial_kernel(const T* __restrict__ q, int64_t ld_q, DevicePagedKv<T> cache,
+                          const DeviceAttnSeq* __restrict__ seqs,
+                          const int32_t* __restrict__ block_tables, DecodeShape sh,
+                          float* __restrict__ part_acc, float* __restrict__ part_ml,
+                          T* __restrict__ out, int64_t ld_out) {
   extern __shared__ __align__(16) float smem[];
   const int s = blockIdx.x;
   const DeviceAttnSeq seq = seqs[s];
   if (seq.n_new != 1) return;
+  const int chunk = sh.chunk;
   const int64_t ctx = std::min<int64_t>(int64_t{seq.n_past} + 1, sh.max_ctx);
-  const int64_t j0 = int64_t{blockIdx.z} * kChunk;
+  const int64_t j0 = int64_t{blockIdx.z} * chunk;
   if (j0 >= ctx) return;
-  const int n_keys = static_cast<int>(std::min<int64_t>(kChunk, ctx - j0));
+  const int n_keys = static_cast<int>(std::min<int64_t>(chunk, ctx - j0));
   const int hd = static_cast<int>(cache.head_dim);
+  const int nvec = hd / 8;
   const int hpb = sh.heads_per_block;
   const int64_t h0 = int64_t{blockIdx.y} * hpb;
   const int64_t width = cache.n_kv_heads * hd;
   const int64_t kv_col = (h0 / sh.group) * hd;
   const int32_t* table = block_tables + seq.table_offset;
 
-  // Layout: row offsets [kChunk] int64, then queries [hpb, hd], then probabilities [hpb, kChunk].
-  auto* offs = reinterpret_cast<int64_t*>(smem);
-  float* qs = smem + 2 * kChunk;
-  float* sc = qs + hpb * hd;
-  const T* q_row = q + seq.row_begin * ld_q + h0 * hd;  // heads h0.. are contiguous
-  for (int e = threadIdx.x; e < hpb * hd; e += blockDim.x) qs[e] = sh.scale * to_f(q_row[e]);
-  for (int j = threadIdx.x; j < n_keys; j += blockDim.x)
-    offs[j] = paged_offset(table, j0 + j, cache.block_size, cache.n_blocks, width, kv_col);
-  __syncthreads();
+  float* red = smem;  // [n_slices, hpb, hd]; the queries [hpb, hd] alias it until the PV pass
+  float* qs = smem;
+  auto* offs = reinterpret_cast<int64_t*>(smem + decode_red_floats(hd, hpb));
+  float* sc = smem + decode_red_floats(hd, hpb) + 2 * chunk;
+  float* ml = sc + hpb * chunk;
 
-  // Scores: neighbouring threads take the heads of one key, so they read the same K row.
-  for (int e = threadIdx.x; e < n_keys * hpb; e += blockDim.x) {
-    const int j = e / hpb;
-    const int hh = e % hpb;
-    sc[hh * kChunk + j] = offs[j] < 0 ? 0.0f : dot_row(qs + hh * hd, cache.k + offs[j], hd);
-  }
+  const T* q_row = q + seq.row_begin * ld_q + h0 * hd;  // heads h0.. are contiguous
+  for (int e = threadIdx.x; e < hpb * hd; e += kThreads) qs[e] = sh.scale * to_f(q_row[e]);
+  for (int j = threadIdx.x; j < n_keys; j += kThreads)
+    offs[j] = paged_offset(table, j0 + j, cache.block_size, cache.n_blocks, width, kv_col);
   __syncthreads();
 
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  for (int hh = warp; hh < hpb; hh += blockDim.x / 32) {
-    float* row = sc + hh * kChunk;
+  constexpr int kWarps = kThreads / 32;
+
+  // Scores. Lanes [k·L, (k+1)·L) of a warp take one key; lane sub holds columns [8·sub, 8·sub+8).
+  {
+    const int L = sh.lanes_per_key;
+    const int sub = lane % L;
+    const int kslot = lane / L;
+    const int keys_per_warp = 32 / L;
+    const bool active = sub < nvec;
+    float qr[kMaxHeadsPerBlock][8];
+#pragma unroll
+    for (int hh = 0; hh < kMaxHeadsPerBlock; ++hh)
+#pragma unroll
+      for (int i = 0; i < 8; ++i)
+        qr[hh][i] = (hh < hpb && active) ? qs[hh * hd + sub * 8 + i] : 0.0f;
+    // Warp-uniform trip count: every lane reaches the shuffles. Unrolled so that several K
+    // loads are in flight at once.
+#pragma unroll 4
+    for (int jb = warp * keys_per_warp; jb < n_keys; jb += kWarps * keys_per_warp) {
+      const int j = jb + kslot;
+      const int64_t off = j < n_keys ? offs[j] : -1;
+      float kr[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      if (active && off >= 0) load8(cache.k + off + sub * 8, sh.vec_loads, kr);
+#pragma unroll
+      for (int hh = 0; hh < kMaxHeadsPerBlock; ++hh) {
+        if (hh >= hpb) break;
+        float d = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) d = fmaf(qr[hh][i], kr[i], d);
+        for (int o = L / 2; o > 0; o >>= 1) d += __shfl_xor_sync(kFullMask, d, o);
+        // A key outside the cache scores 0 (and its value reads as zeros below).
+        if (sub == 0 && j < n_keys) sc[hh * chunk + j] = d;
+      }
+    }
+  }
+  __syncthreads();
+
+  for (int hh = warp; hh < hpb; hh += kWarps) {
+    float* row = sc + hh * chunk;
     float m = -INFINITY;
     for (int j = lane; j < n_keys; j += 32) m = fmaxf(m, row[j]);
     m = warp_max(m);
@@ -84,23 +177,62 @@ __global__ void decode_partial_kernel(const T* __restrict__ q, int64_t ld_q, Dev
     }
     sum = warp_sum(sum);
     if (lane == 0) {
-      const int64_t idx = (int64_t{s} * sh.n_heads + h0 + hh) * sh.max_splits + blockIdx.z;
-      part_ml[2 * idx] = m;
-      part_ml[2 * idx + 1] = sum;
+      ml[2 * hh] = m;
+      ml[2 * hh + 1] = sum;
+      if (part_ml != nullptr) {
+        const int64_t idx = (int64_t{s} * sh.n_heads + h0 + hh) * sh.max_splits + blockIdx.z;
+        part_ml[2 * idx] = m;
+        part_ml[2 * idx + 1] = sum;
+      }
     }
   }
   __syncthreads();
 
-  // Σ_j p_j·v_j: neighbouring threads take neighbouring columns of one V row.
-  for (int e = threadIdx.x; e < hpb * hd; e += blockDim.x) {
-    const int hh = e / hd;
-    const int d = e % hd;
-    const float* p = sc + hh * kChunk;
-    float acc = 0.0f;
-    for (int j = 0; j < n_keys; ++j)
-      if (offs[j] >= 0) acc = fmaf(p[j], to_f(cache.v[offs[j] + d]), acc);
-    const int64_t idx = (int64_t{s} * sh.n_heads + h0 + hh) * sh.max_splits + blockIdx.z;
-    part_acc[idx * hd + d] = acc;
+  // Σ_j p_j·v_j. Thread (slice, c) owns columns [8c, 8c+8) over keys slice, slice + n_slices, ...
+  {
+    const int c = threadIdx.x % nvec;
+    const int slice = threadIdx.x / nvec;
+    const int n_slices = kThreads / nvec;
+    if (slice < n_slices) {
+      float acc[kMaxHeadsPerBlock][8];
+#pragma unroll
+      for (int hh = 0; hh < kMaxHeadsPerBlock; ++hh)
+#pragma unroll
+        for (int i = 0; i < 8; ++i) acc[hh][i] = 0.0f;
+#pragma unroll 2
+      for (int j = slice; j < n_keys; j += n_slices) {
+        const int64_t off = offs[j];
+        if (off < 0) continue;
+        float vr[8];
+        load8(cache.v + off + c * 8, sh.vec_loads, vr);
+#pragma unroll
+        for (int hh = 0; hh < kMaxHeadsPerBlock; ++hh) {
+          if (hh >= hpb) break;
+          const float p = sc[hh * chunk + j];
+#pragma unroll
+          for (int i = 0; i < 8; ++i) acc[hh][i] = fmaf(p, vr[i], acc[hh][i]);
+        }
+      }
+#pragma unroll
+      for (int hh = 0; hh < kMaxHeadsPerBlock; ++hh) {
+        if (hh >= hpb) break;
+        auto* dst = reinterpret_cast<float4*>(red + (slice * hpb + hh) * hd + c * 8);
+        dst[0] = make_float4(acc[hh][0], acc[hh][1], acc[hh][2], acc[hh][3]);
+        dst[1] = make_float4(acc[hh][4], acc[hh][5], acc[hh][6], acc[hh][7]);
+      }
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < hpb * hd; e += kThreads) {
+      float total = 0.0f;
+      for (int sl = 0; sl < n_slices; ++sl) total += red[sl * hpb * hd + e];
+      const int hh = e / hd;
+      if (part_acc != nullptr) {
+        const int64_t idx = (int64_t{s} * sh.n_heads + h0 + hh) * sh.max_splits + blockIdx.z;
+        part_acc[idx * hd + e % hd] = total;
+      } else {
+        out[seq.row_begin * ld_out + h0 * hd + e] = from_f<T>(total / ml[2 * hh + 1]);
+      }
+    }
   }
 }
 
@@ -114,7 +246,7 @@ __global__ void decode_combine_kernel(T* __restrict__ out, int64_t ld_out,
   const DeviceAttnSeq seq = seqs[s];
   if (seq.n_new != 1) return;
   const int64_t ctx = std::min<int64_t>(int64_t{seq.n_past} + 1, sh.max_ctx);
-  const int n_splits = static_cast<int>((ctx + kChunk - 1) / kChunk);
+  const int n_splits = static_cast<int>((ctx + sh.chunk - 1) / sh.chunk);
   const int64_t base = (int64_t{s} * sh.n_heads + h) * sh.max_splits;
   float m = -INFINITY;
   for (int p = 0; p < n_splits; ++p) m = fmaxf(m, part_ml[2 * (base + p)]);
@@ -131,6 +263,74 @@ __global__ void decode_combine_kernel(T* __restrict__ out, int64_t ld_out,
   }
 }
 
+// ---- Scratch: one growing buffer per (device, stream) -------------------------------------
+
+struct ScratchEntry {
+  int device;
+  cudaStream_t stream;
+  void* ptr;
+  size_t bytes;
+  bool captured;  // handed out during a graph capture: a graph may reference it forever
+};
+
+constexpr size_t kMaxScratchEntries = 64;
+
+std::mutex& scratch_mutex() {
+  static std::mutex mu;
+  return mu;
+}
+// Never destroyed (the buffers outlive static destruction order; captured ones are never freed).
+std::vector<ScratchEntry>& scratch_entries() {
+  static auto* entries = new std::vector<ScratchEntry>();
+  return *entries;
+}
+std::vector<void*>& retired_scratch() {
+  static auto* retired = new std::vector<void*>();
+  return *retired;
+}
+
+// A buffer of at least `bytes` usable in `stream` order, or nullptr when the caller must
+// allocate its own (capturing with a too-small buffer, allocation failure, table full).
+void* acquire_scratch(cudaStream_t stream, size_t bytes) {
+  cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+  int device = 0;
+  if (cudaStreamIsCapturing(stream, &cap) != cudaSuccess || cudaGetDevice(&device) != cudaSuccess) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  const bool capturing = cap != cudaStreamCaptureStatusNone;
+  std::lock_guard<std::mutex> lock(scratch_mutex());
+  std::vector<ScratchEntry>& entries = scratch_entries();
+  auto it = std::find_if(entries.begin(), entries.end(), [&](const ScratchEntry& e) {
+    return e.device == device && e.stream == stream;
+  });
+  if (it != entries.end() && it->bytes >= bytes) {
+    it->captured = it->captured || capturing;
+    return it->ptr;
+  }
+  if (capturing) return nullptr;  // no allocation outside the graph while capturing
+  if (it == entries.end()) {
+    if (entries.size() >= kMaxScratchEntries) return nullptr;
+    entries.push_back({device, stream, nullptr, 0, false});
+    it = entries.end() - 1;
+  }
+  const size_t want = std::max(bytes, 2 * it->bytes);
+  void* p = nullptr;
+  if (cudaMallocAsync(&p, want, stream) != cudaSuccess) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  if (it->ptr != nullptr) {
+    if (it->captured) {
+      retired_scratch().push_back(it->ptr);
+    } else if (cudaFreeAsync(it->ptr, stream) != cudaSuccess) {  // after its uses on `stream`
+      cudaGetLastError();
+    }
+  }
+  *it = {device, stream, p, want, false};
+  return p;
+}
+
 }  // namespace
 
 template <class T>
@@ -140,30 +340,52 @@ void launch_decode(const T* q, int64_t ld_q, T* out, int64_t ld_out, int64_t n_h
   const int64_t group = n_heads / cache.n_kv_heads;
   int hpb = static_cast<int>(std::min<int64_t>(group, kMaxHeadsPerBlock));
   while (group % hpb != 0) --hpb;  // blocks never straddle two KV heads
-  const int max_splits = (max_ctx + kChunk - 1) / kChunk;
+  const int64_t head_blocks = n_heads / hpb;
+  // The largest split that still gives about kTargetBlocks blocks.
+  int chunk = kMaxChunk;
+  while (chunk > kMinChunk &&
+         int64_t{n_seqs} * head_blocks * ((int64_t{max_ctx} + chunk - 1) / chunk) < kTargetBlocks)
+    chunk /= 2;
+  const int64_t max_splits = (int64_t{max_ctx} + chunk - 1) / chunk;
   SPINDLE_KERNEL_REQUIRE(max_splits <= 65535, "attention_decode", "max_ctx too large (grid)");
-  const DecodeShape sh{n_heads, group, hpb, max_ctx, max_splits, scale};
   const int hd = static_cast<int>(cache.head_dim);
+  int lanes = 1;
+  while (lanes < hd / 8) lanes *= 2;
+  const bool vec = (reinterpret_cast<uintptr_t>(cache.k) | reinterpret_cast<uintptr_t>(cache.v)) %
+                       16 ==
+                   0;
+  const DecodeShape sh{n_heads, group, hpb, max_ctx, static_cast<int>(max_splits), chunk, lanes,
+                       vec, scale};
+  const bool direct = max_splits == 1;
   const size_t n_parts = static_cast<size_t>(n_seqs) * n_heads * max_splits;
+  const size_t scratch_bytes = direct ? 0 : n_parts * (hd + 2) * sizeof(float);
 
   float* scratch = nullptr;
-  check(cudaMallocAsync(reinterpret_cast<void**>(&scratch), n_parts * (hd + 2) * sizeof(float),
-                        stream),
-        "cudaMallocAsync (attention_decode scratch)");
-  float* part_acc = scratch;
-  float* part_ml = scratch + n_parts * hd;
-  const size_t smem = sizeof(float) * (2 * kChunk + hpb * (hd + kChunk));
-  decode_partial_kernel<T>
-      <<<dim3(n_seqs, static_cast<unsigned>(n_heads / hpb), max_splits), kThreads, smem, stream>>>(
-          q, ld_q, cache, seqs, block_tables, sh, part_acc, part_ml);
+  bool own_scratch = false;
+  if (!direct) {
+    scratch = static_cast<float*>(acquire_scratch(stream, scratch_bytes));
+    if (scratch == nullptr) {
+      check(cudaMallocAsync(reinterpret_cast<void**>(&scratch), scratch_bytes, stream),
+            "cudaMallocAsync (attention_decode scratch)");
+      own_scratch = true;
+    }
+  }
+  float* part_acc = direct ? nullptr : scratch;
+  float* part_ml = direct ? nullptr : scratch + n_parts * hd;
+  const size_t smem = sizeof(float) * decode_smem_floats(hd, hpb, chunk);
+  decode_partial_kernel<T><<<dim3(n_seqs, static_cast<unsigned>(head_blocks),
+                                  static_cast<unsigned>(max_splits)),
+                             kThreads, smem, stream>>>(q, ld_q, cache, seqs, block_tables, sh,
+                                                       part_acc, part_ml, out, ld_out);
   const cudaError_t launch1 = cudaGetLastError();
-  if (launch1 == cudaSuccess) {
+  cudaError_t launch2 = cudaSuccess;
+  if (launch1 == cudaSuccess && !direct) {
     decode_combine_kernel<T><<<dim3(n_seqs, static_cast<unsigned>(n_heads)), 64, 0, stream>>>(
         out, ld_out, seqs, hd, sh, part_acc, part_ml);
+    launch2 = cudaGetLastError();
   }
-  const cudaError_t launch2 = cudaGetLastError();
   // Free in stream order whatever happened, then report the first launch error.
-  cudaFreeAsync(scratch, stream);
+  if (own_scratch) cudaFreeAsync(scratch, stream);
   check(launch1, "attention_decode (partial kernel)");
   check(launch2, "attention_decode (combine kernel)");
 }

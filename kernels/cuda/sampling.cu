@@ -1,19 +1,22 @@
-// Token sampling on the GPU (sampling.h). One thread block per row; each thread owns one
-// contiguous chunk of the vocabulary, so "index order" is thread order then chunk order, and a
-// block-wide exclusive scan gives every thread its position in it.
+// Token sampling on the GPU (sampling.h). One thread block per row. Thread t of the B-thread
+// block owns the elements j = t, t + B, t + 2B, ... (coalesced loads, kUnroll in flight per
+// thread); "thread order" below is thread t's elements in increasing j, threads in order.
 //
 // Per row:
-//   1. max and argmax (first index on ties) and Σ e^(x−max): the raw logprob; temperature 0
-//      (or not > 0) stops here with the argmax.
+//   1. max and argmax (first index on ties) and the online Σ e^(x−max): the raw logprob;
+//      temperature 0 (or not > 0) stops here with the argmax.
 //   2. Tempered weights e^((x−max)/T) as fixed-point integers (2^40 = weight 1), so every mass
 //      sum is an exact, order-independent integer: the result depends only on the row's logits
 //      and (seed, counter), never on thread timing or on the other rows of the batch.
 //   3. Candidates in the order (logit desc, index asc) are cut by a radix select on the
 //      monotone uint32 key of the logit (four 8-bit passes over a shared histogram of counts or
-//      masses): top-k keeps the first k, top-p then keeps the shortest prefix of those whose mass
-//      reaches top_p·total (at least one token). Ties at a cut are taken lowest index first.
+//      masses, updated once per warp and bin): top-k keeps the first k, top-p then keeps the
+//      shortest prefix of those whose mass reaches top_p·total (at least one token). Ties at a
+//      cut are taken lowest index first (a second radix select over the tied indices, only
+//      when a cut splits a run of equal logits), so a cut is stateless: (key, last index).
 //   4. One 64-bit draw from Philox (curand_init(seed, 0, 4·counter)) picks r in [0, total) and
-//      the candidate whose cumulative mass (in index order) first exceeds r.
+//      the candidate whose cumulative mass in thread order first exceeds r (a fixed permutation
+//      of index order for a given vocab).
 // Weights below 2^-41 round to zero and are never drawn (a probability below ~1e-12).
 // NaN logits give an unspecified token.
 
@@ -27,12 +30,15 @@ namespace spindle::kernels::cuda {
 namespace {
 
 using detail::block_exclusive_scan;
-using detail::block_reduce;
-using detail::block_sum;
+using detail::block_max_sum;
+using detail::MaxSum;
+using detail::online_add;
 using detail::to_f32;
 using u64 = unsigned long long;
 
-constexpr int kThreads = 512;
+constexpr int kThreads = 1024;
+constexpr int kUnroll = 8;  // loads in flight per thread
+constexpr unsigned kFull = 0xffffffffu;
 constexpr float kMassScale = 1099511627776.0f;  // 2^40: fixed-point weight of the row's max
 
 // Monotone map float -> uint32 (larger float, larger key); -0 and +0 share one key.
@@ -45,100 +51,150 @@ __device__ __forceinline__ float key_value(uint32_t k) {
   return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
 }
 
-// Fixed-point tempered weight of logit x (x <= mx, so the weight is <= 1).
+struct Row {
+  float mx;
+  float temperature;
+};
+
+// Fixed-point tempered weight of logit x (x <= mx, so the weight is <= 2^40 < 2^41).
 __device__ __forceinline__ u64 mass_of(float x, float mx, float temperature) {
   if (x == 0.0f) x = 0.0f;
   const float w = expf((x - mx) / temperature);
   return w > 0.0f ? __float2ull_rn(w * kMassScale) : 0ull;
 }
 
-// Elements with key > key pass, and the first `ties` elements (index order) with key == key.
+// Elements with key > key pass, and those with key == key and index <= last.
 struct Cut {
   bool active = false;  // false: every element passes
   uint32_t key = 0;
-  u64 ties = 0;
-};
-
-// Walks one thread's chunk in index order; `rank` counts the elements with key == cut.key seen
-// so far, starting from the thread's exclusive prefix (tie_base).
-struct CutIter {
-  Cut cut;
-  u64 rank;
-  __device__ bool pass(uint32_t k) {
-    if (!cut.active || k > cut.key) return true;
-    if (k == cut.key) return rank++ < cut.ties;
-    return false;
+  int64_t last = INT64_MAX;
+  __device__ bool pass(uint32_t k, int64_t j) const {
+    return !active || k > key || (k == key && j <= last);
   }
 };
 
-struct Row {
-  int64_t begin;  // this thread's chunk [begin, end)
-  int64_t end;
-  float mx;
-  float temperature;
+// Calls f(j, valid, x) for this thread's elements in thread order. Every lane of every warp makes
+// the same calls (valid is false past the vocabulary), so f may use full-warp intrinsics.
+template <class T, class F>
+__device__ __forceinline__ void for_each(const T* xr, int64_t vocab, F&& f) {
+  const int64_t step = static_cast<int64_t>(blockDim.x);
+  for (int64_t base = threadIdx.x; base - threadIdx.x < vocab; base += kUnroll * step) {
+    float xs[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t j = base + u * step;
+      xs[u] = j < vocab ? to_f32(xr[j]) : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t j = base + u * step;
+      f(j, j < vocab, xs[u]);
+    }
+  }
+}
+
+// hist[bin] += value over the lanes with `has`, one shared atomic per (warp, bin). Called by
+// every lane of the warp. Masses are < 2^41, so the 24-bit halves of 32 lanes fit 32 bits.
+template <bool kMass>
+__device__ __forceinline__ void hist_add(u64* hist, bool has, uint32_t bin, u64 value) {
+  const unsigned active = __ballot_sync(kFull, has);
+  if (active == 0) return;
+  // Common case first: every participating lane has the same bin (no match needed).
+  const uint32_t lead_bin = __shfl_sync(kFull, bin, __ffs(active) - 1);
+  const unsigned same = __ballot_sync(kFull, has && bin == lead_bin);
+  const unsigned group =
+      same == active ? active : __match_any_sync(kFull, has ? bin : 0xffffffffu);
+  if (!has) return;
+  u64 add;
+  if (kMass) {
+    const unsigned lo = __reduce_add_sync(group, static_cast<unsigned>(value & 0xffffffull));
+    const unsigned hi = __reduce_add_sync(group, static_cast<unsigned>(value >> 24));
+    add = (static_cast<u64>(hi) << 24) + lo;
+  } else {
+    add = static_cast<u64>(__popc(group));
+  }
+  if ((threadIdx.x & 31) == static_cast<unsigned>(__ffs(group) - 1)) atomicAdd(&hist[bin], add);
+}
+
+struct Selected {
+  uint32_t key;  // the key at which the cumulative measure first reaches target
+  u64 above;     // measure of the selected elements with a larger key
+  u64 at;        // measure of the selected elements with exactly this key
+  u64 target;
 };
 
-template <class T>
-__device__ uint32_t key_at(const T* xr, int64_t j) {
-  return order_key(to_f32(xr[j]));
-}
-
-// This thread's number of elements before its chunk whose key equals cut.key.
-template <class T>
-__device__ u64 tie_base(const T* xr, const Row& row, const Cut& cut) {
-  u64 n = 0;
-  if (cut.active) {
-    for (int64_t j = row.begin; j < row.end; ++j) n += key_at(xr, j) == cut.key ? 1 : 0;
-  }
-  u64 total = 0;
-  return block_exclusive_scan(n, total);
-}
-
-// The cut among the elements that pass `within` (order: key desc, index asc) whose prefix is
-// the shortest with measure >= target, the measure being the count (kMass false) or the
-// fixed-point mass. Requires 1 <= target <= the measure of all elements passing `within`.
-template <bool kMass, class T>
-__device__ Cut radix_cut(const T* xr, const Row& row, const Cut& within, u64 within_base,
-                         u64 target) {
+// Radix select (four 8-bit passes) among the elements with sel(j, x, k) (k = order_key(x)), in
+// the order key_of(j, k) desc, of the shortest prefix whose measure reaches target; measure is
+// the count (kMass false) or mass_of. target 0: ceil(top_p · total measure), at least 1.
+// Requires target <= the total measure.
+template <bool kMass, class T, class Sel, class KeyOf>
+__device__ Selected radix_select(const T* xr, int64_t vocab, const Row& row, Sel sel,
+                                 KeyOf key_of, u64 target, float top_p) {
   __shared__ u64 hist[256];
-  __shared__ uint32_t s_prefix;
-  __shared__ u64 s_above;
+  __shared__ Selected s_sel;
   uint32_t prefix = 0;
-  u64 above = 0;  // measure of the passing elements with a key above the prefix's range
+  u64 above = 0;
   for (int shift = 24; shift >= 0; shift -= 8) {
     for (int b = threadIdx.x; b < 256; b += blockDim.x) hist[b] = 0;
     __syncthreads();
     const uint32_t hi_mask = shift == 24 ? 0u : (0xffffffffu << (shift + 8));
-    CutIter it{within, within_base};
-    for (int64_t j = row.begin; j < row.end; ++j) {
-      const float x = to_f32(xr[j]);
+    for_each(xr, vocab, [&](int64_t j, bool valid, float x) {
       const uint32_t k = order_key(x);
-      if (!it.pass(k) || (k & hi_mask) != (prefix & hi_mask)) continue;
-      atomicAdd(&hist[(k >> shift) & 255u], kMass ? mass_of(x, row.mx, row.temperature) : 1ull);
-    }
+      const uint32_t key = key_of(j, k);
+      const bool has = valid && sel(j, k) && (key & hi_mask) == (prefix & hi_mask);
+      hist_add<kMass>(hist, has, (key >> shift) & 255u,
+                      kMass && has ? mass_of(x, row.mx, row.temperature) : 1ull);
+    });
     __syncthreads();
     if (threadIdx.x == 0) {
+      if (target == 0) {  // first pass of a top-p select: every selected element is counted
+        u64 total = 0;
+        for (int b = 0; b < 256; ++b) total += hist[b];
+        const double want = ceil(static_cast<double>(top_p) * static_cast<double>(total));
+        target = want >= static_cast<double>(total) ? total : static_cast<u64>(want);
+        if (target < 1) target = 1;
+      }
       int b = 255;
       for (; b > 0; --b) {
         if (above + hist[b] >= target) break;
         above += hist[b];
       }
-      s_prefix = prefix | (uint32_t(b) << shift);
-      s_above = above;
+      s_sel = Selected{prefix | (uint32_t(b) << shift), above, hist[b], target};
     }
     __syncthreads();
-    prefix = s_prefix;
-    above = s_above;
+    prefix = s_sel.key;
+    above = s_sel.above;
+    target = s_sel.target;
   }
+  const Selected out = s_sel;
+  __syncthreads();  // s_sel and hist are rewritten by the next call
+  return out;
+}
+
+// The cut among the elements passing `within` (order: logit desc, index asc) whose prefix is the
+// shortest with measure >= target (count or mass; target 0: from top_p, see radix_select).
+template <bool kMass, class T>
+__device__ Cut radix_cut(const T* xr, int64_t vocab, const Row& row, const Cut& within,
+                         u64 target, float top_p) {
+  const Selected s = radix_select<kMass>(
+      xr, vocab, row, [&](int64_t j, uint32_t k) { return within.pass(k, j); },
+      [](int64_t, uint32_t k) { return k; }, target, top_p);
   Cut cut;
   cut.active = true;
-  cut.key = prefix;
-  const u64 rem = target - above;  // > 0, carried by elements whose key is exactly `prefix`
+  cut.key = s.key;
+  const u64 rem = s.target - s.above;  // > 0, carried by elements whose key is exactly s.key
+  u64 need = rem;                      // tied elements needed, lowest index first
+  u64 tied = s.at;                     // tied elements available
   if (kMass) {
-    const u64 m = mass_of(key_value(prefix), row.mx, row.temperature);
-    cut.ties = m == 0 ? ~0ull : (rem + m - 1) / m;
-  } else {
-    cut.ties = rem;
+    const u64 m = mass_of(key_value(s.key), row.mx, row.temperature);
+    need = m == 0 ? ~0ull : (rem + m - 1) / m;
+    tied = m == 0 ? 0ull : s.at / m;
+  }
+  if (need < tied) {  // the cut splits a run of equal logits: select the need-th lowest index
+    const Selected t = radix_select<false>(
+        xr, vocab, row, [&](int64_t j, uint32_t k) { return k == s.key && within.pass(k, j); },
+        [](int64_t j, uint32_t) { return ~static_cast<uint32_t>(j); }, need, 1.0f);
+    cut.last = static_cast<int64_t>(~t.key);
   }
   return cut;
 }
@@ -155,8 +211,8 @@ struct ArgMaxOp {
 
 __device__ __forceinline__ ValIdx shfl_xor(ValIdx v, int off) {
   return ValIdx{
-      __shfl_xor_sync(0xffffffffu, v.v, off),
-      static_cast<int64_t>(__shfl_xor_sync(0xffffffffu, static_cast<long long>(v.i), off))};
+      __shfl_xor_sync(kFull, v.v, off),
+      static_cast<int64_t>(__shfl_xor_sync(kFull, static_cast<long long>(v.i), off))};
 }
 
 __device__ ValIdx block_argmax(ValIdx v) {
@@ -179,106 +235,99 @@ __device__ ValIdx block_argmax(ValIdx v) {
   return out;
 }
 
+// The candidate (passing cut_k and cut_p) whose cumulative mass in thread order first exceeds
+// the row's draw; `fallback` when the candidate mass is 0 (NaN logits only).
+template <class T>
+__device__ int64_t draw_token(const T* xr, int64_t vocab, const Row& row, const Cut& cut_k,
+                              const Cut& cut_p, const RowSampling& p, int64_t fallback) {
+  __shared__ u64 s_draw;
+  __shared__ u64 s_owner_before;
+  __shared__ int s_owner;
+  __shared__ int64_t s_token;
+  const auto mass = [&](int64_t j, float x) {
+    const uint32_t k = order_key(x);
+    return cut_k.pass(k, j) && cut_p.pass(k, j) ? mass_of(x, row.mx, row.temperature) : 0ull;
+  };
+  u64 local = 0;
+  for_each(xr, vocab, [&](int64_t j, bool valid, float x) {
+    if (valid) local += mass(j, x);
+  });
+  u64 total = 0;
+  const u64 before = block_exclusive_scan(local, total);
+  if (threadIdx.x == 0) {
+    curandStatePhilox4_32_10_t state;
+    curand_init(p.seed, /*subsequence=*/0, /*offset=*/p.counter * 4, &state);
+    const uint4 bits = curand4(&state);
+    const u64 u = (static_cast<u64>(bits.x) << 32) | bits.y;
+    s_draw = __umul64hi(u, total);  // uniform in [0, total)
+    s_owner = -1;
+    s_token = fallback;
+  }
+  __syncthreads();
+  const u64 draw = s_draw;
+  if (draw >= before && draw < before + local) {
+    s_owner = static_cast<int>(threadIdx.x);
+    s_owner_before = before;
+  }
+  __syncthreads();
+  const int owner = s_owner;
+  if (owner >= 0) {
+    // The owner's elements j = owner + i·B, one per thread (i = chunk + threadIdx.x), scanned in
+    // i order: the whole block walks the owner's sequence instead of the owner alone.
+    const int64_t step = static_cast<int64_t>(blockDim.x);
+    u64 acc = s_owner_before;
+    for (int64_t chunk = 0; owner + chunk * step < vocab; chunk += step) {
+      const int64_t j = owner + (chunk + threadIdx.x) * step;
+      const u64 m = j < vocab ? mass(j, to_f32(xr[j])) : 0ull;
+      u64 chunk_total = 0;
+      const u64 pre = acc + block_exclusive_scan(m, chunk_total);
+      if (m > 0 && draw >= pre && draw < pre + m) s_token = j;
+      acc += chunk_total;
+    }
+  }
+  __syncthreads();
+  const int64_t token = s_token;
+  __syncthreads();  // the shared draw state is rewritten for the next row
+  return token;
+}
+
 template <class T>
 __global__ void __launch_bounds__(kThreads)
     sample_kernel(const T* logits, int64_t ld, int64_t rows, int64_t vocab,
                   const RowSampling* params, int32_t* tokens, float* logprobs) {
-  __shared__ u64 s_draw;
-  __shared__ int64_t s_token;
-  const int64_t chunk = (vocab + blockDim.x - 1) / blockDim.x;
-  Row row;
-  row.begin = threadIdx.x * chunk < vocab ? threadIdx.x * chunk : vocab;
-  row.end = row.begin + chunk < vocab ? row.begin + chunk : vocab;
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const T* xr = logits + r * ld;
     const RowSampling p = params[r];
 
-    // 1. max / argmax and the raw log-softmax normaliser.
+    // 1. max / argmax and the raw log-softmax normaliser, in one pass.
     ValIdx best{-INFINITY, vocab};
-    for (int64_t j = row.begin; j < row.end; ++j) {
-      const float x = to_f32(xr[j]);
+    MaxSum ms{-INFINITY, 0.0f};
+    for_each(xr, vocab, [&](int64_t j, bool valid, float x) {
+      if (!valid) return;
       if (x > best.v || best.i == vocab) best = ValIdx{x, j};
-    }
+      online_add(ms, x);
+    });
     best = block_argmax(best);
-    row.mx = best.v;
-    float sum = 0.0f;
-    for (int64_t j = row.begin; j < row.end; ++j) sum += expf(to_f32(xr[j]) - row.mx);
-    sum = block_sum(sum);
+    ms = block_max_sum(ms);
 
     int64_t token = best.i;
     if (p.temperature > 0.0f) {
+      Row row;
+      row.mx = best.v;
       row.temperature = p.temperature;
       // 3. top-k, then top-p within it.
       Cut cut_k;
       if (p.top_k > 0 && p.top_k < vocab) {
-        cut_k = radix_cut<false>(xr, row, Cut{}, 0, static_cast<u64>(p.top_k));
+        cut_k = radix_cut<false>(xr, vocab, row, Cut{}, static_cast<u64>(p.top_k), 1.0f);
       }
-      const u64 base_k = tie_base(xr, row, cut_k);
       Cut cut_p;
-      if (p.top_p < 1.0f) {
-        u64 local = 0;
-        CutIter it{cut_k, base_k};
-        for (int64_t j = row.begin; j < row.end; ++j) {
-          const float x = to_f32(xr[j]);
-          if (it.pass(order_key(x))) local += mass_of(x, row.mx, row.temperature);
-        }
-        const u64 total = block_sum(local);
-        const double want = ceil(static_cast<double>(p.top_p) * static_cast<double>(total));
-        u64 target = want >= static_cast<double>(total) ? total : static_cast<u64>(want);
-        if (target < 1) target = 1;
-        cut_p = radix_cut<true>(xr, row, cut_k, base_k, target);
-      }
-      const u64 base_p = tie_base(xr, row, cut_p);
-
-      // 4. The draw: cumulative candidate mass in index order.
-      u64 local = 0;
-      {
-        CutIter ik{cut_k, base_k};
-        CutIter ip{cut_p, base_p};
-        for (int64_t j = row.begin; j < row.end; ++j) {
-          const float x = to_f32(xr[j]);
-          const uint32_t k = order_key(x);
-          const bool a = ik.pass(k);
-          const bool b = ip.pass(k);
-          if (a && b) local += mass_of(x, row.mx, row.temperature);
-        }
-      }
-      u64 total = 0;
-      const u64 before = block_exclusive_scan(local, total);
-      if (threadIdx.x == 0) {
-        curandStatePhilox4_32_10_t state;
-        curand_init(p.seed, /*subsequence=*/0, /*offset=*/p.counter * 4, &state);
-        const uint4 bits = curand4(&state);
-        const u64 u = (static_cast<u64>(bits.x) << 32) | bits.y;
-        s_draw = __umul64hi(u, total);  // uniform in [0, total)
-        s_token = best.i;               // fallback: total == 0 cannot happen (max has 2^40)
-      }
-      __syncthreads();
-      const u64 draw = s_draw;
-      if (draw >= before && draw < before + local) {
-        CutIter ik{cut_k, base_k};
-        CutIter ip{cut_p, base_p};
-        u64 acc = before;
-        for (int64_t j = row.begin; j < row.end; ++j) {
-          const float x = to_f32(xr[j]);
-          const uint32_t k = order_key(x);
-          const bool a = ik.pass(k);
-          const bool b = ip.pass(k);
-          if (!(a && b)) continue;
-          acc += mass_of(x, row.mx, row.temperature);
-          if (draw < acc) {
-            s_token = j;
-            break;
-          }
-        }
-      }
-      __syncthreads();
-      token = s_token;
-      __syncthreads();  // s_token / s_draw are rewritten for the next row
+      if (p.top_p < 1.0f) cut_p = radix_cut<true>(xr, vocab, row, cut_k, 0, p.top_p);
+      // 4. The draw.
+      token = draw_token(xr, vocab, row, cut_k, cut_p, p, best.i);
     }
     if (threadIdx.x == 0) {
       tokens[r] = static_cast<int32_t>(token);
-      logprobs[r] = (to_f32(xr[token]) - row.mx) - logf(sum);
+      logprobs[r] = (to_f32(xr[token]) - ms.m) - logf(ms.s);
     }
   }
 }

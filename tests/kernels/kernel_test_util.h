@@ -6,22 +6,15 @@
 
 #include <cmath>
 #include <cstdint>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "spindle/kernels/cpu_features.h"
+#include "test_random.h"
 
 namespace spindle::kernels::test {
 
-inline std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0f,
-                                        float hi = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
+using ::spindle::test::random_floats;
 
 // |actual - expected| <= abs_tol + rel_tol·|expected|, with a message naming the index.
 inline ::testing::AssertionResult all_close(const float* actual, const double* expected, size_t n,

@@ -12,6 +12,34 @@ const char* stop_reason_name(StopReason reason) {
   return reason == StopReason::stop ? "stop" : "length";
 }
 
+PrefillChunk next_prefill_chunk(const std::vector<GenerationRequest>& requests, size_t& next,
+                                int64_t max_batch_tokens, const std::function<SeqId()>& create_seq,
+                                std::vector<SeqId>& prompt_seqs) {
+  std::vector<BatchSequence> batch;
+  std::vector<size_t> which;
+  int64_t tokens = 0;
+  while (next < requests.size() &&
+         (batch.empty() || tokens + int64_t(requests[next].prompt.size()) <= max_batch_tokens)) {
+    const auto& r = requests[next];
+    const SeqId seq = create_seq();
+    prompt_seqs.push_back(seq);
+    batch.push_back({seq, r.prompt, r.slot});
+    which.push_back(next);
+    tokens += int64_t(r.prompt.size());
+    ++next;
+  }
+  std::vector<size_t> order(batch.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return batch[a].slot < batch[b].slot; });
+  PrefillChunk chunk;
+  for (size_t o : order) {
+    chunk.batch.push_back(batch[o]);
+    chunk.requests.push_back(which[o]);
+  }
+  return chunk;
+}
+
 struct Generator::Live {
   size_t request = 0;
   int32_t sample = 0;
@@ -66,30 +94,12 @@ void Generator::run(const std::vector<GenerationRequest>& requests,
   // Prefill prompts in chunks of whole requests under the token budget.
   size_t next = 0;
   while (next < requests.size()) {
-    std::vector<BatchSequence> batch;
-    std::vector<size_t> which;
-    int64_t tokens = 0;
-    while (next < requests.size() &&
-           (batch.empty() ||
-            tokens + int64_t(requests[next].prompt.size()) <= options_.max_batch_tokens)) {
-      const auto& r = requests[next];
-      const SeqId seq = cache_.create();
-      prompt_seqs.push_back(seq);
-      batch.push_back({seq, r.prompt, r.slot});
-      which.push_back(next);
-      tokens += int64_t(r.prompt.size());
-      ++next;
-    }
-    // Group by slot so SGMV segments are long; logits rows follow the batch order.
-    std::vector<size_t> order(batch.size());
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(),
-                     [&](size_t a, size_t b) { return batch[a].slot < batch[b].slot; });
-    std::vector<BatchSequence> sorted;
-    for (size_t o : order) sorted.push_back(batch[o]);
+    const PrefillChunk chunk = next_prefill_chunk(
+        requests, next, options_.max_batch_tokens, [&] { return cache_.create(); }, prompt_seqs);
+    const std::vector<BatchSequence>& sorted = chunk.batch;
     model_.forward(sorted, cache_, lora_, state_, {.logits = LogitsFor::last_token});
     for (size_t k = 0; k < sorted.size(); ++k) {
-      const size_t ri = which[order[k]];
+      const size_t ri = chunk.requests[k];
       const auto& r = requests[ri];
       results[ri].resize(size_t(r.num_samples));
       for (int32_t n = 0; n < r.num_samples; ++n) {
@@ -114,20 +124,8 @@ void Generator::run(const std::vector<GenerationRequest>& requests,
   std::vector<BatchSequence> batch;
   std::vector<int32_t> step_tokens;
   std::vector<size_t> rows;
-  for (;;) {
-    rows.clear();
-    for (size_t i = 0; i < live.size(); ++i) {
-      if (!live[i].done) rows.push_back(i);
-    }
-    if (rows.empty()) break;
-    std::stable_sort(rows.begin(), rows.end(),
-                     [&](size_t a, size_t b) { return live[a].slot < live[b].slot; });
-    step_tokens.resize(rows.size());
-    batch.clear();
-    for (size_t k = 0; k < rows.size(); ++k) {
-      step_tokens[k] = live[rows[k]].stream.last_token();
-      batch.push_back({live[rows[k]].seq, {&step_tokens[k], 1}, live[rows[k]].slot});
-    }
+  const auto last_token = [](const Live& s) { return s.stream.last_token(); };
+  while (next_decode_step(live, last_token, rows, step_tokens, batch)) {
     model_.forward(batch, cache_, lora_, state_, {.logits = LogitsFor::last_token});
     for (size_t k = 0; k < rows.size(); ++k) {
       Live& s = live[rows[k]];

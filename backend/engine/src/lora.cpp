@@ -123,12 +123,45 @@ void LoraWeights::validate(const ModelConfig& config, const std::string& source)
   }
 }
 
+void validate_lora_pool_options(const LoraPoolOptions& options) {
+  SPINDLE_CHECK(options.max_slots >= 1 && options.max_slots <= 4096, invalid_argument,
+                "LoRA pool: max_slots must be in [1, 4096], got {}", options.max_slots);
+  SPINDLE_CHECK(options.max_rank >= 1 && options.max_rank <= 128, invalid_argument,
+                "LoRA pool: max_rank must be in [1, 128], got {}", options.max_rank);
+}
+
+void validate_lora_load(const LoraWeights& adapter, int32_t slot, const ModelConfig& config,
+                        int64_t max_rank,
+                        const std::function<bool(int64_t, LoraTarget)>& has_storage) {
+  adapter.validate(config, fmt::format("adapter for slot {}", slot));
+  SPINDLE_CHECK(adapter.rank <= max_rank, invalid_argument,
+                "adapter rank {} exceeds the slot pool's max_rank {}", adapter.rank, max_rank);
+  for (int64_t l = 0; l < config.n_layers; ++l) {
+    for (LoraTarget t : kAllLoraTargets) {
+      if (!adapter.modules[size_t(l)][size_t(t)].empty()) {
+        SPINDLE_CHECK(has_storage(l, t), unsupported,
+                      "adapter targets {} but the slot pool has no storage for it (pool targets "
+                      "are fixed at start-up)",
+                      lora_target_name(t));
+      }
+    }
+  }
+}
+
+void pack_lora_slot(const LoraPair& pair, int64_t max_rank, float* a, float* b) {
+  const int64_t r = pair.A.shape()[0], d_in = pair.A.shape()[1], d_out = pair.B.shape()[0];
+  const int64_t R = max_rank;
+  std::memcpy(a, pair.A.data(), pair.A.bytes());
+  std::memset(a + r * d_in, 0, size_t((R - r) * d_in) * sizeof(float));
+  for (int64_t j = 0; j < d_out; ++j) {
+    std::memcpy(b + j * R, pair.B.data() + j * r, size_t(r) * sizeof(float));
+    std::memset(b + j * R + r, 0, size_t(R - r) * sizeof(float));
+  }
+}
+
 LoraSlotPool::LoraSlotPool(const ModelConfig& config, LoraPoolOptions options)
     : config_(config), options_(std::move(options)) {
-  SPINDLE_CHECK(options_.max_slots >= 1 && options_.max_slots <= 4096, invalid_argument,
-                "LoRA pool: max_slots must be in [1, 4096], got {}", options_.max_slots);
-  SPINDLE_CHECK(options_.max_rank >= 1 && options_.max_rank <= 128, invalid_argument,
-                "LoRA pool: max_rank must be in [1, 128], got {}", options_.max_rank);
+  validate_lora_pool_options(options_);
   modules_.resize(size_t(config_.n_layers));
   occupied_.assign(size_t(options_.max_slots), false);
   const int64_t S = options_.max_slots, R = options_.max_rank;
@@ -165,20 +198,8 @@ void LoraSlotPool::check_slot(int32_t slot) const {
 
 void LoraSlotPool::load(int32_t slot, const LoraWeights& adapter) {
   check_slot(slot);
-  adapter.validate(config_, fmt::format("adapter for slot {}", slot));
-  SPINDLE_CHECK(adapter.rank <= options_.max_rank, invalid_argument,
-                "adapter rank {} exceeds the slot pool's max_rank {}", adapter.rank,
-                options_.max_rank);
-  for (int64_t l = 0; l < config_.n_layers; ++l) {
-    for (LoraTarget t : kAllLoraTargets) {
-      if (!adapter.modules[size_t(l)][size_t(t)].empty()) {
-        SPINDLE_CHECK(module(l, t) != nullptr, unsupported,
-                      "adapter targets {} but the slot pool has no storage for it (pool targets "
-                      "are fixed at start-up)",
-                      lora_target_name(t));
-      }
-    }
-  }
+  validate_lora_load(adapter, slot, config_, options_.max_rank,
+                     [&](int64_t l, LoraTarget t) { return module(l, t) != nullptr; });
   clear(slot);
   const int64_t R = options_.max_rank, r = adapter.rank;
   for (int64_t l = 0; l < config_.n_layers; ++l) {
@@ -186,12 +207,8 @@ void LoraSlotPool::load(int32_t slot, const LoraWeights& adapter) {
       const LoraPair& p = adapter.modules[size_t(l)][size_t(t)];
       if (p.empty()) continue;
       Module& m = *module(l, t);
-      float* A = m.A.data() + int64_t(slot) * R * m.d_in;
-      std::memcpy(A, p.A.data(), p.A.bytes());  // rows [0, r) of [max_rank, d_in]
-      float* B = m.B.data() + int64_t(slot) * m.d_out * R;
-      for (int64_t j = 0; j < m.d_out; ++j) {
-        std::memcpy(B + j * R, p.B.data() + j * r, size_t(r) * sizeof(float));
-      }
+      pack_lora_slot(p, R, m.A.data() + int64_t(slot) * R * m.d_in,
+                     m.B.data() + int64_t(slot) * m.d_out * R);
       m.rank[size_t(slot)] = int32_t(r);
       m.scale[size_t(slot)] = adapter.scale();
     }

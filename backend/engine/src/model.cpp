@@ -5,9 +5,9 @@
 #include <cmath>
 #include <cstring>
 #include <numbers>
-#include <unordered_set>
 
 #include "spindle/core/error.h"
+#include "spindle/engine/forward_checks.h"
 #include "spindle/kernels/activation.h"
 #include "spindle/kernels/attention.h"
 #include "spindle/kernels/matmul.h"
@@ -19,15 +19,6 @@ namespace {
 
 using internal::chunk_segments;
 using internal::ensure;
-
-void append_segment(std::vector<kernels::LoraSegment>& segs, int64_t begin, int64_t end,
-                    int32_t slot) {
-  if (!segs.empty() && segs.back().slot == slot && segs.back().row_end == begin) {
-    segs.back().row_end = end;
-  } else {
-    segs.push_back({begin, end, slot});
-  }
-}
 
 }  // namespace
 
@@ -60,36 +51,7 @@ Model::Model(const ModelWeights& weights) : weights_(weights), inv_freq_(rope_in
 
 void Model::validate(std::span<const BatchSequence> batch, const KvCache& cache,
                      const LoraSlotPool* lora) const {
-  const ModelConfig& c = config();
-  SPINDLE_CHECK(!batch.empty(), invalid_argument, "forward: empty batch");
-  std::unordered_set<SeqId> seen;
-  int64_t blocks = 0;
-  for (size_t i = 0; i < batch.size(); ++i) {
-    const BatchSequence& b = batch[i];
-    SPINDLE_CHECK(!b.tokens.empty(), invalid_argument, "forward: sequence {} has no tokens", i);
-    SPINDLE_CHECK(seen.insert(b.seq).second, invalid_argument,
-                  "forward: KV sequence {} appears twice in one batch", b.seq);
-    for (int32_t t : b.tokens) {
-      SPINDLE_CHECK(t >= 0 && t < c.vocab_size, invalid_argument,
-                    "forward: token id {} in sequence {} outside vocab [0, {})", t, i,
-                    c.vocab_size);
-    }
-    const int64_t len = cache.length(b.seq);
-    SPINDLE_CHECK(len + int64_t(b.tokens.size()) <= c.max_seq_len, invalid_argument,
-                  "forward: sequence {} would reach {} tokens, the model's context is {}", i,
-                  len + int64_t(b.tokens.size()), c.max_seq_len);
-    if (b.slot >= 0) {
-      SPINDLE_CHECK(lora != nullptr && b.slot < lora->max_slots() && lora->occupied(b.slot),
-                    invalid_argument, "forward: sequence {} uses adapter slot {}, which holds no "
-                    "adapter", i, b.slot);
-    } else {
-      SPINDLE_CHECK(b.slot == -1, invalid_argument, "forward: adapter slot {} (use -1 for base)",
-                    b.slot);
-    }
-    blocks += cache.blocks_needed(b.seq, int64_t(b.tokens.size()));
-  }
-  SPINDLE_CHECK(blocks <= cache.free_blocks(), resource,
-                "forward: batch needs {} KV blocks, {} free", blocks, cache.free_blocks());
+  validate_forward_batch(config(), batch, cache, lora);
 }
 
 void Model::forward(std::span<const BatchSequence> batch, KvCache& cache, const LoraSlotPool* lora,

@@ -37,39 +37,46 @@ float token_logprob(const float* logits, int64_t vocab, int32_t token) {
 SampleStream::SampleStream(uint64_t seed, int32_t index, int32_t prompt_last, int64_t max_len)
     : rng_(sample_seed(seed, uint64_t(index))), prompt_last_(prompt_last), max_len_(max_len) {}
 
-bool SampleStream::accept(const float* logits, int64_t vocab, int64_t cached_len,
-                          const SamplingParams& params, const Tokenizer* tokenizer,
-                          std::vector<float>& scratch) {
-  const SampledToken t = sample_token(logits, vocab, params, rng_, scratch);
-  const int32_t prev = out_.tokens.empty() ? prompt_last_ : out_.tokens.back();
-  out_.tokens.push_back(t.token);
-  out_.logprobs.push_back(t.logprob);
-  last_token_ = t.token;
+bool append_sampled_token(Completion& out, int32_t token, float logprob, int32_t prompt_last,
+                          int64_t cached_len, int64_t max_len, const SamplingParams& params,
+                          const Tokenizer* tokenizer) {
+  const int32_t prev = out.tokens.empty() ? prompt_last : out.tokens.back();
+  out.tokens.push_back(token);
+  out.logprobs.push_back(logprob);
   const auto& stops = params.stop_token_ids;
-  if (std::find(stops.begin(), stops.end(), t.token) != stops.end()) {
-    out_.stop_reason = StopReason::stop;  // the stop token's text is not appended
+  if (std::find(stops.begin(), stops.end(), token) != stops.end()) {
+    out.stop_reason = StopReason::stop;  // the stop token's text is not appended
     return true;
   }
   if (tokenizer) {
     // Decodes of consecutive spans concatenate (tokenizer.h), so the text grows by one token's
     // piece per step, and a stop string can only end inside the newly appended bytes.
-    const size_t old_size = out_.text.size();
-    out_.text += tokenizer->decode({&t.token, 1}, prev);
+    const size_t old_size = out.text.size();
+    out.text += tokenizer->decode({&token, 1}, prev);
     for (const auto& stop : params.stop_strings) {
       const size_t from = old_size >= stop.size() ? old_size - stop.size() + 1 : 0;
-      if (auto pos = out_.text.find(stop, from); pos != std::string::npos) {
-        out_.text.resize(pos);
-        out_.stop_reason = StopReason::stop;
+      if (auto pos = out.text.find(stop, from); pos != std::string::npos) {
+        out.text.resize(pos);
+        out.stop_reason = StopReason::stop;
         return true;
       }
     }
   }
   const int64_t len = cached_len + 1;  // + the token just sampled (not yet cached)
-  if (int64_t(out_.tokens.size()) >= params.max_tokens || len >= max_len_) {
-    out_.stop_reason = StopReason::length;
+  if (int64_t(out.tokens.size()) >= params.max_tokens || len >= max_len) {
+    out.stop_reason = StopReason::length;
     return true;
   }
   return false;
+}
+
+bool SampleStream::accept(const float* logits, int64_t vocab, int64_t cached_len,
+                          const SamplingParams& params, const Tokenizer* tokenizer,
+                          std::vector<float>& scratch) {
+  const SampledToken t = sample_token(logits, vocab, params, rng_, scratch);
+  last_token_ = t.token;
+  return append_sampled_token(out_, t.token, t.logprob, prompt_last_, cached_len, max_len_,
+                              params, tokenizer);
 }
 
 }  // namespace spindle::engine

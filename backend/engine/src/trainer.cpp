@@ -37,24 +37,6 @@ void zero(LoraWeights& w) {
       }
 }
 
-void validate_batch(std::span<const TrainDatum> batch, LossFn fn, const LossConfig& config,
-                    const ModelConfig& mc) {
-  SPINDLE_CHECK(!batch.empty(), invalid_argument, "training batch is empty");
-  config.validate();
-  for (size_t i = 0; i < batch.size(); ++i) {
-    const TrainDatum& d = batch[i];
-    SPINDLE_CHECK(!d.input_tokens.empty(), invalid_argument, "datum {}: no input tokens", i);
-    SPINDLE_CHECK(d.target_tokens.size() == d.input_tokens.size(), invalid_argument,
-                  "datum {}: {} target tokens for {} input tokens (must be equal)", i,
-                  d.target_tokens.size(), d.input_tokens.size());
-    for (int32_t t : d.target_tokens) {
-      SPINDLE_CHECK(t >= 0 && t < mc.vocab_size, invalid_argument,
-                    "datum {}: target token {} outside vocab [0, {})", i, t, mc.vocab_size);
-    }
-    validate_loss_inputs(fn, {d.target_tokens, d.weights, d.logprobs, d.advantages}, i);
-  }
-}
-
 // Forward over the batch (fresh sequences, all tokens, activations kept); rows are grouped by
 // slot so SGMV segments are long. Returns each datum's first row.
 std::vector<int64_t> forward_batch(const Model& model, std::span<const TrainDatum> batch,
@@ -154,6 +136,24 @@ ForwardBackwardOutput score_chunked(const Model& model, ForwardState& st, const 
 
 }  // namespace
 
+void validate_train_batch(std::span<const TrainDatum> batch, LossFn fn, const LossConfig& config,
+                          const ModelConfig& mc) {
+  SPINDLE_CHECK(!batch.empty(), invalid_argument, "training batch is empty");
+  config.validate();
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const TrainDatum& d = batch[i];
+    SPINDLE_CHECK(!d.input_tokens.empty(), invalid_argument, "datum {}: no input tokens", i);
+    SPINDLE_CHECK(d.target_tokens.size() == d.input_tokens.size(), invalid_argument,
+                  "datum {}: {} target tokens for {} input tokens (must be equal)", i,
+                  d.target_tokens.size(), d.input_tokens.size());
+    for (int32_t t : d.target_tokens) {
+      SPINDLE_CHECK(t >= 0 && t < mc.vocab_size, invalid_argument,
+                    "datum {}: target token {} outside vocab [0, {})", i, t, mc.vocab_size);
+    }
+    validate_loss_inputs(fn, {d.target_tokens, d.weights, d.logprobs, d.advantages}, i);
+  }
+}
+
 LoraWeights init_lora(const ModelConfig& config, int64_t rank, float alpha,
                       std::span<const LoraTarget> targets, uint64_t seed, bool use_rslora) {
   SPINDLE_CHECK(rank >= 1 && rank <= 128, invalid_argument, "LoRA rank must be in [1, 128], got {}",
@@ -211,7 +211,7 @@ const LoraWeights& LoraTrainer::grads(int32_t slot) const { return state(slot).g
 
 ForwardBackwardOutput LoraTrainer::run(std::span<const TrainDatum> batch, LossFn fn,
                                        const LossConfig& config, bool backward) {
-  validate_batch(batch, fn, config, model_.config());
+  validate_train_batch(batch, fn, config, model_.config());
   for (size_t i = 0; i < batch.size(); ++i) {
     SPINDLE_CHECK(attached(batch[i].slot), invalid_argument,
                   "datum {}: slot {} has no adapter being trained", i, batch[i].slot);
@@ -281,7 +281,7 @@ FullTrainer::FullTrainer(const Model& model, ModelWeights& weights)
 
 ForwardBackwardOutput FullTrainer::forward_backward(std::span<const TrainDatum> batch, LossFn fn,
                                                     const LossConfig& config) {
-  validate_batch(batch, fn, config, model_.config());
+  validate_train_batch(batch, fn, config, model_.config());
   const auto first_row = forward_batch(model_, batch, nullptr, /*use_slots=*/false, fwd_);
   const BackwardOptions opts{.base_grads = &grads_};
   auto out = score_chunked(model_, fwd_, nullptr, batch, first_row, fn, config, &opts, d_hidden_);

@@ -1,7 +1,6 @@
 #include "spindle/gpu/device_generator.h"
 
 #include <algorithm>
-#include <numeric>
 
 #include "spindle/core/error.h"
 #include "spindle/engine/sample_stream.h"
@@ -13,7 +12,6 @@ namespace cuda = kernels::cuda;
 using engine::BatchSequence;
 using engine::Completion;
 using engine::GenerationRequest;
-using engine::StopReason;
 
 struct DeviceGenerator::Live {
   size_t request = 0;
@@ -94,34 +92,10 @@ std::vector<std::vector<Completion>> DeviceGenerator::generate(
 
 bool DeviceGenerator::accept(Live& s, int32_t token, float logprob,
                              const GenerationRequest& r) const {
-  // The twin of engine::SampleStream::accept after its sampling step.
-  const int32_t prev = s.out.tokens.empty() ? s.prompt_last : s.out.tokens.back();
-  s.out.tokens.push_back(token);
-  s.out.logprobs.push_back(logprob);
+  // engine::SampleStream::accept after its sampling step.
   s.last_token = token;
-  const auto& stops = r.params.stop_token_ids;
-  if (std::find(stops.begin(), stops.end(), token) != stops.end()) {
-    s.out.stop_reason = StopReason::stop;  // the stop token's text is not appended
-    return true;
-  }
-  if (tokenizer_) {
-    const size_t old_size = s.out.text.size();
-    s.out.text += tokenizer_->decode({&token, 1}, prev);
-    for (const auto& stop : r.params.stop_strings) {
-      const size_t from = old_size >= stop.size() ? old_size - stop.size() + 1 : 0;
-      if (auto pos = s.out.text.find(stop, from); pos != std::string::npos) {
-        s.out.text.resize(pos);
-        s.out.stop_reason = StopReason::stop;
-        return true;
-      }
-    }
-  }
-  const int64_t len = cache_.length(s.seq) + 1;  // + the token just sampled (not yet cached)
-  if (int64_t(s.out.tokens.size()) >= r.params.max_tokens || len >= model_.config().max_seq_len) {
-    s.out.stop_reason = StopReason::length;
-    return true;
-  }
-  return false;
+  return engine::append_sampled_token(s.out, token, logprob, s.prompt_last, cache_.length(s.seq),
+                                      model_.config().max_seq_len, r.params, tokenizer_);
 }
 
 void DeviceGenerator::sample_step(const std::vector<GenerationRequest>& requests,
@@ -183,32 +157,14 @@ void DeviceGenerator::run(const std::vector<GenerationRequest>& requests,
   // Prefill prompts in chunks of whole requests under the token budget.
   size_t next = 0;
   while (next < requests.size()) {
-    std::vector<BatchSequence> batch;
-    std::vector<size_t> which;
-    int64_t tokens = 0;
-    while (next < requests.size() &&
-           (batch.empty() ||
-            tokens + int64_t(requests[next].prompt.size()) <= options_.max_batch_tokens)) {
-      const auto& r = requests[next];
-      const SeqId seq = cache_.create();
-      prompt_seqs.push_back(seq);
-      batch.push_back({seq, r.prompt, r.slot});
-      which.push_back(next);
-      tokens += int64_t(r.prompt.size());
-      ++next;
-    }
-    // Group by slot so SGMV segments are long; logits rows follow the sorted batch order.
-    std::vector<size_t> order(batch.size());
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(),
-                     [&](size_t a, size_t b) { return batch[a].slot < batch[b].slot; });
-    std::vector<BatchSequence> sorted;
-    for (size_t o : order) sorted.push_back(batch[o]);
+    const engine::PrefillChunk chunk = engine::next_prefill_chunk(
+        requests, next, options_.max_batch_tokens, [&] { return cache_.create(); }, prompt_seqs);
+    const std::vector<BatchSequence>& sorted = chunk.batch;
     model_.forward(sorted, cache_, lora_, state_, fwd);
     rows.clear();
     logit_rows.clear();
     for (size_t k = 0; k < sorted.size(); ++k) {
-      const size_t ri = which[order[k]];
+      const size_t ri = chunk.requests[k];
       const auto& r = requests[ri];
       for (int32_t n = 0; n < r.num_samples; ++n) {
         Live s;
@@ -238,22 +194,10 @@ void DeviceGenerator::run(const std::vector<GenerationRequest>& requests,
   decode_fwd.use_graph = device_options_.use_graph;
   std::vector<BatchSequence> batch;
   std::vector<int32_t> step_tokens;
-  for (;;) {
-    rows.clear();
-    for (size_t i = 0; i < live.size(); ++i) {
-      if (!live[i].done) rows.push_back(i);
-    }
-    if (rows.empty()) break;
-    std::stable_sort(rows.begin(), rows.end(),
-                     [&](size_t a, size_t b) { return live[a].slot < live[b].slot; });
-    step_tokens.resize(rows.size());
-    batch.clear();
+  const auto last_token = [](const Live& l) { return l.last_token; };
+  while (engine::next_decode_step(live, last_token, rows, step_tokens, batch)) {
     logit_rows.resize(rows.size());
-    for (size_t k = 0; k < rows.size(); ++k) {
-      step_tokens[k] = live[rows[k]].last_token;
-      batch.push_back({live[rows[k]].seq, {&step_tokens[k], 1}, live[rows[k]].slot});
-      logit_rows[k] = int32_t(k);
-    }
+    for (size_t k = 0; k < rows.size(); ++k) logit_rows[k] = int32_t(k);
     model_.forward(batch, cache_, lora_, state_, decode_fwd);
     sample_step(requests, live, rows, logit_rows);
   }

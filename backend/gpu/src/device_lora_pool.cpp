@@ -13,10 +13,7 @@ using engine::LoraTarget;
 
 DeviceLoraPool::DeviceLoraPool(const engine::ModelConfig& config, engine::LoraPoolOptions options)
     : config_(config), options_(std::move(options)) {
-  SPINDLE_CHECK(options_.max_slots >= 1 && options_.max_slots <= 4096, invalid_argument,
-                "LoRA pool: max_slots must be in [1, 4096], got {}", options_.max_slots);
-  SPINDLE_CHECK(options_.max_rank >= 1 && options_.max_rank <= 128, invalid_argument,
-                "LoRA pool: max_rank must be in [1, 128], got {}", options_.max_rank);
+  engine::validate_lora_pool_options(options_);
   const int64_t S = options_.max_slots, R = options_.max_rank;
   modules_.resize(size_t(config_.n_layers));
   size_t per_slot_floats = 0;  // one adapter's packed A and B, every module
@@ -112,20 +109,8 @@ void DeviceLoraPool::upload_tables_and_record(int32_t slot, size_t offset) {
 
 void DeviceLoraPool::load(int32_t slot, const engine::LoraWeights& adapter) {
   check_slot(slot);
-  adapter.validate(config_, fmt::format("adapter for slot {}", slot));
-  SPINDLE_CHECK(adapter.rank <= options_.max_rank, invalid_argument,
-                "adapter rank {} exceeds the slot pool's max_rank {}", adapter.rank,
-                options_.max_rank);
-  for (int64_t l = 0; l < config_.n_layers; ++l) {
-    for (LoraTarget t : kAllLoraTargets) {
-      if (!adapter.modules[size_t(l)][size_t(t)].empty()) {
-        SPINDLE_CHECK(module(l, t) != nullptr, unsupported,
-                      "adapter targets {} but the slot pool has no storage for it (pool targets "
-                      "are fixed at start-up)",
-                      engine::lora_target_name(t));
-      }
-    }
-  }
+  engine::validate_lora_load(adapter, slot, config_, options_.max_rank,
+                             [&](int64_t l, LoraTarget t) { return module(l, t) != nullptr; });
   wait_staging_free();
   const int64_t S = options_.max_slots, R = options_.max_rank, r = adapter.rank;
   for (int64_t m = 0; m < n_modules_; ++m) {
@@ -140,16 +125,9 @@ void DeviceLoraPool::load(int32_t slot, const engine::LoraWeights& adapter) {
       const engine::LoraPair& p = adapter.modules[size_t(l)][size_t(t)];
       if (p.empty() || (!engine::lora_target_per_layer(t) && l != 0)) continue;
       Module& m = *module(l, t);
-      // A: rows [0, r) of [max_rank, d_in], the rest zero.
       float* a = stage + used;
-      std::memcpy(a, p.A.data(), p.A.bytes());
-      std::memset(a + r * m.d_in, 0, size_t((R - r) * m.d_in) * sizeof(float));
-      // B: [d_out, max_rank], columns [0, r) from [d_out, r].
       float* b = a + R * m.d_in;
-      for (int64_t j = 0; j < m.d_out; ++j) {
-        std::memcpy(b + j * R, p.B.data() + j * r, size_t(r) * sizeof(float));
-        std::memset(b + j * R + r, 0, size_t(R - r) * sizeof(float));
-      }
+      engine::pack_lora_slot(p, R, a, b);  // [max_rank, d_in] and [d_out, max_rank], zero-padded
       cuda::check(cudaMemcpyAsync(m.A.data() + int64_t(slot) * R * m.d_in, a,
                                   size_t(R * m.d_in) * sizeof(float), cudaMemcpyHostToDevice, s),
                   "cudaMemcpyAsync (LoRA A)");

@@ -17,25 +17,6 @@ using engine::TrainDatum;
 
 constexpr int64_t kTrainBlock = 16;
 
-// The CPU trainer's checks and messages (engine/trainer.cpp validate_batch).
-void validate_batch(std::span<const TrainDatum> batch, LossFn fn, const engine::LossConfig& config,
-                    const engine::ModelConfig& mc) {
-  SPINDLE_CHECK(!batch.empty(), invalid_argument, "training batch is empty");
-  config.validate();
-  for (size_t i = 0; i < batch.size(); ++i) {
-    const TrainDatum& d = batch[i];
-    SPINDLE_CHECK(!d.input_tokens.empty(), invalid_argument, "datum {}: no input tokens", i);
-    SPINDLE_CHECK(d.target_tokens.size() == d.input_tokens.size(), invalid_argument,
-                  "datum {}: {} target tokens for {} input tokens (must be equal)", i,
-                  d.target_tokens.size(), d.input_tokens.size());
-    for (int32_t t : d.target_tokens) {
-      SPINDLE_CHECK(t >= 0 && t < mc.vocab_size, invalid_argument,
-                    "datum {}: target token {} outside vocab [0, {})", i, t, mc.vocab_size);
-    }
-    engine::validate_loss_inputs(fn, {d.target_tokens, d.weights, d.logprobs, d.advantages}, i);
-  }
-}
-
 template <class T>
 void download_into(const cuda::DeviceBuffer<T>& src, std::vector<T>& dst, int64_t n,
                    cudaStream_t stream) {
@@ -179,7 +160,7 @@ std::vector<int64_t> DeviceTrainer::forward_batch(std::span<const TrainDatum> ba
 ForwardBackwardOutput DeviceTrainer::run(std::span<const TrainDatum> batch, LossFn fn,
                                          const engine::LossConfig& config, bool backward) {
   const engine::ModelConfig& c = model_.config();
-  validate_batch(batch, fn, config, c);
+  engine::validate_train_batch(batch, fn, config, c);
   for (size_t i = 0; i < batch.size(); ++i) {
     SPINDLE_CHECK(attached(batch[i].slot), invalid_argument,
                   "datum {}: slot {} has no adapter being trained", i, batch[i].slot);

@@ -51,7 +51,7 @@ Completion greedy_from_bos(const engine::ModelWeights& w, const engine::Tokenize
 }
 
 TEST(GpuGenerator, Stories260KGreedyFromBosMatchesLlama2cInFp32) {
-  SPINDLE_GPU_OR_SKIP();
+  SPINDLE_REQUIRE_GPU();
   SPINDLE_SHARED_OR_SKIP(bin, "models/stories260K/stories260K.bin");
   SPINDLE_SHARED_OR_SKIP(tok_path, "models/stories260K/tok512.bin");
   SPINDLE_SHARED_OR_SKIP(golden, "models/stories260K/golden/greedy_200steps_from_BOS.txt");
@@ -64,7 +64,7 @@ TEST(GpuGenerator, Stories260KGreedyFromBosMatchesLlama2cInFp32) {
 }
 
 TEST(GpuGenerator, Stories260KGreedyFromBosInBf16KeepsALongPrefix) {
-  SPINDLE_GPU_OR_SKIP();
+  SPINDLE_REQUIRE_GPU();
   SPINDLE_SHARED_OR_SKIP(bin, "models/stories260K/stories260K.bin");
   SPINDLE_SHARED_OR_SKIP(tok_path, "models/stories260K/tok512.bin");
   const engine::ModelWeights w = engine::load_llama2c(bin);
@@ -96,7 +96,7 @@ TEST(GpuGenerator, Stories260KGreedyFromBosInBf16KeepsALongPrefix) {
 // copies the partial last block on write) and a base request: tokens equal the CPU generator's,
 // logprobs within tolerance; the cache is empty afterwards.
 TEST(GpuGenerator, GreedyBatchWithAdaptersAndForksMatchesCpuGenerator) {
-  SPINDLE_GPU_OR_SKIP();
+  SPINDLE_REQUIRE_GPU();
   const engine::ModelWeights w = testing::random_weights(testing::gpu_tiny_config(Arch::qwen3), 31);
   const engine::ModelConfig& c = w.config;
   const LoraTarget qv[] = {LoraTarget::q, LoraTarget::v, LoraTarget::up, LoraTarget::lm_head};
@@ -152,7 +152,7 @@ TEST(GpuGenerator, GreedyBatchWithAdaptersAndForksMatchesCpuGenerator) {
 // Seeded sampling: the same request gives the same tokens again, alone or inside a batch;
 // samples of one request differ; a stop token ends a sequence and is kept.
 TEST(GpuGenerator, SeededSamplingIsReproducibleAndBatchIndependent) {
-  SPINDLE_GPU_OR_SKIP();
+  SPINDLE_REQUIRE_GPU();
   const engine::ModelWeights w = testing::random_weights(testing::gpu_tiny_config(Arch::llama), 8);
   const engine::ModelConfig& c = w.config;
   // fp32, so that a row's logits do not depend on which GEMM shape the batch picked.
@@ -202,7 +202,7 @@ TEST(GpuGenerator, SeededSamplingIsReproducibleAndBatchIndependent) {
 }
 
 TEST(GpuGenerator, BadRequestsAndKvExhaustionLeaveCacheClean) {
-  SPINDLE_GPU_OR_SKIP();
+  SPINDLE_REQUIRE_GPU();
   const engine::ModelWeights w = testing::random_weights(testing::gpu_tiny_config(Arch::llama), 2);
   const DeviceWeights dw(w, Precision::fp32);
   DeviceModel model(dw);

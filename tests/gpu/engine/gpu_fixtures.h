@@ -1,7 +1,8 @@
 #pragma once
-// Shared pieces of the GPU engine tests: the device skip, tiny configs the CUDA attention
-// accepts (head_dim a multiple of 8), a CPU reference run through engine::Model with an
-// engine::LoraSlotPool, and a logits comparison that names the first mismatch.
+// Shared pieces of the GPU engine tests (the device skip is ../gpu_test_util.h's): tiny configs
+// the CUDA attention accepts (head_dim a multiple of 8), a CPU reference run through
+// engine::Model with an engine::LoraSlotPool, and a logits comparison that names the first
+// mismatch.
 
 #include <gtest/gtest.h>
 
@@ -13,13 +14,8 @@
 #include <vector>
 
 #include "../../unit/model/model_fixtures.h"
+#include "../gpu_test_util.h"
 #include "spindle/engine/model.h"
-#include "spindle/kernels/cuda/runtime.h"
-
-#define SPINDLE_GPU_OR_SKIP()                                                \
-  if (::spindle::kernels::cuda::device_count() == 0) {                       \
-    GTEST_SKIP() << "no CUDA device";                                        \
-  }
 
 namespace spindle::testing {
 

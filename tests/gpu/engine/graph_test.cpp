@@ -19,12 +19,9 @@ namespace {
 
 using engine::Arch;
 using engine::BatchSequence;
+using engine::kAllLoraTargets;
 using engine::LoraTarget;
 using engine::LoraWeights;
-
-constexpr LoraTarget kTargets[] = {LoraTarget::q,    LoraTarget::k,  LoraTarget::v,
-                                   LoraTarget::o,    LoraTarget::gate, LoraTarget::up,
-                                   LoraTarget::down, LoraTarget::lm_head};
 
 engine::ModelConfig graph_config() {
   engine::ModelConfig c = testing::gpu_tiny_config(Arch::qwen3);
@@ -68,7 +65,8 @@ void check_graph_decode(Precision p) {
   const engine::ModelConfig& c = w.config;
   std::vector<LoraWeights> adapters;
   for (int i = 0; i < 4; ++i) {
-    adapters.push_back(LoraWeights::random(c, 2 + 3 * i, 8.0f, kTargets, 900 + i, 0.2f, 0.2f));
+    adapters.push_back(
+        LoraWeights::random(c, 2 + 3 * i, 8.0f, kAllLoraTargets, 900 + i, 0.2f, 0.2f));
   }
   DeviceLoraPool pool(c, {.max_slots = 3, .max_rank = 16});
   for (int s = 0; s < 3; ++s) pool.load(s, adapters[size_t(s)]);
@@ -151,23 +149,23 @@ void check_graph_decode(Precision p) {
 }
 
 TEST(GpuGraph, DecodeReplayEqualsEagerBitwiseFp32) {
-  SPINDLE_GPU_OR_SKIP();
+  SPINDLE_REQUIRE_GPU();
   check_graph_decode(Precision::fp32);
 }
 
 TEST(GpuGraph, DecodeReplayEqualsEagerBitwiseBf16) {
-  SPINDLE_GPU_OR_SKIP();
+  SPINDLE_REQUIRE_GPU();
   check_graph_decode(Precision::bf16);
 }
 
 // Greedy generation with forks and adapters: the same tokens and logprobs with graphs on/off.
 TEST(GpuGraph, GeneratorGreedyTokensEqualWithAndWithoutGraphs) {
-  SPINDLE_GPU_OR_SKIP();
+  SPINDLE_REQUIRE_GPU();
   const engine::ModelWeights w = testing::random_weights(graph_config(), 41);
   const engine::ModelConfig& c = w.config;
   DeviceLoraPool pool(c, {.max_slots = 2, .max_rank = 8});
-  pool.load(0, LoraWeights::random(c, 8, 16, kTargets, 3, 0.3f, 0.3f));
-  pool.load(1, LoraWeights::random(c, 4, 8, kTargets, 4, 0.3f, 0.3f));
+  pool.load(0, LoraWeights::random(c, 8, 16, kAllLoraTargets, 3, 0.3f, 0.3f));
+  pool.load(1, LoraWeights::random(c, 4, 8, kAllLoraTargets, 4, 0.3f, 0.3f));
   std::vector<engine::GenerationRequest> reqs(3);
   reqs[0].prompt = {1, 5, 6};
   reqs[0].slot = 1;

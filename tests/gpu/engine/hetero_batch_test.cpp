@@ -17,14 +17,11 @@ namespace {
 
 using engine::Arch;
 using engine::BatchSequence;
+using engine::kAllLoraTargets;
 using engine::LoraTarget;
 using engine::LoraWeights;
 using testing::CpuSequence;
 using testing::rows_close;
-
-constexpr LoraTarget kEveryTarget[] = {LoraTarget::q,  LoraTarget::k,    LoraTarget::v,
-                                       LoraTarget::o,  LoraTarget::gate, LoraTarget::up,
-                                       LoraTarget::down, LoraTarget::lm_head};
 
 // bf16: base weights, activations and KV cache in bf16 (LoRA fp32): 6e-2 of the row's largest
 // |logit|; fp32: 1e-4.
@@ -34,7 +31,7 @@ void check_hetero(const engine::ModelWeights& base, Precision p, float tol) {
   const int64_t ranks[kSlots] = {1, 3, 8, 16, 64, 5};
   std::vector<LoraWeights> adapters;
   for (int i = 0; i < kSlots; ++i) {
-    std::vector<LoraTarget> targets(std::begin(kEveryTarget), std::end(kEveryTarget));
+    std::vector<LoraTarget> targets(kAllLoraTargets.begin(), kAllLoraTargets.end());
     if (i == 2) targets = {LoraTarget::q, LoraTarget::v, LoraTarget::down};
     const bool rslora = i % 3 == 1;
     const float alpha = rslora ? 2.0f * std::sqrt(float(ranks[i])) : 2.0f * float(ranks[i]);
@@ -102,25 +99,25 @@ void check_hetero(const engine::ModelWeights& base, Precision p, float tol) {
 }
 
 TEST(GpuHeteroBatch, AdaptersOfManyRanksMatchCpuOnRandomQwen3Fp32) {
-  SPINDLE_GPU_OR_SKIP();
+  SPINDLE_REQUIRE_GPU();
   check_hetero(testing::random_weights(testing::gpu_tiny_config(Arch::qwen3), 11),
                Precision::fp32, 1e-4f);
 }
 
 TEST(GpuHeteroBatch, AdaptersOfManyRanksMatchCpuOnRandomLlamaFp32) {
-  SPINDLE_GPU_OR_SKIP();
+  SPINDLE_REQUIRE_GPU();
   check_hetero(testing::random_weights(testing::gpu_tiny_config(Arch::llama), 12),
                Precision::fp32, 1e-4f);
 }
 
 TEST(GpuHeteroBatch, AdaptersOfManyRanksMatchCpuOnRandomQwen3Bf16) {
-  SPINDLE_GPU_OR_SKIP();
+  SPINDLE_REQUIRE_GPU();
   check_hetero(testing::random_weights(testing::gpu_tiny_config(Arch::qwen3), 11),
                Precision::bf16, 6e-2f);
 }
 
 TEST(GpuHeteroBatch, AdaptersOfManyRanksMatchCpuOnStories260KFp32) {
-  SPINDLE_GPU_OR_SKIP();
+  SPINDLE_REQUIRE_GPU();
   SPINDLE_SHARED_OR_SKIP(bin, "models/stories260K/stories260K.bin");
   check_hetero(engine::load_llama2c(bin), Precision::fp32, 1e-4f);
 }

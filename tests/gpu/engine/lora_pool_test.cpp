@@ -15,22 +15,19 @@ namespace {
 
 using engine::Arch;
 using engine::BatchSequence;
+using engine::kAllLoraTargets;
 using engine::LoraTarget;
 using engine::LoraWeights;
 using testing::CpuSequence;
 using testing::rows_close;
 
-constexpr LoraTarget kAll[] = {LoraTarget::q,    LoraTarget::k,  LoraTarget::v,
-                               LoraTarget::o,    LoraTarget::gate, LoraTarget::up,
-                               LoraTarget::down, LoraTarget::lm_head};
-
 TEST(GpuLoraPool, LoadOnLoaderStreamWhileAnotherSlotRunsThenEvict) {
-  SPINDLE_GPU_OR_SKIP();
+  SPINDLE_REQUIRE_GPU();
   const engine::ModelWeights w = testing::random_weights(testing::gpu_tiny_config(Arch::llama), 4);
   const engine::ModelConfig& c = w.config;
-  const LoraWeights a = LoraWeights::random(c, 4, 8.0f, kAll, 1, 0.2f, 0.2f);
-  const LoraWeights b = LoraWeights::random(c, 16, 32.0f, kAll, 2, 0.2f, 0.2f);
-  const LoraWeights b2 = LoraWeights::random(c, 2, 4.0f, kAll, 3, 0.2f, 0.2f);
+  const LoraWeights a = LoraWeights::random(c, 4, 8.0f, kAllLoraTargets, 1, 0.2f, 0.2f);
+  const LoraWeights b = LoraWeights::random(c, 16, 32.0f, kAllLoraTargets, 2, 0.2f, 0.2f);
+  const LoraWeights b2 = LoraWeights::random(c, 2, 4.0f, kAllLoraTargets, 3, 0.2f, 0.2f);
   const DeviceWeights dw(w, Precision::fp32);
   DeviceModel model(dw);
   DeviceKvCache cache(c, {.block_size = 4, .n_blocks = 0, .max_seqs = 4}, Precision::fp32);
@@ -85,7 +82,7 @@ TEST(GpuLoraPool, LoadOnLoaderStreamWhileAnotherSlotRunsThenEvict) {
 }
 
 TEST(GpuLoraPool, BadSlotsAndMisfitAdaptersAreRefused) {
-  SPINDLE_GPU_OR_SKIP();
+  SPINDLE_REQUIRE_GPU();
   const engine::ModelConfig c = testing::gpu_tiny_config(Arch::qwen3);
   DeviceLoraPool pool(c, {.max_slots = 3, .max_rank = 8, .targets = {LoraTarget::q, LoraTarget::v}});
   const LoraTarget qv[] = {LoraTarget::q, LoraTarget::v};

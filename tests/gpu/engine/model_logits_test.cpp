@@ -84,25 +84,25 @@ void check_against_cpu(Arch arch, Precision p) {
 }
 
 TEST(GpuModel, LlamaFp32MatchesCpu) {
-  SPINDLE_GPU_OR_SKIP();
+  SPINDLE_REQUIRE_GPU();
   check_against_cpu(Arch::llama, Precision::fp32);
 }
 TEST(GpuModel, Qwen3Fp32MatchesCpu) {
-  SPINDLE_GPU_OR_SKIP();
+  SPINDLE_REQUIRE_GPU();
   check_against_cpu(Arch::qwen3, Precision::fp32);
 }
 TEST(GpuModel, LlamaBf16MatchesCpu) {
-  SPINDLE_GPU_OR_SKIP();
+  SPINDLE_REQUIRE_GPU();
   check_against_cpu(Arch::llama, Precision::bf16);
 }
 TEST(GpuModel, Qwen3Bf16MatchesCpu) {
-  SPINDLE_GPU_OR_SKIP();
+  SPINDLE_REQUIRE_GPU();
   check_against_cpu(Arch::qwen3, Precision::bf16);
 }
 
 // keep_activations: every layer's intermediates equal the CPU's LayerActivations (fp32 mode).
 TEST(GpuModel, KeptActivationsMatchCpuLayerActivations) {
-  SPINDLE_GPU_OR_SKIP();
+  SPINDLE_REQUIRE_GPU();
   const engine::ModelWeights w =
       testing::random_weights(testing::gpu_tiny_config(Arch::qwen3), 5);
   const engine::ModelConfig& c = w.config;
@@ -161,7 +161,7 @@ TEST(GpuModel, KeptActivationsMatchCpuLayerActivations) {
 
 // Invalid batches are rejected before the cache changes, with the CPU engine's messages.
 TEST(GpuModel, ValidationRejectsBeforeTouchingTheCache) {
-  SPINDLE_GPU_OR_SKIP();
+  SPINDLE_REQUIRE_GPU();
   const engine::ModelWeights w = testing::random_weights(testing::gpu_tiny_config(Arch::llama), 2);
   const engine::ModelConfig& c = w.config;
   const DeviceWeights dw(w, Precision::bf16);

@@ -47,23 +47,23 @@ template <class T>
 Grads gpu_backward(const DenseCase& c, const DenseLayout& lay, const std::vector<float>& q,
                    const std::vector<float>& k, const std::vector<float>& v,
                    const std::vector<float>& d_out, float scale) {
-  auto d_q = upload(to_device_type<T>(q));
-  auto d_k = upload(to_device_type<T>(k));
-  auto d_v = upload(to_device_type<T>(v));
-  auto d_do = upload(to_device_type<T>(d_out));
-  auto d_dq = upload(to_device_type<T>(std::vector<float>(q.size(), kSentinel)));
-  auto d_dk = upload(to_device_type<T>(std::vector<float>(k.size(), kSentinel)));
-  auto d_dv = upload(to_device_type<T>(std::vector<float>(v.size(), kSentinel)));
-  auto d_seqs = upload(lay.seqs);
-  // upload() runs on the legacy stream, which a non-blocking stream does not wait for.
+  auto d_q = upload_vec(to_elements<T>(q));
+  auto d_k = upload_vec(to_elements<T>(k));
+  auto d_v = upload_vec(to_elements<T>(v));
+  auto d_do = upload_vec(to_elements<T>(d_out));
+  auto d_dq = upload_vec(to_elements<T>(std::vector<float>(q.size(), kSentinel)));
+  auto d_dk = upload_vec(to_elements<T>(std::vector<float>(k.size(), kSentinel)));
+  auto d_dv = upload_vec(to_elements<T>(std::vector<float>(v.size(), kSentinel)));
+  auto d_seqs = upload_vec(lay.seqs);
+  // upload_vec() runs on the legacy stream, which a non-blocking stream does not wait for.
   check(cudaDeviceSynchronize(), "sync after upload");
   Stream stream;
   attention_backward<T>(d_q.data(), d_k.data(), d_v.data(), d_do.data(), d_dq.data(), d_dk.data(),
                         d_dv.data(), c.n_heads, c.n_kv, c.hd, d_seqs.data(),
                         static_cast<int32_t>(lay.seqs.size()), lay.max_n, scale, stream.get());
   stream.synchronize();
-  return {to_host_float<T>(d_dq.download()), to_host_float<T>(d_dk.download()),
-          to_host_float<T>(d_dv.download())};
+  return {to_floats<T>(d_dq.download()), to_floats<T>(d_dk.download()),
+          to_floats<T>(d_dv.download())};
 }
 
 template <class T>
@@ -72,10 +72,10 @@ void check_against_cpu(const DenseCase& c) {
   const int64_t ld_q = c.n_heads * c.hd;
   const int64_t ld_kv = c.n_kv * c.hd;
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
-  const auto q = round_like<T>(random_floats(size_t(lay.rows * ld_q), c.seed));
-  const auto k = round_like<T>(random_floats(size_t(lay.rows * ld_kv), c.seed + 1));
-  const auto v = round_like<T>(random_floats(size_t(lay.rows * ld_kv), c.seed + 2));
-  const auto d_out = round_like<T>(random_floats(size_t(lay.rows * ld_q), c.seed + 3));
+  const auto q = quantize<T>(random_floats(size_t(lay.rows * ld_q), c.seed));
+  const auto k = quantize<T>(random_floats(size_t(lay.rows * ld_kv), c.seed + 1));
+  const auto v = quantize<T>(random_floats(size_t(lay.rows * ld_kv), c.seed + 2));
+  const auto d_out = quantize<T>(random_floats(size_t(lay.rows * ld_q), c.seed + 3));
 
   Grads want{std::vector<float>(q.size(), kSentinel), std::vector<float>(k.size(), kSentinel),
              std::vector<float>(v.size(), kSentinel)};

@@ -88,8 +88,8 @@ struct PagedBatch {
       if (s.n_new > 0) max_ctx = std::max(max_ctx, ctx);
     }
     const auto n_rows_kv = static_cast<int64_t>(slots.size());
-    k_rows = round_like<T>(random_floats(size_t(n_rows_kv * ld_kv), c.seed + 1));
-    v_rows = round_like<T>(random_floats(size_t(n_rows_kv * ld_kv), c.seed + 2));
+    k_rows = quantize<T>(random_floats(size_t(n_rows_kv * ld_kv), c.seed + 1));
+    v_rows = quantize<T>(random_floats(size_t(n_rows_kv * ld_kv), c.seed + 2));
     for (size_t i = 0; i < c.seqs.size(); ++i)
       cseqs.push_back(
           {row_begin[i], c.seqs[i].n_new, c.seqs[i].n_past, tables.data() + dseqs[i].table_offset});
@@ -97,22 +97,22 @@ struct PagedBatch {
     const size_t cache_elems = size_t(n_blocks * c.bs * width);
     k_cache.assign(cache_elems, kSentinel);
     v_cache.assign(cache_elems, kSentinel);
-    d_k = upload(to_device_type<T>(k_cache));
-    d_v = upload(to_device_type<T>(v_cache));
+    d_k = upload_vec(to_elements<T>(k_cache));
+    d_v = upload_vec(to_elements<T>(v_cache));
     const PagedKv cpu_cache{k_cache.data(), v_cache.data(), n_blocks, c.bs, c.n_kv, c.hd};
     kernels::kv_cache_write(cpu_cache, k_rows.data(), v_rows.data(), ld_kv, n_rows_kv,
                             slots.data());
-    auto d_k_rows = upload(to_device_type<T>(k_rows));
-    auto d_v_rows = upload(to_device_type<T>(v_rows));
-    auto d_slots = upload(slots);
+    auto d_k_rows = upload_vec(to_elements<T>(k_rows));
+    auto d_v_rows = upload_vec(to_elements<T>(v_rows));
+    auto d_slots = upload_vec(slots);
     cuda::kv_cache_write(device_cache(), d_k_rows.data(), d_v_rows.data(), ld_kv, n_rows_kv,
                          d_slots.data(), nullptr);
     check(cudaDeviceSynchronize(), "sync after kv_cache_write");
 
-    q = round_like<T>(random_floats(size_t(std::max<int64_t>(rows, 1) * ld_q), c.seed + 3));
-    d_q = upload(to_device_type<T>(q));
-    d_tables = upload(tables.empty() ? std::vector<int32_t>{0} : tables);
-    d_seqs = upload(dseqs);
+    q = quantize<T>(random_floats(size_t(std::max<int64_t>(rows, 1) * ld_q), c.seed + 3));
+    d_q = upload_vec(to_elements<T>(q));
+    d_tables = upload_vec(tables.empty() ? std::vector<int32_t>{0} : tables);
+    d_seqs = upload_vec(dseqs);
   }
 
   DevicePagedKv<T> device_cache() { return {d_k.data(), d_v.data(), n_blocks, c.bs, c.n_kv, c.hd}; }
@@ -125,31 +125,46 @@ struct PagedBatch {
     return out;
   }
 
-  std::vector<float> gpu_out(Entry entry, float scale) {
-    auto d_out = upload(to_device_type<T>(
+  // On `on` when given (else a fresh stream); with shift > 0 the kernels read copies of the
+  // caches that start `shift` elements into their allocation (not 16-byte aligned).
+  std::vector<float> gpu_out(Entry entry, float scale, cudaStream_t on = nullptr,
+                             int64_t shift = 0) {
+    auto d_out = upload_vec(to_elements<T>(
         std::vector<float>(size_t(std::max<int64_t>(rows, 1) * ld_out), kSentinel)));
     const auto n_seqs = static_cast<int32_t>(dseqs.size());
-    const DevicePagedKv<T> cache = device_cache();
-    // upload() runs on the legacy stream, which a non-blocking stream does not wait for.
+    DevicePagedKv<T> cache = device_cache();
+    DeviceBuffer<T> k_shifted, v_shifted;
+    if (shift > 0) {
+      k_shifted = DeviceBuffer<T>(d_k.size() + size_t(shift));
+      v_shifted = DeviceBuffer<T>(d_v.size() + size_t(shift));
+      check(cudaMemcpy(k_shifted.data() + shift, d_k.data(), d_k.bytes(), cudaMemcpyDefault),
+            "copy k (shifted)");
+      check(cudaMemcpy(v_shifted.data() + shift, d_v.data(), d_v.bytes(), cudaMemcpyDefault),
+            "copy v (shifted)");
+      cache.k = k_shifted.data() + shift;
+      cache.v = v_shifted.data() + shift;
+    }
+    // upload_vec() runs on the legacy stream, which a non-blocking stream does not wait for.
     check(cudaDeviceSynchronize(), "sync after upload");
-    Stream stream;
+    Stream own;
+    const cudaStream_t stream = on != nullptr ? on : own.get();
     switch (entry) {
       case Entry::paged:
         attention_paged<T>(d_q.data(), ld_q, d_out.data(), ld_out, c.n_heads, cache, d_seqs.data(),
-                           n_seqs, d_tables.data(), max_new, max_ctx, scale, stream.get());
+                           n_seqs, d_tables.data(), max_new, max_ctx, scale, stream);
         break;
       case Entry::prefill:
         attention_prefill<T>(d_q.data(), ld_q, d_out.data(), ld_out, c.n_heads, cache,
                              d_seqs.data(), n_seqs, d_tables.data(), max_new, max_ctx, scale,
-                             stream.get());
+                             stream);
         break;
       case Entry::decode:
         attention_decode<T>(d_q.data(), ld_q, d_out.data(), ld_out, c.n_heads, cache, d_seqs.data(),
-                            n_seqs, d_tables.data(), max_ctx, scale, stream.get());
+                            n_seqs, d_tables.data(), max_ctx, scale, stream);
         break;
     }
-    stream.synchronize();
-    return to_host_float<T>(d_out.download());
+    check(cudaStreamSynchronize(stream), "sync after attention");
+    return to_floats<T>(d_out.download());
   }
 };
 
@@ -165,9 +180,9 @@ void check_case(const PagedCase& pc, std::vector<Entry> entries) {
   PagedBatch<T> batch(pc);
   const float scale = 1.0f / std::sqrt(static_cast<float>(pc.hd));
   // kv_cache_write: every slot (written or sentinel) equals the CPU cache exactly.
-  EXPECT_TRUE(all_close("kv_cache_write k", to_host_float<T>(batch.d_k.download()), batch.k_cache,
+  EXPECT_TRUE(all_close("kv_cache_write k", to_floats<T>(batch.d_k.download()), batch.k_cache,
                         batch.width, {0.0, 0.0}));
-  EXPECT_TRUE(all_close("kv_cache_write v", to_host_float<T>(batch.d_v.download()), batch.v_cache,
+  EXPECT_TRUE(all_close("kv_cache_write v", to_floats<T>(batch.d_v.download()), batch.v_cache,
                         batch.width, {0.0, 0.0}));
   const std::vector<float> want = batch.cpu_out(scale);
   for (Entry e : entries) {
@@ -241,6 +256,60 @@ TYPED_TEST(GpuAttentionPaged, DecodeOnlyBatch) {
 TYPED_TEST(GpuAttentionPaged, LongPromptFromZero) {
   SPINDLE_REQUIRE_GPU();
   check_case<TypeParam>({8, 2, 64, 16, {{0, 333}}, 20}, kMixed);
+}
+
+// Qwen3-0.6B's decode shape (16 query heads over 8 KV heads, head_dim 128) at context 200, alone
+// and beside other sequences.
+TYPED_TEST(GpuAttentionPaged, DecodeQwen3Shape) {
+  SPINDLE_REQUIRE_GPU();
+  check_case<TypeParam>({16, 8, 128, 16, {{199, 1}}, 21}, kAll);
+  check_case<TypeParam>({16, 8, 128, 16, {{199, 1}, {63, 1}, {64, 1}, {1, 1}}, 22}, kAll);
+}
+
+// Every context within one split: the decode kernel writes the output without the combine pass.
+TYPED_TEST(GpuAttentionPaged, DecodeOneSplitDirect) {
+  SPINDLE_REQUIRE_GPU();
+  check_case<TypeParam>({16, 1, 32, 16, {{0, 1}, {31, 1}, {7, 1}}, 23}, kAll);
+  check_case<TypeParam>({6, 3, 48, 12, {{20, 1}, {2, 1}}, 24}, kAll);
+  check_case<TypeParam>({2, 1, 256, 16, {{31, 1}}, 25}, kAll);
+  check_case<TypeParam>({8, 4, 8, 16, {{0, 1}, {9, 1}}, 26}, kAll);
+}
+
+// Enough sequences that the splits stay at their largest (256 keys), contexts 1..700.
+TYPED_TEST(GpuAttentionPaged, DecodeManySequences) {
+  SPINDLE_REQUIRE_GPU();
+  std::vector<SeqSpec> seqs;
+  std::mt19937 rng(27);
+  for (int i = 0; i < 40; ++i) seqs.push_back({int32_t(rng() % 700), 1});
+  check_case<TypeParam>({8, 8, 64, 16, seqs, 27}, kAll);
+}
+
+// One stream across calls whose partials need a growing scratch (and a smaller one again), and
+// caches that are not 16-byte aligned (the kernels then read K/V element by element).
+TYPED_TEST(GpuAttentionPaged, DecodeScratchReuseAndUnalignedCache) {
+  SPINDLE_REQUIRE_GPU();
+  PagedBatch<TypeParam> small({16, 8, 128, 16, {{199, 1}}, 28});
+  PagedBatch<TypeParam> big({16, 4, 128, 32, {{4500, 1}, {900, 1}, {77, 1}}, 29});
+  const float scale = 1.0f / std::sqrt(128.0f);
+  const std::vector<float> want_small = small.cpu_out(scale);
+  const std::vector<float> want_big = big.cpu_out(scale);
+  const Tolerance tol = forward_tolerance<TypeParam>();
+  Stream stream;
+  for (int rep = 0; rep < 2; ++rep) {
+    EXPECT_TRUE(all_close("decode small rep " + std::to_string(rep),
+                          small.gpu_out(Entry::decode, scale, stream.get()), want_small,
+                          small.ld_out, tol));
+    EXPECT_TRUE(all_close("decode big rep " + std::to_string(rep),
+                          big.gpu_out(Entry::decode, scale, stream.get()), want_big, big.ld_out,
+                          tol));
+  }
+  EXPECT_TRUE(all_close("decode small unaligned",
+                        small.gpu_out(Entry::decode, scale, stream.get(), 1), want_small,
+                        small.ld_out, tol));
+  EXPECT_TRUE(all_close("decode big unaligned", big.gpu_out(Entry::decode, scale, stream.get(), 1),
+                        want_big, big.ld_out, tol));
+  EXPECT_TRUE(all_close("paged big unaligned", big.gpu_out(Entry::paged, scale, stream.get(), 1),
+                        want_big, big.ld_out, tol));
 }
 
 }  // namespace

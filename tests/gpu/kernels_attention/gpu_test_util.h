@@ -1,74 +1,26 @@
 #pragma once
-// Helpers of the GPU attention tests: the skip without a device, element-type conversion
-// (inputs are rounded to the device type first, so the CPU reference sees the same values),
-// seeded random data, and a comparison that names index, row, column, got, want and tolerance.
+// Helpers of the GPU attention tests on top of ../gpu_test_util.h (skip, element types, seeded
+// data, round trips): a comparison that names index, row, column, got, want and tolerance, and
+// the contract-violation check.
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <random>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <vector>
 
-#include "spindle/kernels/cuda/runtime.h"
-
-#define SPINDLE_REQUIRE_GPU()                          \
-  if (::spindle::kernels::cuda::device_count() == 0) { \
-    GTEST_SKIP() << "no CUDA device";                  \
-  }
+#include "../gpu_test_util.h"
 
 namespace spindle::kernels::cuda::test {
-
-using ElementTypes = ::testing::Types<float, bf16>;
 
 template <class T>
 const char* type_name() {
   return std::is_same_v<T, float> ? "float" : "bf16";
-}
-
-inline std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0f,
-                                        float hi = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
-
-template <class T>
-std::vector<T> to_device_type(const std::vector<float>& x) {
-  if constexpr (std::is_same_v<T, float>) {
-    return x;
-  } else {
-    return to_bf16(x);
-  }
-}
-
-template <class T>
-std::vector<float> to_host_float(const std::vector<T>& x) {
-  if constexpr (std::is_same_v<T, float>) {
-    return x;
-  } else {
-    return to_float(x);
-  }
-}
-
-// x as the device type holds it (bf16 rounding to nearest even), back in float.
-template <class T>
-std::vector<float> round_like(const std::vector<float>& x) {
-  return to_host_float<T>(to_device_type<T>(x));
-}
-
-template <class T>
-DeviceBuffer<T> upload(const std::vector<T>& host) {
-  DeviceBuffer<T> buf(host.size());
-  buf.upload(host);
-  return buf;
 }
 
 struct Tolerance {

@@ -25,10 +25,10 @@ void check_linear(Blas& blas, int64_t rows, int64_t k, int64_t n, float beta, ui
                   int64_t ldx_pad = 5) {
   const int64_t ldx = k + ldx_pad;
   const int64_t ldy = n + 3;
-  const auto x = round_to<T>(random_floats(size_t(std::max<int64_t>(rows, 1) * ldx), seed));
-  const auto W = round_to<T>(random_floats(size_t(n * k), seed + 1));
+  const auto x = quantize<T>(random_floats(size_t(std::max<int64_t>(rows, 1) * ldx), seed));
+  const auto W = quantize<T>(random_floats(size_t(n * k), seed + 1));
   std::vector<float> y0 =
-      round_to<T>(random_floats(size_t(std::max<int64_t>(rows, 1) * ldy), seed + 2));
+      quantize<T>(random_floats(size_t(std::max<int64_t>(rows, 1) * ldy), seed + 2));
   // beta == 0 overwrites: NaN in y must not leak into the result (padding stays NaN).
   if (beta == 0.0f) {
     for (float& v : y0) v = std::nanf("");
@@ -40,16 +40,16 @@ void check_linear(Blas& blas, int64_t rows, int64_t k, int64_t n, float beta, ui
   }
   kernels::linear(x.data(), ldx, rows, k, W.data(), n, want.data(), ldy, beta);
 
-  auto dx = to_device<T>(x);
-  auto dW = to_device<T>(W);
-  auto dy = to_device<T>(y0);
+  auto dx = upload_as<T>(x);
+  auto dW = upload_as<T>(W);
+  auto dy = upload_as<T>(y0);
   fence_uploads();
   Stream stream;
   linear<T>(blas, dx.data(), ldx, rows, k, dW.data(), n, dy.data(), ldy, beta, stream.get());
   stream.synchronize();
   EXPECT_TRUE(all_close(std::string("linear ") + dtype_name<T>() + " rows " + std::to_string(rows) +
                             " beta " + std::to_string(beta),
-                        to_host(dy), want, dtype_rtol<T>()));
+                        download_floats(dy), want, dtype_rtol<T>()));
 }
 
 TYPED_TEST(CudaGemm, LinearMatchesCpu) {
@@ -85,9 +85,9 @@ void check_gemm(Blas& blas, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K,
   const int64_t lda = a_cols + 3;
   const int64_t ldb = b_cols + 2;
   const int64_t ldc = N + 4;
-  const auto A = round_to<T>(random_floats(size_t(a_rows * lda), seed));
-  const auto B = round_to<T>(random_floats(size_t(b_rows * ldb), seed + 1));
-  std::vector<float> C0 = round_to<T>(random_floats(size_t(M * ldc), seed + 2));
+  const auto A = quantize<T>(random_floats(size_t(a_rows * lda), seed));
+  const auto B = quantize<T>(random_floats(size_t(b_rows * ldb), seed + 1));
+  std::vector<float> C0 = quantize<T>(random_floats(size_t(M * ldc), seed + 2));
   if (beta == 0.0f) {
     for (int64_t i = 0; i < M; ++i)
       for (int64_t j = 0; j < N; ++j) C0[size_t(i * ldc + j)] = std::nanf("");
@@ -114,9 +114,9 @@ void check_gemm(Blas& blas, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K,
       EXPECT_TRUE(all_close("cpu gemm vs double", cpu, want, 1e-5));
     }
   }
-  auto dA = to_device<T>(A);
-  auto dB = to_device<T>(B);
-  auto dC = to_device<T>(C0);
+  auto dA = upload_as<T>(A);
+  auto dB = upload_as<T>(B);
+  auto dC = upload_as<T>(C0);
   fence_uploads();
   Stream stream;
   gemm<T>(blas, ta, tb, M, N, K, alpha, dA.data(), lda, dB.data(), ldb, beta, dC.data(), ldc,
@@ -124,7 +124,7 @@ void check_gemm(Blas& blas, Trans ta, Trans tb, int64_t M, int64_t N, int64_t K,
   stream.synchronize();
   EXPECT_TRUE(all_close(std::string("gemm ") + dtype_name<T>() + " ta " + std::to_string(int(ta)) +
                             " tb " + std::to_string(int(tb)) + " beta " + std::to_string(beta),
-                        to_host(dC), want, dtype_rtol<T>()));
+                        download_floats(dC), want, dtype_rtol<T>()));
 }
 
 TYPED_TEST(CudaGemm, GemmAllTransposeCombos) {

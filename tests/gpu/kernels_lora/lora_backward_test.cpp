@@ -34,11 +34,11 @@ void check_backward(const Scenario& sc, uint32_t seed) {
   const int64_t ld_dy = sc.ld_y;
   const int64_t ld_dx = sc.d_in + 2;
 
-  const auto x = round_to<T>(random_floats(size_t(sc.rows * sc.ld_x), seed + 10));
+  const auto x = quantize<T>(random_floats(size_t(sc.rows * sc.ld_x), seed + 10));
   std::vector<float> h = nans(h_size);
   kernels::lora_shrink(x.data(), sc.ld_x, slots, sc.segments, h.data());
-  const auto dy = round_to<T>(random_floats(size_t(sc.rows * ld_dy), seed + 11));
-  const auto dx0 = round_to<T>(random_floats(size_t(sc.rows * ld_dx), seed + 12));
+  const auto dy = quantize<T>(random_floats(size_t(sc.rows * ld_dy), seed + 11));
+  const auto dx0 = quantize<T>(random_floats(size_t(sc.rows * ld_dx), seed + 12));
 
   // CPU reference: one call of each, then a second shrink backward for dx accumulation.
   std::vector<float> dh_cpu = nans(h_size);
@@ -54,15 +54,15 @@ void check_backward(const Scenario& sc, uint32_t seed) {
   kernels::lora_shrink_backward(x.data(), sc.ld_x, dh_cpu.data(), slots, sc.segments,
                                 scratch.data(), dx_cpu2.data(), ld_dx);
 
-  auto d_x = to_device<T>(x);
-  auto d_h = to_device_raw(h);
-  auto d_dy = to_device<T>(dy);
-  auto d_dh = to_device_raw(nans(h_size));
-  auto d_dh_in = to_device_raw(dh_cpu);  // shrink backward gets the CPU's dh
-  auto d_dB = to_device_raw(std::vector<float>(dB_size, 0.0f));
-  auto d_dA = to_device_raw(std::vector<float>(dA_size, 0.0f));
-  auto d_dA_only = to_device_raw(std::vector<float>(dA_size, 0.0f));
-  auto d_dx = to_device<T>(dx0);
+  auto d_x = upload_as<T>(x);
+  auto d_h = upload_vec(h);
+  auto d_dy = upload_as<T>(dy);
+  auto d_dh = upload_vec(nans(h_size));
+  auto d_dh_in = upload_vec(dh_cpu);  // shrink backward gets the CPU's dh
+  auto d_dB = upload_vec(std::vector<float>(dB_size, 0.0f));
+  auto d_dA = upload_vec(std::vector<float>(dA_size, 0.0f));
+  auto d_dA_only = upload_vec(std::vector<float>(dA_size, 0.0f));
+  auto d_dx = upload_as<T>(dx0);
   fence_uploads();
   Stream stream;
   const auto expand_bw = [&] {
@@ -84,7 +84,7 @@ void check_backward(const Scenario& sc, uint32_t seed) {
   EXPECT_TRUE(all_close(label + "dh", d_dh.download(), dh_cpu, kGradRtol));
   EXPECT_TRUE(all_close(label + "dB", dB1, dB_cpu, kGradRtol));
   EXPECT_TRUE(all_close(label + "dA", dA1, dA_cpu, kGradRtol));
-  EXPECT_TRUE(all_close(label + "dx", to_host(d_dx), dx_cpu, dtype_rtol<T>()));
+  EXPECT_TRUE(all_close(label + "dx", download_floats(d_dx), dx_cpu, dtype_rtol<T>()));
   EXPECT_TRUE(all_close(label + "dA (dx null)", d_dA_only.download(), dA1, 1e-7));
 
   // Accumulation: a second call adds the same gradients again (dh is overwritten, unchanged).
@@ -94,7 +94,7 @@ void check_backward(const Scenario& sc, uint32_t seed) {
   EXPECT_TRUE(all_close(label + "dh second call", d_dh.download(), dh_cpu, kGradRtol));
   EXPECT_TRUE(all_close(label + "dB doubled", d_dB.download(), times(dB1, 2.0f), 1e-6));
   EXPECT_TRUE(all_close(label + "dA doubled", d_dA.download(), times(dA1, 2.0f), 1e-6));
-  EXPECT_TRUE(all_close(label + "dx twice", to_host(d_dx), dx_cpu2, dtype_rtol<T>()));
+  EXPECT_TRUE(all_close(label + "dx twice", download_floats(d_dx), dx_cpu2, dtype_rtol<T>()));
 }
 
 TYPED_TEST(CudaLoraBackward, MatchesCpu) {

@@ -126,11 +126,11 @@ struct DeviceLora {
 
 inline DeviceLora make_device_lora(const Scenario& sc, const HostLora& hl) {
   DeviceLora d;
-  d.A = to_device_raw(hl.A);
-  d.B = to_device_raw(hl.B);
-  d.scale = to_device_raw(hl.scale);
-  d.rank = to_device_raw(hl.rank);
-  d.seg = to_device_raw(sc.segments);
+  d.A = upload_vec(hl.A);
+  d.B = upload_vec(hl.B);
+  d.scale = upload_vec(hl.scale);
+  d.rank = upload_vec(hl.rank);
+  d.seg = upload_vec(sc.segments);
   d.slots = DeviceLoraSlots{d.A.data(),   d.B.data(),  d.rank.data(), d.scale.data(),
                             hl.max_slots, hl.max_rank, hl.d_in,       hl.d_out};
   d.segments = DeviceSegments{d.seg.data(), int32_t(sc.segments.size()), sc.rows};

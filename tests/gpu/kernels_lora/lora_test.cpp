@@ -30,17 +30,17 @@ void check_forward(const Scenario& sc, uint32_t seed) {
   const std::string label = sc.name + " " + dtype_name<T>() + " ";
   const HostLora hl = make_host_lora(sc, seed);
   DeviceLora dl = make_device_lora(sc, hl);
-  const auto x = round_to<T>(random_floats(size_t(sc.rows * sc.ld_x), seed + 10));
+  const auto x = quantize<T>(random_floats(size_t(sc.rows * sc.ld_x), seed + 10));
   std::vector<float> h_cpu = nans(size_t(sc.rows * sc.max_rank));
   kernels::lora_shrink(x.data(), sc.ld_x, hl.slots(), sc.segments, h_cpu.data());
-  const auto y0 = round_to<T>(random_floats(size_t(sc.rows * sc.ld_y), seed + 11));
+  const auto y0 = quantize<T>(random_floats(size_t(sc.rows * sc.ld_y), seed + 11));
   std::vector<float> y_cpu = y0;
   kernels::lora_expand(h_cpu.data(), hl.slots(), sc.segments, y_cpu.data(), sc.ld_y, sc.col_offset);
 
-  auto d_x = to_device<T>(x);
-  auto d_h = to_device_raw(nans(h_cpu.size()));
-  auto d_h_in = to_device_raw(h_cpu);  // expand gets the CPU's h: each kernel tested alone
-  auto d_y = to_device<T>(y0);
+  auto d_x = upload_as<T>(x);
+  auto d_h = upload_vec(nans(h_cpu.size()));
+  auto d_h_in = upload_vec(h_cpu);  // expand gets the CPU's h: each kernel tested alone
+  auto d_y = upload_as<T>(y0);
   fence_uploads();
   Stream stream;
   lora_shrink<T>(d_x.data(), sc.ld_x, dl.slots, dl.segments, d_h.data(), stream.get());
@@ -49,7 +49,7 @@ void check_forward(const Scenario& sc, uint32_t seed) {
   stream.synchronize();
   // h is fp32 from the same (rounded) inputs in both dtypes: only the summation order differs.
   EXPECT_TRUE(all_close(label + "h", d_h.download(), h_cpu, 1e-5));
-  EXPECT_TRUE(all_close(label + "y", to_host(d_y), y_cpu, dtype_rtol<T>()));
+  EXPECT_TRUE(all_close(label + "y", download_floats(d_y), y_cpu, dtype_rtol<T>()));
 }
 
 TYPED_TEST(CudaLora, ForwardMatchesCpu) {

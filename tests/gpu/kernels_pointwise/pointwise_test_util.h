@@ -1,29 +1,22 @@
 #pragma once
-// Shared helpers of the pointwise CUDA kernel tests: the no-device skip, typed tests over the
-// element types (float, bf16), host<->device copies through fp32, inputs rounded to the element
-// type (so a reference sees exactly what the kernel sees), and comparisons that name the index,
-// the values and the tolerance.
+// Helpers of the pointwise CUDA kernel tests on top of gpu_test_util.h (skip, element types,
+// seeded data, round trips): typed-test names, per-dtype tolerances, and comparisons that name
+// the index, the values and the tolerance.
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
-#include <cstdint>
-#include <random>
 #include <string>
 #include <type_traits>
 #include <vector>
 
-#include "spindle/kernels/cuda/runtime.h"
+#include "../gpu_test_util.h"
 
 namespace spindle::kernels::cuda::test {
 
-#define SPINDLE_REQUIRE_CUDA_DEVICE()                                                    \
-  do {                                                                                   \
-    if (::spindle::kernels::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device"; \
-  } while (0)
-
-using ElementTypes = ::testing::Types<float, bf16>;
+// The name these tests use for SPINDLE_REQUIRE_GPU (gpu_test_util.h).
+#define SPINDLE_REQUIRE_CUDA_DEVICE() SPINDLE_REQUIRE_GPU()
 
 struct ElementTypeNames {
   template <class T>
@@ -39,57 +32,6 @@ struct Tol {
   static constexpr double rel = std::is_same_v<T, float> ? 1e-5 : 1e-2;
   static constexpr double abs = std::is_same_v<T, float> ? 1e-6 : 1e-3;
 };
-
-inline std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0f,
-                                        float hi = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
-
-template <class T>
-std::vector<T> to_elements(const std::vector<float>& x) {
-  if constexpr (std::is_same_v<T, float>) {
-    return x;
-  } else {
-    return to_bf16(x);
-  }
-}
-
-template <class T>
-std::vector<float> to_floats(const std::vector<T>& x) {
-  if constexpr (std::is_same_v<T, float>) {
-    return x;
-  } else {
-    return to_float(x);
-  }
-}
-
-// x rounded to T and back: the values a T tensor holds.
-template <class T>
-std::vector<float> quantize(const std::vector<float>& x) {
-  return to_floats<T>(to_elements<T>(x));
-}
-
-template <class T>
-DeviceBuffer<T> upload_vec(const std::vector<T>& x) {
-  DeviceBuffer<T> d(x.size());
-  d.upload(x);
-  return d;
-}
-
-// Uploads x as T (rounding to bf16 when T is bf16).
-template <class T>
-DeviceBuffer<T> upload_as(const std::vector<float>& x) {
-  return upload_vec<T>(to_elements<T>(x));
-}
-
-template <class T>
-std::vector<float> download_floats(const DeviceBuffer<T>& d) {
-  return to_floats<T>(d.download());
-}
 
 inline double max_abs(const std::vector<double>& v) {
   double m = 0.0;

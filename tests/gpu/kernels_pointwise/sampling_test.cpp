@@ -2,7 +2,8 @@
 // are greedy, top-k / top-p draws stay in their candidate sets, the empirical distribution over
 // 20 000 draws matches the (tempered, truncated) softmax within 4 standard errors, a row's draw
 // depends only on its logits, params, seed and counter (not on the batch), and the logprob is
-// the raw log_softmax at the token. Both element types; vocabularies 1 to 151 936.
+// the raw log_softmax at the token, and a cut inside a run of equal logits keeps the lowest
+// indices. Both element types; vocabularies 1 to 151 936.
 
 #include <algorithm>
 #include <cmath>
@@ -260,6 +261,40 @@ TYPED_TEST(PointwiseSampling, TopPDrawsStayInTheNucleus) {
   }
   EXPECT_GE(seen.size(), 3u);
   EXPECT_TRUE(logprobs_are_raw(logits, vocab, vocab, s));
+}
+
+// A cut inside a run of equal logits keeps the lowest indices: a flat row with top_k = 3 draws
+// only tokens 0..2, and a top_p of 4.5 tokens' mass draws only 0..4 (vocab 777 and 151 936).
+TYPED_TEST(PointwiseSampling, TiesAtACutAreTakenLowestIndexFirst) {
+  using T = TypeParam;
+  SPINDLE_REQUIRE_CUDA_DEVICE();
+  for (const int64_t vocab : {int64_t{777}, int64_t{151936}}) {
+    SCOPED_TRACE(testing::Message() << "vocab " << vocab);
+    const int64_t rows = 64;
+    const std::vector<float> logits(size_t(rows * vocab), 0.25f);
+    for (const bool by_k : {true, false}) {
+      const int32_t allowed = by_k ? 3 : 5;
+      std::vector<RowSampling> params(static_cast<size_t>(rows));
+      for (int64_t r = 0; r < rows; ++r) {
+        RowSampling& p = params[size_t(r)];
+        p.seed = 5;
+        p.counter = uint64_t(r);
+        if (by_k) p.top_k = 3;
+        else p.top_p = float(4.5 / double(vocab));
+      }
+      const Sampled s = run_sampling<T>(logits, vocab, vocab, params);
+      std::set<int32_t> seen;
+      for (int64_t r = 0; r < rows; ++r) {
+        const int32_t t = s.tokens[size_t(r)];
+        EXPECT_TRUE(t >= 0 && t < allowed)
+            << "row " << r << (by_k ? " top_k 3" : " top_p of 4.5 tokens") << ": token " << t
+            << ", want one of the " << allowed << " lowest indices";
+        seen.insert(t);
+      }
+      EXPECT_GE(seen.size(), 2u) << (by_k ? "top_k" : "top_p") << ": every draw gave one token";
+      EXPECT_TRUE(logprobs_are_raw(logits, vocab, vocab, s));
+    }
+  }
 }
 
 TYPED_TEST(PointwiseSampling, DrawDependsOnlyOnSeedAndCounterNotOnTheBatch) {

@@ -22,7 +22,7 @@ std::string case_name(Arch arch, LossFn fn) {
 class GpuLoraGradients : public ::testing::TestWithParam<std::tuple<Arch, LossFn>> {};
 
 TEST_P(GpuLoraGradients, MatchFiniteDifferencesOfTheGpuLoss) {
-  SPINDLE_SKIP_WITHOUT_GPU();
+  SPINDLE_REQUIRE_GPU();
   const auto [arch, fn] = GetParam();
   Rig rig(arch, 40 + int(arch), Precision::fp32, {.max_slots = 2, .max_rank = 4});
   const engine::ModelConfig& c = rig.config();
@@ -88,7 +88,7 @@ TEST_P(GpuLoraGradients, MatchFiniteDifferencesOfTheGpuLoss) {
 }
 
 TEST_P(GpuLoraGradients, MatchTheCpuEngineOnAHeterogeneousBatch) {
-  SPINDLE_SKIP_WITHOUT_GPU();
+  SPINDLE_REQUIRE_GPU();
   const auto [arch, fn] = GetParam();
   // Chunks of 5 logits rows: chunk edges fall inside sequences and inside LoRA segments.
   Rig rig(arch, 50 + int(arch), Precision::fp32, {.max_slots = 3, .max_rank = 4},

@@ -13,7 +13,7 @@ namespace {
 using namespace spindle::gpu::testing;
 
 TEST(GpuTrainer, AdamWStepsEqualTheCpuTrainer) {
-  SPINDLE_SKIP_WITHOUT_GPU();
+  SPINDLE_REQUIRE_GPU();
   for (Arch arch : {Arch::llama, Arch::qwen3}) {
     Rig rig(arch, 70 + int(arch), Precision::fp32, {.max_slots = 2, .max_rank = 8});
     const engine::ModelConfig& c = rig.config();
@@ -65,7 +65,7 @@ TEST(GpuTrainer, AdamWStepsEqualTheCpuTrainer) {
 }
 
 TEST(GpuTrainer, Bf16SftLossFallsOnAFixedBatch) {
-  SPINDLE_SKIP_WITHOUT_GPU();
+  SPINDLE_REQUIRE_GPU();
   Rig rig(Arch::qwen3, 81, Precision::bf16, {.max_slots = 1, .max_rank = 8});
   const engine::ModelConfig& c = rig.config();
   rig.dev_trainer->attach(0, engine::init_lora(c, 8, 16.0f, kAllTargets, 12));
@@ -96,7 +96,7 @@ TEST(GpuTrainer, Bf16SftLossFallsOnAFixedBatch) {
 }
 
 TEST(GpuTrainer, RejectsBadBatchesBeforeAnyWork) {
-  SPINDLE_SKIP_WITHOUT_GPU();
+  SPINDLE_REQUIRE_GPU();
   Rig rig(Arch::llama, 90, Precision::fp32, {.max_slots = 2, .max_rank = 4});
   const engine::ModelConfig& c = rig.config();
   rig.dev_trainer->attach(0, engine::init_lora(c, 2, 4.0f, kAllTargets, 1));

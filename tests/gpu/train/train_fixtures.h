@@ -13,16 +13,9 @@
 #include <string>
 
 #include "../../unit/model/model_fixtures.h"
+#include "../gpu_test_util.h"
 #include "spindle/engine/trainer.h"
 #include "spindle/gpu/trainer.h"
-#include "spindle/kernels/cuda/runtime.h"
-
-#define SPINDLE_SKIP_WITHOUT_GPU()                       \
-  do {                                                   \
-    if (::spindle::kernels::cuda::device_count() == 0) { \
-      GTEST_SKIP() << "no CUDA device";                  \
-    }                                                    \
-  } while (0)
 
 namespace spindle::gpu::testing {
 
@@ -32,9 +25,7 @@ using engine::LoraWeights;
 using engine::LossFn;
 using engine::TrainDatum;
 
-inline constexpr LoraTarget kAllTargets[] = {LoraTarget::q,    LoraTarget::k,      LoraTarget::v,
-                                             LoraTarget::o,    LoraTarget::gate,   LoraTarget::up,
-                                             LoraTarget::down, LoraTarget::lm_head};
+inline constexpr auto kAllTargets = engine::kAllLoraTargets;
 
 // The CPU tests' tiny configs (odd sizes: dim 48, hidden 80, vocab 97, GQA 6/2). Qwen3's
 // head_dim 12 becomes 16: the CUDA attention kernels take head_dim multiples of 8.

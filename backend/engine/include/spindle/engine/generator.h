@@ -7,7 +7,9 @@
 // This is the engine-level loop; the scheduler (a later issue) adds admission, token budgets
 // and cold-adapter parking on top of Model::forward.
 
+#include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -39,6 +41,43 @@ struct Completion {
 struct GeneratorOptions {
   int64_t max_batch_tokens = 4096;  // prefill chunking budget per forward
 };
+
+// One prefill forward of Generator and gpu::DeviceGenerator: whole requests, stably sorted by
+// adapter slot so SGMV segments are long (logits rows follow this order).
+struct PrefillChunk {
+  std::vector<BatchSequence> batch;
+  std::vector<size_t> requests;  // request index of each batch entry
+};
+// Takes requests from `next` on (advancing it) while their prompts fit in max_batch_tokens (at
+// least one), each in a fresh KV sequence from `create_seq`, pushed onto `prompt_seqs` as soon
+// as it exists (the caller releases them, also on failure).
+PrefillChunk next_prefill_chunk(const std::vector<GenerationRequest>& requests, size_t& next,
+                                int64_t max_batch_tokens, const std::function<SeqId()>& create_seq,
+                                std::vector<SeqId>& prompt_seqs);
+
+// One decode step of Generator and gpu::DeviceGenerator: the entries of `live` not yet done
+// (Live has done, slot, seq), stably sorted by adapter slot so SGMV segments are long, each
+// feeding last_token(entry). Fills `rows` (indices into live), `step_tokens` (which `batch`
+// points into) and `batch`; returns false when every entry is done.
+template <class Live, class LastToken>
+bool next_decode_step(const std::vector<Live>& live, LastToken last_token,
+                      std::vector<size_t>& rows, std::vector<int32_t>& step_tokens,
+                      std::vector<BatchSequence>& batch) {
+  rows.clear();
+  for (size_t i = 0; i < live.size(); ++i) {
+    if (!live[i].done) rows.push_back(i);
+  }
+  if (rows.empty()) return false;
+  std::stable_sort(rows.begin(), rows.end(),
+                   [&](size_t a, size_t b) { return live[a].slot < live[b].slot; });
+  step_tokens.resize(rows.size());
+  batch.clear();
+  for (size_t k = 0; k < rows.size(); ++k) {
+    step_tokens[k] = last_token(live[rows[k]]);
+    batch.push_back({live[rows[k]].seq, {&step_tokens[k], 1}, live[rows[k]].slot});
+  }
+  return true;
+}
 
 class Generator {
  public:

@@ -8,6 +8,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -68,6 +69,20 @@ struct LoraPoolOptions {
   // Targets the pool allocates storage for; loading an adapter touching others fails.
   std::vector<LoraTarget> targets = {kAllLoraTargets.begin(), kAllLoraTargets.end()};
 };
+
+// Slot-pool helpers shared by LoraSlotPool and gpu::DeviceLoraPool (same checks, same
+// messages, same packing).
+// max_slots in [1, 4096] and max_rank in [1, 128]; invalid_argument otherwise.
+void validate_lora_pool_options(const LoraPoolOptions& options);
+// Checks that `adapter` may be loaded into slot `slot` of a pool: the adapter against the base
+// (LoraWeights::validate), its rank <= max_rank (invalid_argument), and storage for every module
+// it adapts, `has_storage(layer, target)` (unsupported otherwise).
+void validate_lora_load(const LoraWeights& adapter, int32_t slot, const ModelConfig& config,
+                        int64_t max_rank,
+                        const std::function<bool(int64_t, LoraTarget)>& has_storage);
+// Writes one module of rank r into a slot's region: A [r, d_in] into rows [0, r) of
+// a [max_rank, d_in], B [d_out, r] into columns [0, r) of b [d_out, max_rank]; the rest zero.
+void pack_lora_slot(const LoraPair& pair, int64_t max_rank, float* a, float* b);
 
 // Thread-safety: load/clear must not run concurrently with a forward pass that reads the slot
 // (the residency layer serialises them; eviction never takes a slot an in-flight batch uses).

@@ -28,6 +28,16 @@ void validate_sample_request(std::span<const int32_t> prompt, int32_t num_sample
 // so compute_logprobs reports exactly what sampling reported for the same token.
 float token_logprob(const float* logits, int64_t vocab, int32_t token);
 
+// Appends a sampled token to `out` (token, logprob, text) and applies the stop conditions:
+// returns true when the sequence is finished, a stop token (kept, its text not appended), a stop
+// string (cut from the text), max_tokens or `max_len` reached (`length`). `prompt_last` is the
+// prompt's last token (the decode context of the first piece); `cached_len` is the sequence's
+// length in the KV cache, the new token not included. `tokenizer` may be null. SampleStream
+// and gpu::DeviceGenerator (which samples on the device) share it.
+bool append_sampled_token(Completion& out, int32_t token, float logprob, int32_t prompt_last,
+                          int64_t cached_len, int64_t max_len, const SamplingParams& params,
+                          const Tokenizer* tokenizer);
+
 class SampleStream {
  public:
   SampleStream() = default;

@@ -2,16 +2,17 @@
 // Paged KV cache in device memory: the twin of engine::KvCache (engine/kv_cache.h, read it
 // first). Per layer, K and V are [n_blocks, block_size, n_kv_heads, head_dim] of the model's
 // Precision on the device; block tables, reference counts and the free list live on the host
-// with the same semantics: fork shares every block, the first append into a shared, partially
-// filled last block copies it (copy-on-write, a device-to-device copy on the caller's stream),
-// full blocks stay shared for life. The block tables reach the device per forward (the model
-// mirrors them into its DeviceForwardState).
+// in the same engine::KvBlockTable (kv_blocks.h): fork shares every block, the first append into
+// a shared, partially filled last block copies it (copy-on-write, a device-to-device copy on the
+// caller's stream), full blocks stay shared for life. The block tables reach the device per
+// forward (the model mirrors them into its DeviceForwardState).
 //
 // Threading: not thread-safe; one engine loop owns a cache.
 
 #include <cstdint>
 #include <vector>
 
+#include "spindle/engine/kv_blocks.h"
 #include "spindle/engine/kv_cache.h"
 #include "spindle/engine/model_config.h"
 #include "spindle/gpu/device_tensor.h"
@@ -29,51 +30,39 @@ class DeviceKvCache {
   DeviceKvCache(const DeviceKvCache&) = delete;
   DeviceKvCache& operator=(const DeviceKvCache&) = delete;
 
-  SeqId create();
-  SeqId fork(SeqId parent);  // shares every block of `parent` (same length, same tokens)
-  void release(SeqId seq);
+  SeqId create() { return blocks_.create(); }
+  // Shares every block of `parent` (same length, same tokens).
+  SeqId fork(SeqId parent) { return blocks_.fork(parent); }
+  void release(SeqId seq) { blocks_.release(seq); }
 
-  int64_t length(SeqId seq) const;
-  const std::vector<int32_t>& block_table(SeqId seq) const;
+  int64_t length(SeqId seq) const { return blocks_.length(seq); }
+  const std::vector<int32_t>& block_table(SeqId seq) const { return blocks_.block_table(seq); }
 
   // As engine::KvCache::append: room for n more tokens of `seq`, flat slots of the new tokens
   // appended to `slots`. A copy-on-write block copy is queued on `stream` (all layers), so work
   // that later writes the new tokens on the same stream sees the copied prefix. Throws resource
   // when blocks run out (the cache is left unchanged).
   void append(SeqId seq, int64_t n, std::vector<int64_t>& slots, cudaStream_t stream);
-  int64_t blocks_needed(SeqId seq, int64_t n) const;
+  int64_t blocks_needed(SeqId seq, int64_t n) const { return blocks_.blocks_needed(seq, n); }
 
   // Device view of layer l's K/V; T must match precision() (std::logic_error otherwise).
   template <class T>
   kernels::cuda::DevicePagedKv<T> layer(int64_t l);
 
   Precision precision() const { return precision_; }
-  int64_t block_size() const { return options_.block_size; }
-  int64_t n_blocks() const { return options_.n_blocks; }
-  int64_t free_blocks() const { return int64_t(free_.size()); }
-  int64_t live_sequences() const;
+  int64_t block_size() const { return blocks_.block_size(); }
+  int64_t n_blocks() const { return blocks_.n_blocks(); }
+  int64_t free_blocks() const { return blocks_.free_blocks(); }
+  int64_t live_sequences() const { return blocks_.live_sequences(); }
   size_t bytes() const;
 
  private:
-  struct Seq {
-    bool live = false;
-    int64_t length = 0;
-    std::vector<int32_t> blocks;
-  };
-  Seq& seq_ref(SeqId seq);
-  const Seq& seq_ref(SeqId seq) const;
-  int32_t take_block();
-  void drop_block(int32_t block);
-  void copy_block(int32_t from, int32_t to, int64_t n_tokens, cudaStream_t stream);
+  void copy_block(const engine::KvBlockCopy& copy, cudaStream_t stream);
 
   engine::ModelConfig config_;
-  engine::KvCacheOptions options_;
+  engine::KvBlockTable blocks_;
   Precision precision_;
   std::vector<DeviceTensor> k_, v_;  // per layer, [n_blocks·block_size, n_kv_heads·head_dim]
-  std::vector<int32_t> refcount_;
-  std::vector<int32_t> free_;  // stack of free block ids
-  std::vector<Seq> seqs_;
-  std::vector<SeqId> free_seq_ids_;
 };
 
 }  // namespace spindle::gpu
