@@ -127,6 +127,18 @@ void run_gpu_op_breakdown(gpu::DeviceModel& model, double bandwidth) {
                                 float(c.head_dim)), s);
   }, reps), double(ctx) * double(c.kv_dim()) * 2 * 2, nl);
 
+  // Logits shaped like a language model's (a few dominant tokens over a long tail): all-equal
+  // logits would time sample_tokens' tie-breaking path, which real rows never take.
+  {
+    std::vector<float> host(size_t(c.vocab_size));
+    uint64_t state = 0x9e3779b97f4a7c15ull;
+    for (float& v : host) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      const double u = double(state >> 11) * 0x1.0p-53;  // [0, 1)
+      v = float(-8.0 * std::log(1.0 - u));                 // exponential tail, few large logits
+    }
+    y.upload(host.data(), int64_t(host.size()), s);
+  }
   cuda::DeviceBuffer<cuda::RowSampling> params(1);
   params.upload(std::vector<cuda::RowSampling>{{.temperature = 1.0f, .top_k = 50, .top_p = 0.9f}});
   cuda::DeviceBuffer<int32_t> tok(1);
