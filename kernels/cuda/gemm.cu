@@ -102,6 +102,36 @@ void linear(Blas& blas, const T* x, int64_t ldx, int64_t rows, int64_t k, const 
 }
 
 template <class T>
+void linear_multi(Blas& blas, const T* x, int64_t ldx, int64_t rows, int64_t k,
+                  std::span<const LinearOut<T>> outs, float beta, cudaStream_t stream) {
+  constexpr const char* kKernel = "cuda::linear_multi";
+  SPINDLE_KERNEL_REQUIRE(!outs.empty() && outs.size() <= size_t{detail::kGemvMaxOuts}, kKernel,
+                         "1 to 3 outputs");
+  SPINDLE_KERNEL_REQUIRE(rows >= 0 && k > 0 && ldx >= k, kKernel, "rows >= 0, k > 0, ldx >= k");
+  for (const LinearOut<T>& o : outs) {
+    SPINDLE_KERNEL_REQUIRE(o.n > 0 && o.ldy >= o.n, kKernel, "every output has n > 0, ldy >= n");
+  }
+  if (rows == 0) return;
+  if constexpr (std::is_same_v<T, bf16>) {
+    bool skinny = x != nullptr;
+    for (const LinearOut<T>& o : outs) {
+      skinny = skinny && o.W != nullptr && o.y != nullptr && fits_int(o.ldy) && fits_int(ldx) &&
+               detail::gemv_applies(x, ldx, rows, k, o.W);
+    }
+    if (skinny) {
+      detail::GemvOut g[detail::kGemvMaxOuts];
+      for (size_t i = 0; i < outs.size(); ++i)
+        g[i] = {outs[i].W, outs[i].n, outs[i].y, outs[i].ldy};
+      detail::linear_gemv_multi(x, ldx, rows, k, g, int(outs.size()), beta, stream);
+      return;
+    }
+  }
+  // linear() checks the rest (null pointers, int32 sizes) per output.
+  for (const LinearOut<T>& o : outs)
+    linear<T>(blas, x, ldx, rows, k, o.W, o.n, o.y, o.ldy, beta, stream);
+}
+
+template <class T>
 void gemm(Blas& blas, Trans trans_a, Trans trans_b, int64_t M, int64_t N, int64_t K, float alpha,
           const T* A, int64_t lda, const T* B, int64_t ldb, float beta, T* C, int64_t ldc,
           cudaStream_t stream) {
@@ -129,6 +159,10 @@ template void linear<float>(Blas&, const float*, int64_t, int64_t, int64_t, cons
                             float*, int64_t, float, cudaStream_t);
 template void linear<bf16>(Blas&, const bf16*, int64_t, int64_t, int64_t, const bf16*, int64_t,
                            bf16*, int64_t, float, cudaStream_t);
+template void linear_multi<float>(Blas&, const float*, int64_t, int64_t, int64_t,
+                                  std::span<const LinearOut<float>>, float, cudaStream_t);
+template void linear_multi<bf16>(Blas&, const bf16*, int64_t, int64_t, int64_t,
+                                 std::span<const LinearOut<bf16>>, float, cudaStream_t);
 template void gemm<float>(Blas&, Trans, Trans, int64_t, int64_t, int64_t, float, const float*,
                           int64_t, const float*, int64_t, float, float*, int64_t, cudaStream_t);
 template void gemm<bf16>(Blas&, Trans, Trans, int64_t, int64_t, int64_t, float, const bf16*,

@@ -1,13 +1,17 @@
 #include "device_forward.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <initializer_list>
+#include <span>
 
 #include "spindle/kernels/cuda/activation.h"
 #include "spindle/kernels/cuda/attention.h"
 #include "spindle/kernels/cuda/gemm.h"
 #include "spindle/kernels/cuda/lora.h"
 #include "spindle/kernels/cuda/norm.h"
+#include "spindle/kernels/cuda/qk_rope.h"
 #include "spindle/kernels/cuda/rope.h"
 
 namespace spindle::gpu::internal {
@@ -71,33 +75,37 @@ class Forward {
     a.inv_rms_attn.ensure(rows, 1, Precision::fp32);
     cuda::rmsnorm(x.data<T>(), c_.dim, w.attn_norm.data<float>(), a.xn_attn.data<T>(), c_.dim, rows,
                   c_.dim, c_.rms_eps, a.inv_rms_attn.data<float>(), s_);
-    project(l, LoraTarget::q, a.xn_attn, w.wq, a.q);
-    project(l, LoraTarget::k, a.xn_attn, w.wk, a.k);
-    project(l, LoraTarget::v, a.xn_attn, w.wv, a.v);
-    if (c_.arch == engine::Arch::qwen3) {
-      float* inv_q = nullptr;
-      float* inv_k = nullptr;
-      if (st_.keep_activations) {
+    project(
+        l, a.xn_attn,
+        {{LoraTarget::q, &w.wq, &a.q}, {LoraTarget::k, &w.wk, &a.k}, {LoraTarget::v, &w.wv, &a.v}});
+    const bool qwen3 = c_.arch == engine::Arch::qwen3;
+    const float* inv_freq = ctx_.weights.rope_inv_freq().data<float>();
+    const cuda::DevicePagedKv<T> kv = cache.layer<T>(l);
+    if (!st_.keep_activations) {
+      // Inference: norms, RoPE and the cache write in one launch (bitwise the steps below).
+      cuda::qk_norm_rope_kv_write(
+          a.q.data<T>(), c_.q_dim(), c_.n_heads, a.k.data<T>(), a.v.data<T>(), c_.kv_dim(), rows,
+          qwen3 ? w.q_norm.data<float>() : nullptr, qwen3 ? w.k_norm.data<float>() : nullptr,
+          c_.rms_eps, st_.d_positions.data(), inv_freq, kernels::RopeStyle::half, kv,
+          st_.d_cache_slots.data(), s_);
+    } else {
+      if (qwen3) {
         a.q_pre.copy_from(a.q, s_);
         a.k_pre.copy_from(a.k, s_);
         a.inv_rms_q.ensure(rows * c_.n_heads, 1, Precision::fp32);
         a.inv_rms_k.ensure(rows * c_.n_kv_heads, 1, Precision::fp32);
-        inv_q = a.inv_rms_q.data<float>();
-        inv_k = a.inv_rms_k.data<float>();
+        cuda::rmsnorm(a.q.data<T>(), hd, w.q_norm.data<float>(), a.q.data<T>(), hd,
+                      rows * c_.n_heads, hd, c_.rms_eps, a.inv_rms_q.data<float>(), s_);
+        cuda::rmsnorm(a.k.data<T>(), hd, w.k_norm.data<float>(), a.k.data<T>(), hd,
+                      rows * c_.n_kv_heads, hd, c_.rms_eps, a.inv_rms_k.data<float>(), s_);
       }
-      cuda::rmsnorm(a.q.data<T>(), hd, w.q_norm.data<float>(), a.q.data<T>(), hd,
-                    rows * c_.n_heads, hd, c_.rms_eps, inv_q, s_);
-      cuda::rmsnorm(a.k.data<T>(), hd, w.k_norm.data<float>(), a.k.data<T>(), hd,
-                    rows * c_.n_kv_heads, hd, c_.rms_eps, inv_k, s_);
+      cuda::rope(a.q.data<T>(), c_.q_dim(), rows, c_.n_heads, hd, st_.d_positions.data(), inv_freq,
+                 kernels::RopeStyle::half, /*inverse=*/false, s_);
+      cuda::rope(a.k.data<T>(), c_.kv_dim(), rows, c_.n_kv_heads, hd, st_.d_positions.data(),
+                 inv_freq, kernels::RopeStyle::half, /*inverse=*/false, s_);
+      cuda::kv_cache_write(kv, a.k.data<T>(), a.v.data<T>(), c_.kv_dim(), rows,
+                           st_.d_cache_slots.data(), s_);
     }
-    const float* inv_freq = ctx_.weights.rope_inv_freq().data<float>();
-    cuda::rope(a.q.data<T>(), c_.q_dim(), rows, c_.n_heads, hd, st_.d_positions.data(), inv_freq,
-               kernels::RopeStyle::half, /*inverse=*/false, s_);
-    cuda::rope(a.k.data<T>(), c_.kv_dim(), rows, c_.n_kv_heads, hd, st_.d_positions.data(),
-               inv_freq, kernels::RopeStyle::half, /*inverse=*/false, s_);
-    const cuda::DevicePagedKv<T> kv = cache.layer<T>(l);
-    cuda::kv_cache_write(kv, a.k.data<T>(), a.v.data<T>(), c_.kv_dim(), rows,
-                         st_.d_cache_slots.data(), s_);
     a.attn.ensure(rows, c_.q_dim(), P_);
     cuda::attention_paged(a.q.data<T>(), c_.q_dim(), a.attn.data<T>(), c_.q_dim(), c_.n_heads, kv,
                           st_.d_attn_seqs.data(), int32_t(st_.attn_seqs.size()),
@@ -116,8 +124,8 @@ class Forward {
     a.inv_rms_mlp.ensure(rows, 1, Precision::fp32);
     cuda::rmsnorm(x.data<T>(), c_.dim, w.ffn_norm.data<float>(), a.xn_mlp.data<T>(), c_.dim, rows,
                   c_.dim, c_.rms_eps, a.inv_rms_mlp.data<float>(), s_);
-    project(l, LoraTarget::gate, a.xn_mlp, w.w_gate, a.gate);
-    project(l, LoraTarget::up, a.xn_mlp, w.w_up, a.up);
+    project(l, a.xn_mlp,
+            {{LoraTarget::gate, &w.w_gate, &a.gate}, {LoraTarget::up, &w.w_up, &a.up}});
     a.act.ensure(rows, c_.hidden_dim, P_);
     cuda::swiglu(a.gate.data<T>(), a.up.data<T>(), a.act.data<T>(), rows * c_.hidden_dim, s_);
     cuda::linear(ctx_.blas, a.act.data<T>(), c_.hidden_dim, rows, c_.hidden_dim, w.w_down.data<T>(),
@@ -125,14 +133,30 @@ class Forward {
     lora_add(l, LoraTarget::down, a.act.data<T>(), c_.hidden_dim, x.data<T>(), c_.dim);
   }
 
-  // y = x·Wᵀ + LoRA(x) over every row.
-  void project(int64_t l, LoraTarget target, const DeviceTensor& x, const DeviceTensor& W,
-               DeviceTensor& y) {
-    const int64_t rows = x.rows(), k = x.cols(), n = W.rows();
-    y.ensure(rows, n, P_);
-    cuda::linear(ctx_.blas, x.data<T>(), k, rows, k, W.data<T>(), n, y.data<T>(), n,
-                 /*beta=*/0.0f, s_);
-    lora_add(l, target, x.data<T>(), k, y.data<T>(), n);
+  // One projection of project(): y = x·Wᵀ + LoRA_target(x).
+  struct Proj {
+    LoraTarget target;
+    const DeviceTensor* W;
+    DeviceTensor* y;
+  };
+
+  // 1..3 projections of the same x over every row: one multi-output linear (a single launch for
+  // bf16 decode batches), then each target's LoRA add.
+  void project(int64_t l, const DeviceTensor& x, std::initializer_list<Proj> projs) {
+    const int64_t rows = x.rows(), k = x.cols();
+    std::array<cuda::LinearOut<T>, 3> outs;
+    size_t count = 0;
+    for (const Proj& p : projs) {
+      const int64_t n = p.W->rows();
+      p.y->ensure(rows, n, P_);
+      outs.at(count++) = {p.W->template data<T>(), n, p.y->template data<T>(), n};
+    }
+    cuda::linear_multi<T>(ctx_.blas, x.data<T>(), k, rows, k,
+                          std::span<const cuda::LinearOut<T>>(outs.data(), count), /*beta=*/0.0f,
+                          s_);
+    for (const Proj& p : projs) {
+      lora_add(l, p.target, x.data<T>(), k, p.y->template data<T>(), p.W->rows());
+    }
   }
 
   void lora_add(int64_t l, LoraTarget target, const T* x, int64_t ld_x, T* y, int64_t ld_y) {
@@ -160,9 +184,8 @@ void run_forward(ForwardContext& ctx, DeviceKvCache& cache, const DeviceForwardO
 }
 
 template <class T>
-void run_unembed(ForwardContext& ctx, int64_t r0, int64_t r1,
-                 const kernels::LoraSegment* segments, int32_t count, bool adapted,
-                 DeviceTensor& logits) {
+void run_unembed(ForwardContext& ctx, int64_t r0, int64_t r1, const kernels::LoraSegment* segments,
+                 int32_t count, bool adapted, DeviceTensor& logits) {
   const engine::ModelConfig& c = ctx.weights.config();
   DeviceForwardState& st = ctx.st;
   const int64_t n = r1 - r0;

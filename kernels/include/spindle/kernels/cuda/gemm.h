@@ -4,6 +4,7 @@
 // with TF32 off, so fp32 results match the CPU's sgemm to rounding.
 
 #include <cstdint>
+#include <span>
 
 #include "spindle/kernels/cuda/runtime.h"
 #include "spindle/kernels/matmul.h"
@@ -31,6 +32,23 @@ class Blas {
 template <class T>
 void linear(Blas& blas, const T* x, int64_t ldx, int64_t rows, int64_t k, const T* W, int64_t n,
             T* y, int64_t ldy, float beta, cudaStream_t stream);
+
+// One output of linear_multi: y[rows, n] (row stride ldy >= n) = x · W[n, k]ᵀ + beta · y.
+template <class T>
+struct LinearOut {
+  const T* W = nullptr;
+  int64_t n = 0;
+  T* y = nullptr;
+  int64_t ldy = 0;
+};
+
+// linear() for 1..3 outputs sharing x (q/k/v, gate/up), with each output's result bitwise that
+// of its own linear() call. bf16 decode batches (linear's skinny path applies to x and every W)
+// run as one launch; otherwise one linear() per output, in order. The outputs must not overlap
+// x or each other.
+template <class T>
+void linear_multi(Blas& blas, const T* x, int64_t ldx, int64_t rows, int64_t k,
+                  std::span<const LinearOut<T>> outs, float beta, cudaStream_t stream);
 
 // C[M, N] = alpha · op(A)[M, K] · op(B)[K, N] + beta · C, row-major (for backward passes).
 template <class T>
