@@ -67,9 +67,16 @@ void axpy_rows_scalar(const float* a, const float* rows, int64_t ld, int64_t m, 
   for (int64_t i = 0; i < m; ++i) axpy_scalar(a[i], rows + i * ld, y, n);
 }
 
-constexpr Ops kScalarOps{dot_scalar,         axpy_scalar, scale_scalar,
-                         sum_squares_scalar, max_scalar,  exp_sum_scalar,
-                         silu_mul_scalar,    gemv_scalar, axpy_rows_scalar};
+void gemv_multi_scalar(const float* A, int64_t lda, int64_t m, int64_t n, const float* X,
+                       int64_t ldx, int64_t T, float alpha, float beta, float* Y, int64_t ldy) {
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t t = 0; t < T; ++t)
+      gemv_scalar(A + i * lda, lda, 1, n, X + t * ldx, alpha, beta, Y + t * ldy + i);
+}
+
+constexpr Ops kScalarOps{dot_scalar,       axpy_scalar,      scale_scalar,    sum_squares_scalar,
+                         max_scalar,       exp_sum_scalar,   silu_mul_scalar, gemv_scalar,
+                         axpy_rows_scalar, gemv_multi_scalar};
 
 SimdLevel detect() noexcept {
   __builtin_cpu_init();

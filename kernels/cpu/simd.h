@@ -38,6 +38,12 @@ struct Ops {
                float beta, float* y);
   // y[0:n] += Σ_{i<m} a[i]·rows[i·ld, 0:n]  (attention's p·V over one block).
   void (*axpy_rows)(const float* a, const float* rows, int64_t ld, int64_t m, int64_t n, float* y);
+  // gemv against T vectors at once: Y[t·ldy + i] = alpha·dot(A[i·lda, 0:n], X[t·ldx, 0:n]) +
+  // beta·Y[t·ldy + i] for i < m, t < T; beta == 0 never reads Y. Each row of A is read from
+  // memory once and used for every t (a decode batch of a few rows costs about one gemv), so
+  // callers keep X small (T·n floats fit in L2).
+  void (*gemv_multi)(const float* A, int64_t lda, int64_t m, int64_t n, const float* X, int64_t ldx,
+                     int64_t T, float alpha, float beta, float* Y, int64_t ldy);
 };
 
 // The table in use (see cpu_features.h for how it is chosen).
@@ -76,6 +82,10 @@ inline void gemv(const float* A, int64_t lda, int64_t m, int64_t n, const float*
 inline void axpy_rows(const float* a, const float* rows, int64_t ld, int64_t m, int64_t n,
                       float* y) {
   ops().axpy_rows(a, rows, ld, m, n, y);
+}
+inline void gemv_multi(const float* A, int64_t lda, int64_t m, int64_t n, const float* X,
+                       int64_t ldx, int64_t T, float alpha, float beta, float* Y, int64_t ldy) {
+  ops().gemv_multi(A, lda, m, n, X, ldx, T, alpha, beta, Y, ldy);
 }
 
 }  // namespace spindle::kernels::simd

@@ -21,6 +21,9 @@ struct V {
   using R = __m256;
   using Ri = __m256i;
   static constexpr int64_t W = 8;
+  // gemv_multi's register tile (16 ymm registers): 8 accumulators + 4 rows of A + 1 of X.
+  static constexpr int kMultiRows = 4;
+  static constexpr int kMultiCols = 2;
 
   static R zero() { return _mm256_setzero_ps(); }
   static R set1(float a) { return _mm256_set1_ps(a); }

@@ -26,6 +26,9 @@ struct V {
   using R = __m512;
   using Ri = __m512i;
   static constexpr int64_t W = 16;
+  // gemv_multi's register tile (32 zmm registers): 16 accumulators + 4 rows of A + 1 of X.
+  static constexpr int kMultiRows = 4;
+  static constexpr int kMultiCols = 4;
 
   static R zero() { return _mm512_setzero_ps(); }
   static R set1(float a) { return _mm512_set1_ps(a); }

@@ -3,7 +3,8 @@
 // No include guard on purpose: simd_avx2.cpp and simd_avx512.cpp each include this file once,
 // inside a `#pragma GCC target` region and an anonymous namespace that defines `V`, so every
 // function here is compiled for that instruction set only and never leaks to other code.
-// V provides: R (float register), Ri (int register), W (lanes), and the operations used below;
+// V provides: R (float register), Ri (int register), W (lanes), kMultiRows × kMultiCols (the
+// register tile of gemv_multi), and the operations used below;
 // load_n/store_n touch only the first n (< = W) lanes and never fault past them.
 
 // Σ a[i]·b[i] with four independent accumulators.
@@ -324,8 +325,76 @@ inline void axpy_rows_v(const float* a, const float* rows, int64_t ld, int64_t m
   }
 }
 
+// One tile of gemv_multi: R rows of A against C rows of X, R·C accumulators in registers
+// (R + C loads per R·C FMAs). Each (row, t) sum is one accumulator reduced by hsum.
+template <int R, int C>
+inline void gemv_multi_tile(const float* A, int64_t lda, int64_t n, const float* X, int64_t ldx,
+                            float alpha, float beta, float* Y, int64_t ldy) {
+  constexpr int64_t W = V::W;
+  typename V::R acc[R][C];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) acc[r][c] = V::zero();
+  int64_t k = 0;
+  for (; k + W <= n; k += W) {
+    typename V::R a[R];
+    for (int r = 0; r < R; ++r) a[r] = V::load(A + r * lda + k);
+    for (int c = 0; c < C; ++c) {
+      const auto xv = V::load(X + c * ldx + k);
+      for (int r = 0; r < R; ++r) acc[r][c] = V::fma(a[r], xv, acc[r][c]);
+    }
+  }
+  if (k < n) {
+    const int64_t w = n - k;
+    typename V::R a[R];
+    for (int r = 0; r < R; ++r) a[r] = V::load_n(A + r * lda + k, w);
+    for (int c = 0; c < C; ++c) {
+      const auto xv = V::load_n(X + c * ldx + k, w);
+      for (int r = 0; r < R; ++r) acc[r][c] = V::fma(a[r], xv, acc[r][c]);
+    }
+  }
+  for (int c = 0; c < C; ++c)
+    for (int r = 0; r < R; ++r) {
+      float* y = Y + c * ldy + r;
+      *y = gemv_finish(V::hsum(acc[r][c]), alpha, beta, y);
+    }
+}
+
+// R rows of A against all T rows of X, kMultiCols at a time: the R rows stay in L1/L2 after
+// the first pass, so A streams from memory once.
+template <int R>
+inline void gemv_multi_rows(const float* A, int64_t lda, int64_t n, const float* X, int64_t ldx,
+                            int64_t T, float alpha, float beta, float* Y, int64_t ldy) {
+  constexpr int C = V::kMultiCols;
+  int64_t t = 0;
+  for (; t + C <= T; t += C)
+    gemv_multi_tile<R, C>(A, lda, n, X + t * ldx, ldx, alpha, beta, Y + t * ldy, ldy);
+  const int64_t rest = T - t;  // < C
+  const float* Xt = X + t * ldx;
+  float* Yt = Y + t * ldy;
+  if constexpr (C > 1)
+    if (rest == 1) gemv_multi_tile<R, 1>(A, lda, n, Xt, ldx, alpha, beta, Yt, ldy);
+  if constexpr (C > 2)
+    if (rest == 2) gemv_multi_tile<R, 2>(A, lda, n, Xt, ldx, alpha, beta, Yt, ldy);
+  if constexpr (C > 3)
+    if (rest == 3) gemv_multi_tile<R, 3>(A, lda, n, Xt, ldx, alpha, beta, Yt, ldy);
+  if constexpr (C > 4)
+    if (rest == 4) gemv_multi_tile<R, 4>(A, lda, n, Xt, ldx, alpha, beta, Yt, ldy);
+  if constexpr (C > 5)
+    if (rest == 5) gemv_multi_tile<R, 5>(A, lda, n, Xt, ldx, alpha, beta, Yt, ldy);
+  static_assert(C <= 6, "add tail cases for wider tiles");
+}
+
+inline void gemv_multi_v(const float* A, int64_t lda, int64_t m, int64_t n, const float* X,
+                         int64_t ldx, int64_t T, float alpha, float beta, float* Y, int64_t ldy) {
+  constexpr int R = V::kMultiRows;
+  int64_t i = 0;
+  for (; i + R <= m; i += R)
+    gemv_multi_rows<R>(A + i * lda, lda, n, X, ldx, T, alpha, beta, Y + i, ldy);
+  for (; i < m; ++i) gemv_multi_rows<1>(A + i * lda, lda, n, X, ldx, T, alpha, beta, Y + i, ldy);
+}
+
 inline const Ops& make_ops() {
   static constexpr Ops table{dot_v,     axpy_v,     scale_v, sum_squares_v, max_v,
-                             exp_sum_v, silu_mul_v, gemv_v,  axpy_rows_v};
+                             exp_sum_v, silu_mul_v, gemv_v,  axpy_rows_v,   gemv_multi_v};
   return table;
 }

@@ -7,10 +7,12 @@
 #include <utility>
 #include <vector>
 
+#include "../../kernels/cpu/simd.h"
 #include "kernel_test_util.h"
 #include "spindle/kernels/activation.h"
 #include "spindle/kernels/attention.h"
 #include "spindle/kernels/lora.h"
+#include "spindle/kernels/matmul.h"
 #include "spindle/kernels/norm.h"
 #include "spindle/kernels/softmax.h"
 
@@ -103,6 +105,52 @@ TEST_F(SimdAgreement, LoraShrinkExpand) {
     return y;
   });
   EXPECT_TRUE(all_close(b, s, 1e-4, 1e-5));
+}
+
+// linear() with 2..16 rows (gemv_multi) and 32 rows at every vector level this CPU has.
+TEST_F(SimdAgreement, LinearFewRowsEveryLevel) {
+  const int64_t k = 301, n = 75, ldx = 305, ldy = 77;
+  const auto W = random_floats(size_t(n * k), 11);
+  for (int64_t T : {2, 3, 4, 5, 7, 8, 13, 16, 32}) {
+    const auto x = random_floats(size_t(T * ldx), uint32_t(12 + T));
+    const auto y0 = random_floats(size_t(T * ldy), uint32_t(50 + T));
+    const auto run = [&](SimdLevel level) {
+      ScopedSimdLevel scoped(level);
+      auto y = y0;
+      linear(x.data(), ldx, T, k, W.data(), n, y.data(), ldy, /*beta=*/T % 2 == 0 ? 0.0f : 1.0f);
+      return y;
+    };
+    const auto s = run(SimdLevel::scalar);
+    for (SimdLevel level : {SimdLevel::avx2, SimdLevel::avx512}) {
+      if (set_simd_level_for_testing(level) != level) continue;
+      EXPECT_TRUE(all_close(run(level), s, 1e-5, 1e-5))
+          << "T=" << T << " level=" << simd_level_name(level);
+    }
+  }
+}
+
+// The gemv_multi primitive itself, alpha != 1 and every tail: each level's table against the
+// scalar one.
+TEST_F(SimdAgreement, GemvMultiTablesAgree) {
+  const int64_t lda = 40, ldx = 41, ldy = 23;
+  const auto A = random_floats(size_t(23 * lda), 13), X = random_floats(size_t(9 * ldx), 14);
+  const auto y0 = random_floats(size_t(9 * ldy), 15);
+  std::vector<const simd::Ops*> tables{&simd::avx2_ops()};
+  if (simd_level_detected() == SimdLevel::avx512) tables.push_back(&simd::avx512_ops());
+  for (int64_t m : {1, 3, 4, 5, 8, 23})
+    for (int64_t n : {1, 7, 8, 16, 17, 40})
+      for (int64_t T : {1, 2, 3, 4, 5, 9})
+        for (float beta : {0.0f, 0.5f}) {
+          auto want = y0;
+          simd::scalar_ops().gemv_multi(A.data(), lda, m, n, X.data(), ldx, T, 1.5f, beta,
+                                        want.data(), ldy);
+          for (const simd::Ops* ops : tables) {
+            auto got = y0;
+            ops->gemv_multi(A.data(), lda, m, n, X.data(), ldx, T, 1.5f, beta, got.data(), ldy);
+            EXPECT_TRUE(all_close(got, want, 1e-5, 1e-5))
+                << "m=" << m << " n=" << n << " T=" << T << " beta=" << beta;
+          }
+        }
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
 #pragma once
-// Dense matrix products (CPU: OpenBLAS sgemm/sgemv). All matrices row-major fp32.
+// Dense matrix products (CPU: OpenBLAS sgemm, own SIMD gemv). All matrices row-major fp32.
 
 #include <cstdint>
 
@@ -7,7 +7,8 @@ namespace spindle::kernels {
 
 // y[T, n] = x[T, k] · W[n, k]ᵀ + beta · y.  ldx, ldy are row strides in elements
 // (ldx >= k, ldy >= n); W is dense [n, k]. beta = 0 overwrites y (y may be uninitialised).
-// T == 1 dispatches to gemv (a batch-1 decode is bandwidth-bound).
+// T <= 32 runs on SIMD gemv kernels that read W once (decode is bandwidth-bound), more rows
+// on sgemm.
 void linear(const float* x, int64_t ldx, int64_t T, int64_t k, const float* W, int64_t n, float* y,
             int64_t ldy, float beta);
 
