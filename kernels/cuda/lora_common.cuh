@@ -39,7 +39,13 @@ __device__ __forceinline__ float warp_sum(float v) {
 
 // Index of the segment holding row t, or -1. Segments are in row order and do not overlap, so
 // the last segment with row_begin <= t is the only candidate (empty segments before it lose).
+// Segment t is tried first: in a decode batch of one-row segments it holds row t, which saves
+// the binary search's chain of dependent loads (a segment holding t is the only one).
 __device__ __forceinline__ int find_segment(const LoraSegment* segs, int32_t n, int64_t t) {
+  if (t < n) {
+    const LoraSegment s = segs[t];
+    if (s.row_begin <= t && t < s.row_end) return static_cast<int>(t);
+  }
   int lo = 0;
   int hi = n;
   while (lo < hi) {

@@ -31,7 +31,11 @@ class Forward {
     const int64_t rows = st_.T;
     adapted_ = !st_.slots_used.empty() && ctx_.lora != nullptr;
     segs_ = {st_.d_segments.data(), int32_t(st_.segments.size()), rows};
-    if (adapted_) st_.lora_h.ensure(rows, ctx_.lora->max_rank(), Precision::fp32);
+    if (adapted_) {
+      // One [rows, max_rank] h per target of a multi-target LoRA call (lora_add_multi).
+      st_.lora_h.ensure(int64_t(cuda::kLoraMaxTargets) * rows, ctx_.lora->max_rank(),
+                        Precision::fp32);
+    }
 
     DeviceTensor& x = st_.x_last;  // the residual stream
     x.ensure(rows, c_.dim, P_);
@@ -141,7 +145,7 @@ class Forward {
   };
 
   // 1..3 projections of the same x over every row: one multi-output linear (a single launch for
-  // bf16 decode batches), then each target's LoRA add.
+  // bf16 decode batches), then the targets' LoRA adds (one shrink and one expand launch).
   void project(int64_t l, const DeviceTensor& x, std::initializer_list<Proj> projs) {
     const int64_t rows = x.rows(), k = x.cols();
     std::array<cuda::LinearOut<T>, 3> outs;
@@ -154,9 +158,24 @@ class Forward {
     cuda::linear_multi<T>(ctx_.blas, x.data<T>(), k, rows, k,
                           std::span<const cuda::LinearOut<T>>(outs.data(), count), /*beta=*/0.0f,
                           s_);
+    lora_add_multi(l, x.data<T>(), k, projs);
+  }
+
+  // lora_add for each of projs (same x), bitwise the per-target calls; target k's h is block k
+  // of lora_h.
+  void lora_add_multi(int64_t l, const T* x, int64_t ld_x, std::initializer_list<Proj> projs) {
+    if (!adapted_) return;
+    std::array<cuda::LoraMultiTarget<T>, cuda::kLoraMaxTargets> targets;
+    size_t count = 0;
     for (const Proj& p : projs) {
-      lora_add(l, p.target, x.data<T>(), k, p.y->template data<T>(), p.W->rows());
+      const auto view = ctx_.lora->view(l, p.target);
+      if (!view) continue;
+      float* h = st_.lora_h.data<float>() + int64_t(count) * st_.T * view->max_rank;
+      targets.at(count++) = {*view, h, p.y->template data<T>(), p.W->rows(), /*col_offset=*/0};
     }
+    const std::span<const cuda::LoraMultiTarget<T>> span(targets.data(), count);
+    cuda::lora_shrink_multi<T>(x, ld_x, span, segs_, s_);
+    cuda::lora_expand_multi<T>(span, segs_, s_);
   }
 
   void lora_add(int64_t l, LoraTarget target, const T* x, int64_t ld_x, T* y, int64_t ld_y) {

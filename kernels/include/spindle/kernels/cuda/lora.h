@@ -13,6 +13,7 @@
 // engine builds them from validated batches.
 
 #include <cstdint>
+#include <span>
 
 #include "spindle/kernels/cuda/runtime.h"
 #include "spindle/kernels/lora.h"
@@ -46,6 +47,31 @@ void lora_shrink(const T* x, int64_t ld_x, const DeviceLoraSlots& slots, DeviceS
 template <class T>
 void lora_expand(const float* h, const DeviceLoraSlots& slots, DeviceSegments segments, T* y,
                  int64_t ld_y, int64_t col_offset, cudaStream_t stream);
+
+// One target of a multi-target SGMV call: several modules applied to the same x (q/k/v,
+// gate/up), each with its own slot pool view, h and output window. h: [rows, slots.max_rank]
+// dense fp32; y / ld_y / col_offset as lora_expand's (unused by lora_shrink_multi).
+template <class T>
+struct LoraMultiTarget {
+  DeviceLoraSlots slots;
+  float* h = nullptr;
+  T* y = nullptr;
+  int64_t ld_y = 0;
+  int64_t col_offset = 0;
+};
+
+inline constexpr size_t kLoraMaxTargets = 3;
+
+// lora_shrink / lora_expand for 0..3 targets in one launch, each target's h / y bitwise that of
+// its own single-target call. Every target has the same d_in (they share x); the h buffers and
+// the y windows of the targets must not overlap each other (or x). Same contract checks as the
+// single-target calls, per target, plus targets.size() <= kLoraMaxTargets; no targets = no-op.
+template <class T>
+void lora_shrink_multi(const T* x, int64_t ld_x, std::span<const LoraMultiTarget<T>> targets,
+                       DeviceSegments segments, cudaStream_t stream);
+template <class T>
+void lora_expand_multi(std::span<const LoraMultiTarget<T>> targets, DeviceSegments segments,
+                       cudaStream_t stream);
 
 // Backward, as kernels/lora.h: dh overwritten for adapted rows; dB, dA accumulated (pool
 // layout); dx accumulated (dx += dh·A_s) when non-null.
