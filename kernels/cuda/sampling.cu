@@ -1,28 +1,30 @@
-// Token sampling on the GPU (sampling.h). One thread block per row. Thread t of the B-thread
-// block owns the elements j = t, t + B, t + 2B, ... (coalesced loads, kUnroll in flight per
-// thread); "thread order" below is thread t's elements in increasing j, threads in order.
+// Token sampling on the GPU (sampling.h), in two kernels over one row of logits each:
 //
-// Per row:
-//   1. max and argmax (first index on ties) and the online Σ e^(x−max): the raw logprob;
-//      temperature 0 (or not > 0) stops here with the argmax.
-//   2. Tempered weights e^((x−max)/T) as fixed-point integers (2^40 = weight 1), so every mass
-//      sum is an exact, order-independent integer: the result depends only on the row's logits
-//      and (seed, counter), never on thread timing or on the other rows of the batch.
-//   3. Candidates in the order (logit desc, index asc) are cut by a radix select on the
-//      monotone uint32 key of the logit (four 8-bit passes over a shared histogram of counts or
-//      masses, updated once per warp and bin): top-k keeps the first k, top-p then keeps the
-//      shortest prefix of those whose mass reaches top_p·total (at least one token). Ties at a
-//      cut are taken lowest index first (a second radix select over the tied indices, only
-//      when a cut splits a run of equal logits), so a cut is stateless: (key, last index).
-//   4. One 64-bit draw from Philox (curand_init(seed, 0, 4·counter)) picks r in [0, total) and
-//      the candidate whose cumulative mass in thread order first exceeds r (a fixed permutation
-//      of index order for a given vocab).
+//   1. prefilter_kernel, one block per (chunk of kChunk logits, row): the chunk's max / first
+//      argmax / Σ e^(x−max) (the raw logprob's normaliser, combined later in chunk order), and,
+//      for sampled rows, the chunk's candidates — the elements in the chunk's own top-k (when
+//      top_k is set) whose tempered weight may be nonzero, (x − chunk max)/T >= kAliveLogWeight —
+//      appended in index order to the row's candidate buffer (space reserved with an atomic,
+//      positions recorded per chunk, so the gathered order below is deterministic).
+//   2. sample_kernel, one block per row: combines the chunk statistics in chunk order
+//      (temperature 0, or not > 0, stops here with the argmax); gathers the candidates into
+//      shared memory in index order when they fit (at most kMaxCandidates), else works on the
+//      whole row (the full-row path); then the exact selection of sampling_select.cuh: top-k,
+//      top-p within it, one draw.
+//
+// Why the candidates give exactly the full-row result. Let G be the row's top-k (order: logit
+// desc, index asc). An element of G is in its chunk's top-k, and a nonzero-mass element passes
+// the weight test (the chunk max is <= the row max, and mass_of is zero below −28.42), so the
+// candidates C hold every nonzero-mass element of G (of the row, without top-k). Elements of C
+// outside G rank below an element of G missing from C, which has zero mass, so they have zero
+// mass too. Zero-mass elements change neither a mass cut nor the draw, and the top-k cut of C
+// (none when |C| <= k) keeps the nonzero-mass elements of G. So the top-p cut and the drawn
+// token are the same as over the whole row; the draw walks cumulative mass in index order on
+// both paths. Tokens and logprobs are a function of (row, seed, counter) only.
 // Weights below 2^-41 round to zero and are never drawn (a probability below ~1e-12).
 // NaN logits give an unspecified token.
 
-#include <curand_kernel.h>
-
-#include "pointwise_common.cuh"
+#include "sampling_select.cuh"
 #include "spindle/kernels/cuda/sampling.h"
 #include "spindle/kernels/kernel_error.h"
 
@@ -31,172 +33,54 @@ namespace {
 
 using detail::block_exclusive_scan;
 using detail::block_max_sum;
+using detail::combine;
 using detail::MaxSum;
 using detail::online_add;
 using detail::to_f32;
-using u64 = unsigned long long;
+using namespace detail::sampling;
 
-constexpr int kThreads = 1024;
-constexpr int kUnroll = 8;  // loads in flight per thread
-constexpr unsigned kFull = 0xffffffffu;
-constexpr float kMassScale = 1099511627776.0f;  // 2^40: fixed-point weight of the row's max
+constexpr int kThreads = 1024;        // sample_kernel
+constexpr int kChunkThreads = 256;    // prefilter_kernel
+constexpr int kChunk = 2048;          // logits per prefilter block
+constexpr int kPerThread = kChunk / kChunkThreads;
+constexpr int kMaxCandidates = 4096;  // per row, gathered into shared memory
+constexpr int kMaxChunks = 512;       // vocab <= 1 Mi for the prefilter; else the full row
+constexpr float kAliveLogWeight = -29.0f;  // below −28.42 every weight rounds to 0
 
-// Monotone map float -> uint32 (larger float, larger key); -0 and +0 share one key.
-__device__ __forceinline__ uint32_t order_key(float x) {
-  if (x == 0.0f) x = 0.0f;
-  const uint32_t u = __float_as_uint(x);
-  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
-__device__ __forceinline__ float key_value(uint32_t k) {
-  return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
-}
-
-struct Row {
-  float mx;
-  float temperature;
+// Per (row, chunk) statistics and the chunk's slice of the row's candidate buffer.
+struct ChunkStats {
+  float m;       // chunk max
+  float s;       // Σ e^(x − m)
+  float best_v;  // max and first index at it
+  int32_t best_i;
+  uint32_t off;  // candidates at [off, off + cnt) of the row's buffer (off + cnt <= capacity)
+  uint32_t cnt;
+};
+struct Candidate {
+  float x;
+  int32_t j;
 };
 
-// Fixed-point tempered weight of logit x (x <= mx, so the weight is <= 2^40 < 2^41).
-__device__ __forceinline__ u64 mass_of(float x, float mx, float temperature) {
-  if (x == 0.0f) x = 0.0f;
-  const float w = expf((x - mx) / temperature);
-  return w > 0.0f ? __float2ull_rn(w * kMassScale) : 0ull;
-}
-
-// Elements with key > key pass, and those with key == key and index <= last.
-struct Cut {
-  bool active = false;  // false: every element passes
-  uint32_t key = 0;
-  int64_t last = INT64_MAX;
-  __device__ bool pass(uint32_t k, int64_t j) const {
-    return !active || k > key || (k == key && j <= last);
-  }
+// Scratch: counters [rows] (candidates reserved per row), stats [rows, chunks], candidates
+// [rows, kMaxCandidates].
+struct Scratch {
+  uint32_t* counters;
+  ChunkStats* stats;
+  Candidate* cands;
 };
 
-// Calls f(j, valid, x) for this thread's elements in thread order. Every lane of every warp makes
-// the same calls (valid is false past the vocabulary), so f may use full-warp intrinsics.
-template <class T, class F>
-__device__ __forceinline__ void for_each(const T* xr, int64_t vocab, F&& f) {
-  const int64_t step = static_cast<int64_t>(blockDim.x);
-  for (int64_t base = threadIdx.x; base - threadIdx.x < vocab; base += kUnroll * step) {
-    float xs[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t j = base + u * step;
-      xs[u] = j < vocab ? to_f32(xr[j]) : 0.0f;
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t j = base + u * step;
-      f(j, j < vocab, xs[u]);
-    }
-  }
+constexpr size_t align_up(size_t n) {
+  return (n + 255) / 256 * 256;
 }
-
-// hist[bin] += value over the lanes with `has`, one shared atomic per (warp, bin). Called by
-// every lane of the warp. Masses are < 2^41, so the 24-bit halves of 32 lanes fit 32 bits.
-template <bool kMass>
-__device__ __forceinline__ void hist_add(u64* hist, bool has, uint32_t bin, u64 value) {
-  const unsigned active = __ballot_sync(kFull, has);
-  if (active == 0) return;
-  // Common case first: every participating lane has the same bin (no match needed).
-  const uint32_t lead_bin = __shfl_sync(kFull, bin, __ffs(active) - 1);
-  const unsigned same = __ballot_sync(kFull, has && bin == lead_bin);
-  const unsigned group =
-      same == active ? active : __match_any_sync(kFull, has ? bin : 0xffffffffu);
-  if (!has) return;
-  u64 add;
-  if (kMass) {
-    const unsigned lo = __reduce_add_sync(group, static_cast<unsigned>(value & 0xffffffull));
-    const unsigned hi = __reduce_add_sync(group, static_cast<unsigned>(value >> 24));
-    add = (static_cast<u64>(hi) << 24) + lo;
-  } else {
-    add = static_cast<u64>(__popc(group));
-  }
-  if ((threadIdx.x & 31) == static_cast<unsigned>(__ffs(group) - 1)) atomicAdd(&hist[bin], add);
+int64_t chunks_of(int64_t vocab) {
+  return (vocab + kChunk - 1) / kChunk;
 }
-
-struct Selected {
-  uint32_t key;  // the key at which the cumulative measure first reaches target
-  u64 above;     // measure of the selected elements with a larger key
-  u64 at;        // measure of the selected elements with exactly this key
-  u64 target;
-};
-
-// Radix select (four 8-bit passes) among the elements with sel(j, x, k) (k = order_key(x)), in
-// the order key_of(j, k) desc, of the shortest prefix whose measure reaches target; measure is
-// the count (kMass false) or mass_of. target 0: ceil(top_p · total measure), at least 1.
-// Requires target <= the total measure.
-template <bool kMass, class T, class Sel, class KeyOf>
-__device__ Selected radix_select(const T* xr, int64_t vocab, const Row& row, Sel sel,
-                                 KeyOf key_of, u64 target, float top_p) {
-  __shared__ u64 hist[256];
-  __shared__ Selected s_sel;
-  uint32_t prefix = 0;
-  u64 above = 0;
-  for (int shift = 24; shift >= 0; shift -= 8) {
-    for (int b = threadIdx.x; b < 256; b += blockDim.x) hist[b] = 0;
-    __syncthreads();
-    const uint32_t hi_mask = shift == 24 ? 0u : (0xffffffffu << (shift + 8));
-    for_each(xr, vocab, [&](int64_t j, bool valid, float x) {
-      const uint32_t k = order_key(x);
-      const uint32_t key = key_of(j, k);
-      const bool has = valid && sel(j, k) && (key & hi_mask) == (prefix & hi_mask);
-      hist_add<kMass>(hist, has, (key >> shift) & 255u,
-                      kMass && has ? mass_of(x, row.mx, row.temperature) : 1ull);
-    });
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      if (target == 0) {  // first pass of a top-p select: every selected element is counted
-        u64 total = 0;
-        for (int b = 0; b < 256; ++b) total += hist[b];
-        const double want = ceil(static_cast<double>(top_p) * static_cast<double>(total));
-        target = want >= static_cast<double>(total) ? total : static_cast<u64>(want);
-        if (target < 1) target = 1;
-      }
-      int b = 255;
-      for (; b > 0; --b) {
-        if (above + hist[b] >= target) break;
-        above += hist[b];
-      }
-      s_sel = Selected{prefix | (uint32_t(b) << shift), above, hist[b], target};
-    }
-    __syncthreads();
-    prefix = s_sel.key;
-    above = s_sel.above;
-    target = s_sel.target;
-  }
-  const Selected out = s_sel;
-  __syncthreads();  // s_sel and hist are rewritten by the next call
-  return out;
-}
-
-// The cut among the elements passing `within` (order: logit desc, index asc) whose prefix is the
-// shortest with measure >= target (count or mass; target 0: from top_p, see radix_select).
-template <bool kMass, class T>
-__device__ Cut radix_cut(const T* xr, int64_t vocab, const Row& row, const Cut& within,
-                         u64 target, float top_p) {
-  const Selected s = radix_select<kMass>(
-      xr, vocab, row, [&](int64_t j, uint32_t k) { return within.pass(k, j); },
-      [](int64_t, uint32_t k) { return k; }, target, top_p);
-  Cut cut;
-  cut.active = true;
-  cut.key = s.key;
-  const u64 rem = s.target - s.above;  // > 0, carried by elements whose key is exactly s.key
-  u64 need = rem;                      // tied elements needed, lowest index first
-  u64 tied = s.at;                     // tied elements available
-  if (kMass) {
-    const u64 m = mass_of(key_value(s.key), row.mx, row.temperature);
-    need = m == 0 ? ~0ull : (rem + m - 1) / m;
-    tied = m == 0 ? 0ull : s.at / m;
-  }
-  if (need < tied) {  // the cut splits a run of equal logits: select the need-th lowest index
-    const Selected t = radix_select<false>(
-        xr, vocab, row, [&](int64_t j, uint32_t k) { return k == s.key && within.pass(k, j); },
-        [](int64_t j, uint32_t) { return ~static_cast<uint32_t>(j); }, need, 1.0f);
-    cut.last = static_cast<int64_t>(~t.key);
-  }
-  return cut;
+Scratch carve(void* scratch, int64_t rows, int64_t vocab) {
+  auto* base = static_cast<unsigned char*>(scratch);
+  const size_t counters = align_up(size_t(rows) * sizeof(uint32_t));
+  const size_t stats = align_up(size_t(rows * chunks_of(vocab)) * sizeof(ChunkStats));
+  return Scratch{reinterpret_cast<uint32_t*>(base), reinterpret_cast<ChunkStats*>(base + counters),
+                 reinterpret_cast<Candidate*>(base + counters + stats)};
 }
 
 struct ValIdx {
@@ -235,131 +119,246 @@ __device__ ValIdx block_argmax(ValIdx v) {
   return out;
 }
 
-// The candidate (passing cut_k and cut_p) whose cumulative mass in thread order first exceeds
-// the row's draw; `fallback` when the candidate mass is 0 (NaN logits only).
 template <class T>
-__device__ int64_t draw_token(const T* xr, int64_t vocab, const Row& row, const Cut& cut_k,
-                              const Cut& cut_p, const RowSampling& p, int64_t fallback) {
-  __shared__ u64 s_draw;
-  __shared__ u64 s_owner_before;
-  __shared__ int s_owner;
-  __shared__ int64_t s_token;
-  const auto mass = [&](int64_t j, float x) {
-    const uint32_t k = order_key(x);
-    return cut_k.pass(k, j) && cut_p.pass(k, j) ? mass_of(x, row.mx, row.temperature) : 0ull;
-  };
-  u64 local = 0;
-  for_each(xr, vocab, [&](int64_t j, bool valid, float x) {
-    if (valid) local += mass(j, x);
-  });
-  u64 total = 0;
-  const u64 before = block_exclusive_scan(local, total);
-  if (threadIdx.x == 0) {
-    curandStatePhilox4_32_10_t state;
-    curand_init(p.seed, /*subsequence=*/0, /*offset=*/p.counter * 4, &state);
-    const uint4 bits = curand4(&state);
-    const u64 u = (static_cast<u64>(bits.x) << 32) | bits.y;
-    s_draw = __umul64hi(u, total);  // uniform in [0, total)
-    s_owner = -1;
-    s_token = fallback;
-  }
-  __syncthreads();
-  const u64 draw = s_draw;
-  if (draw >= before && draw < before + local) {
-    s_owner = static_cast<int>(threadIdx.x);
-    s_owner_before = before;
-  }
-  __syncthreads();
-  const int owner = s_owner;
-  if (owner >= 0) {
-    // The owner's elements j = owner + i·B, one per thread (i = chunk + threadIdx.x), scanned in
-    // i order: the whole block walks the owner's sequence instead of the owner alone.
-    const int64_t step = static_cast<int64_t>(blockDim.x);
-    u64 acc = s_owner_before;
-    for (int64_t chunk = 0; owner + chunk * step < vocab; chunk += step) {
-      const int64_t j = owner + (chunk + threadIdx.x) * step;
-      const u64 m = j < vocab ? mass(j, to_f32(xr[j])) : 0ull;
-      u64 chunk_total = 0;
-      const u64 pre = acc + block_exclusive_scan(m, chunk_total);
-      if (m > 0 && draw >= pre && draw < pre + m) s_token = j;
-      acc += chunk_total;
+__global__ void __launch_bounds__(kChunkThreads)
+    prefilter_kernel(const T* logits, int64_t ld, int64_t rows, int64_t vocab,
+                     const RowSampling* params, Scratch sc, bool prefilter) {
+  __shared__ float s_x[kChunk];
+  __shared__ SelectShared sh;
+  __shared__ uint32_t s_off;
+  const int64_t n_chunks = gridDim.x;
+  const int64_t c = blockIdx.x;
+  const int64_t begin = c * kChunk;
+  const int64_t len = vocab - begin < kChunk ? vocab - begin : kChunk;
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    __syncthreads();  // s_x of the previous row is no longer read
+    const T* xr = logits + r * ld + begin;
+    ValIdx best{-INFINITY, vocab};
+    MaxSum ms{-INFINITY, 0.0f};
+    for (int64_t i = threadIdx.x; i < len; i += blockDim.x) {
+      const float x = to_f32(xr[i]);
+      s_x[i] = x;
+      if (x > best.v || best.i == vocab) best = ValIdx{x, begin + i};
+      online_add(ms, x);
+    }
+    best = block_argmax(best);  // synchronises: s_x is complete after this
+    ms = block_max_sum(ms);
+    ChunkStats* st = sc.stats + r * n_chunks + c;
+    if (threadIdx.x == 0) {
+      st->m = ms.m;
+      st->s = ms.s;
+      st->best_v = best.v;
+      st->best_i = static_cast<int32_t>(best.i);
+      st->off = 0;
+      st->cnt = 0;
+    }
+    const RowSampling p = params[r];
+    if (!prefilter || !(p.temperature > 0.0f)) continue;
+
+    const float lmx = best.v;
+    const float temperature = p.temperature;
+    const auto alive = [&](float x) { return (x - lmx) / temperature >= kAliveLogWeight; };
+    const SharedSource src{s_x, nullptr, begin, len};
+    Cut cut;
+    if (p.top_k > 0 && p.top_k < len) {
+      u64 n_alive = 0;
+      for (int64_t i = threadIdx.x; i < len; i += blockDim.x) n_alive += alive(s_x[i]) ? 1 : 0;
+      n_alive = detail::block_sum(n_alive);
+      // The alive elements lead the chunk's order: with at most k of them, all are in its top-k.
+      if (n_alive > static_cast<u64>(p.top_k)) {
+        cut = radix_cut<false>(sh, src, Row{lmx, temperature}, Cut{},
+                               static_cast<u64>(p.top_k), 1.0f);
+      }
+    }
+    // Thread t owns the contiguous elements [t·kPerThread, (t+1)·kPerThread): thread order is
+    // index order, so the exclusive scan gives each candidate's place in the chunk's list.
+    const int64_t mine = threadIdx.x * kPerThread;
+    const auto is_candidate = [&](int64_t i) {
+      const float x = s_x[i];
+      return alive(x) && cut.pass(order_key(x), begin + i);
+    };
+    u64 local = 0;
+    for (int64_t i = mine; i < mine + kPerThread && i < len; ++i) local += is_candidate(i);
+    u64 total = 0;
+    const u64 before = block_exclusive_scan(local, total);
+    if (threadIdx.x == 0) {
+      const uint32_t off = atomicAdd(sc.counters + r, static_cast<uint32_t>(total));
+      s_off = off;
+      st->off = off;
+      st->cnt = static_cast<uint32_t>(total);
+    }
+    __syncthreads();
+    const uint64_t off = s_off;
+    if (off + total <= static_cast<uint64_t>(kMaxCandidates)) {  // else the row overflows
+      Candidate* out = sc.cands + r * kMaxCandidates + off + before;
+      for (int64_t i = mine; i < mine + kPerThread && i < len; ++i) {
+        if (is_candidate(i)) *out++ = Candidate{s_x[i], static_cast<int32_t>(begin + i)};
+      }
     }
   }
-  __syncthreads();
-  const int64_t token = s_token;
-  __syncthreads();  // the shared draw state is rewritten for the next row
-  return token;
+}
+
+// The row's statistics, combined over its chunks in a fixed order (lane l folds chunks l,
+// l + 32, ... in order, then a fixed tree). Warp 0 only; lane 0 holds the result.
+__device__ void combine_chunks(const ChunkStats* st, int64_t n_chunks, MaxSum& ms, ValIdx& best) {
+  ms = MaxSum{-INFINITY, 0.0f};
+  best = ValIdx{INFINITY, INT64_MAX};
+  bool any = false;
+  for (int64_t c = threadIdx.x; c < n_chunks; c += 32) {
+    const ChunkStats s = st[c];
+    ms = combine(ms, MaxSum{s.m, s.s});
+    const ValIdx b{s.best_v, s.best_i};
+    best = any ? ArgMaxOp{}(best, b) : b;
+    any = true;
+  }
+  for (int off = 16; off > 0; off >>= 1) {
+    const MaxSum o{__shfl_xor_sync(kFull, ms.m, off), __shfl_xor_sync(kFull, ms.s, off)};
+    const ValIdx ob = shfl_xor(best, off);
+    const bool other_any = __shfl_xor_sync(kFull, any, off);
+    ms = combine(ms, o);
+    if (!any) best = ob;
+    else if (other_any) best = ArgMaxOp{}(best, ob);
+    any = any || other_any;
+  }
+}
+
+template <class Src>
+__device__ int64_t select_and_draw(SelectShared& sh, const Src& src, const Row& row,
+                                   const RowSampling& p, int64_t fallback) {
+  Cut cut_k;
+  if (p.top_k > 0 && p.top_k < src.n) {
+    cut_k = radix_cut<false>(sh, src, row, Cut{}, static_cast<u64>(p.top_k), 1.0f);
+  }
+  Cut cut_p;
+  if (p.top_p < 1.0f) cut_p = radix_cut<true>(sh, src, row, cut_k, 0, p.top_p);
+  return draw_token(sh, src, row, cut_k, cut_p, p, fallback);
 }
 
 template <class T>
 __global__ void __launch_bounds__(kThreads)
-    sample_kernel(const T* logits, int64_t ld, int64_t rows, int64_t vocab,
-                  const RowSampling* params, int32_t* tokens, float* logprobs) {
+    sample_kernel(const T* logits, int64_t ld, int64_t rows, int64_t vocab, int64_t n_chunks,
+                  const RowSampling* params, Scratch sc, bool prefilter, int32_t* tokens,
+                  float* logprobs) {
+  __shared__ float s_x[kMaxCandidates];
+  __shared__ int32_t s_j[kMaxCandidates];
+  __shared__ uint32_t s_dest[kMaxChunks];
+  __shared__ SelectShared sh;
+  __shared__ MaxSum s_ms;
+  __shared__ ValIdx s_best;
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const T* xr = logits + r * ld;
     const RowSampling p = params[r];
-
-    // 1. max / argmax and the raw log-softmax normaliser, in one pass.
-    ValIdx best{-INFINITY, vocab};
-    MaxSum ms{-INFINITY, 0.0f};
-    for_each(xr, vocab, [&](int64_t j, bool valid, float x) {
-      if (!valid) return;
-      if (x > best.v || best.i == vocab) best = ValIdx{x, j};
-      online_add(ms, x);
-    });
-    best = block_argmax(best);
-    ms = block_max_sum(ms);
-
+    const ChunkStats* st = sc.stats + r * n_chunks;
+    if (threadIdx.x < 32) {
+      MaxSum ms;
+      ValIdx best;
+      combine_chunks(st, n_chunks, ms, best);
+      if (threadIdx.x == 0) {
+        s_ms = ms;
+        s_best = best;
+      }
+    }
+    __syncthreads();
+    const MaxSum ms = s_ms;
+    const ValIdx best = s_best;
     int64_t token = best.i;
     if (p.temperature > 0.0f) {
-      Row row;
-      row.mx = best.v;
-      row.temperature = p.temperature;
-      // 3. top-k, then top-p within it.
-      Cut cut_k;
-      if (p.top_k > 0 && p.top_k < vocab) {
-        cut_k = radix_cut<false>(xr, vocab, row, Cut{}, static_cast<u64>(p.top_k), 1.0f);
+      const Row row{best.v, p.temperature};
+      const uint32_t n = prefilter ? sc.counters[r] : ~0u;
+      if (n <= static_cast<uint32_t>(kMaxCandidates)) {
+        // Gather in chunk order (= index order): chunk c's list lands at s_dest[c].
+        if (threadIdx.x < 32) {
+          uint32_t run = 0;
+          for (int64_t c0 = 0; c0 < n_chunks; c0 += 32) {
+            const int64_t c = c0 + threadIdx.x;
+            const uint32_t cnt = c < n_chunks ? st[c].cnt : 0u;
+            const uint32_t incl = static_cast<uint32_t>(warp_inclusive_scan(cnt));
+            if (c < n_chunks) s_dest[c] = run + incl - cnt;
+            run += __shfl_sync(kFull, incl, 31);
+          }
+        }
+        __syncthreads();
+        const Candidate* cands = sc.cands + r * kMaxCandidates;
+        for (int64_t c = threadIdx.x >> 5; c < n_chunks; c += blockDim.x >> 5) {
+          const ChunkStats s = st[c];
+          for (uint32_t k = threadIdx.x & 31; k < s.cnt; k += 32) {
+            const Candidate cand = cands[s.off + k];
+            s_x[s_dest[c] + k] = cand.x;
+            s_j[s_dest[c] + k] = cand.j;
+          }
+        }
+        __syncthreads();
+        token = select_and_draw(sh, SharedSource{s_x, s_j, 0, int64_t(n)}, row, p, best.i);
+      } else {
+        token = select_and_draw(sh, RowSource<T>{xr, vocab}, row, p, best.i);
       }
-      Cut cut_p;
-      if (p.top_p < 1.0f) cut_p = radix_cut<true>(xr, vocab, row, cut_k, 0, p.top_p);
-      // 4. The draw.
-      token = draw_token(xr, vocab, row, cut_k, cut_p, p, best.i);
     }
     if (threadIdx.x == 0) {
       tokens[r] = static_cast<int32_t>(token);
       logprobs[r] = (to_f32(xr[token]) - ms.m) - logf(ms.s);
     }
+    __syncthreads();  // shared state is rewritten for the next row
   }
+}
+
+template <class T>
+void launch(const T* logits, int64_t ld, int64_t rows, int64_t vocab, const RowSampling* params,
+            int32_t* tokens, float* logprobs, void* scratch, cudaStream_t stream,
+            bool prefilter) {
+  constexpr const char* kKernel = "cuda::sample_tokens";
+  SPINDLE_KERNEL_REQUIRE(rows >= 0 && vocab > 0, kKernel, "rows >= 0 and vocab > 0");
+  SPINDLE_KERNEL_REQUIRE(vocab <= INT32_MAX, kKernel, "vocab must fit int32");
+  SPINDLE_KERNEL_REQUIRE(ld >= vocab, kKernel, "ld >= vocab");
+  if (rows == 0) return;
+  SPINDLE_KERNEL_REQUIRE(logits != nullptr && params != nullptr && tokens != nullptr &&
+                             logprobs != nullptr && scratch != nullptr,
+                         kKernel, "logits, params, tokens, logprobs and scratch must be non-null");
+  const int64_t n_chunks = chunks_of(vocab);
+  prefilter = prefilter && n_chunks <= kMaxChunks;
+  const Scratch sc = carve(scratch, rows, vocab);
+  check(cudaMemsetAsync(sc.counters, 0, size_t(rows) * sizeof(uint32_t), stream),
+        "cudaMemsetAsync (sample_tokens counters)");
+  const unsigned row_blocks = static_cast<unsigned>(rows < 65535 ? rows : 65535);
+  prefilter_kernel<T><<<dim3(static_cast<unsigned>(n_chunks), row_blocks), kChunkThreads, 0,
+                        stream>>>(logits, ld, rows, vocab, params, sc, prefilter);
+  check_launch(kKernel);
+  sample_kernel<T><<<row_blocks, kThreads, 0, stream>>>(logits, ld, rows, vocab, n_chunks, params,
+                                                        sc, prefilter, tokens, logprobs);
+  check_launch(kKernel);
 }
 
 }  // namespace
 
-// The in-block design needs no device scratch.
 size_t sampling_scratch_bytes(int64_t rows, int64_t vocab) {
-  return 0;
+  if (rows <= 0 || vocab <= 0) return 0;
+  return align_up(size_t(rows) * sizeof(uint32_t)) +
+         align_up(size_t(rows * chunks_of(vocab)) * sizeof(ChunkStats)) +
+         size_t(rows) * kMaxCandidates * sizeof(Candidate);
 }
 
 template <class T>
 void sample_tokens(const T* logits, int64_t ld, int64_t rows, int64_t vocab,
                    const RowSampling* params, int32_t* tokens, float* logprobs, void* scratch,
                    cudaStream_t stream) {
-  constexpr const char* kKernel = "cuda::sample_tokens";
-  SPINDLE_KERNEL_REQUIRE(rows >= 0 && vocab > 0, kKernel, "rows >= 0 and vocab > 0");
-  SPINDLE_KERNEL_REQUIRE(vocab <= INT32_MAX, kKernel, "vocab must fit int32");
-  SPINDLE_KERNEL_REQUIRE(ld >= vocab, kKernel, "ld >= vocab");
-  if (rows == 0) return;
-  SPINDLE_KERNEL_REQUIRE(
-      logits != nullptr && params != nullptr && tokens != nullptr && logprobs != nullptr, kKernel,
-      "logits, params, tokens and logprobs must be non-null");
-  const unsigned blocks = static_cast<unsigned>(rows < 65535 ? rows : 65535);
-  sample_kernel<T>
-      <<<blocks, kThreads, 0, stream>>>(logits, ld, rows, vocab, params, tokens, logprobs);
-  check_launch(kKernel);
+  launch(logits, ld, rows, vocab, params, tokens, logprobs, scratch, stream, /*prefilter=*/true);
+}
+
+template <class T>
+void sample_tokens_full_row(const T* logits, int64_t ld, int64_t rows, int64_t vocab,
+                            const RowSampling* params, int32_t* tokens, float* logprobs,
+                            void* scratch, cudaStream_t stream) {
+  launch(logits, ld, rows, vocab, params, tokens, logprobs, scratch, stream, /*prefilter=*/false);
 }
 
 template void sample_tokens<float>(const float*, int64_t, int64_t, int64_t, const RowSampling*,
                                    int32_t*, float*, void*, cudaStream_t);
 template void sample_tokens<bf16>(const bf16*, int64_t, int64_t, int64_t, const RowSampling*,
                                   int32_t*, float*, void*, cudaStream_t);
+template void sample_tokens_full_row<float>(const float*, int64_t, int64_t, int64_t,
+                                            const RowSampling*, int32_t*, float*, void*,
+                                            cudaStream_t);
+template void sample_tokens_full_row<bf16>(const bf16*, int64_t, int64_t, int64_t,
+                                           const RowSampling*, int32_t*, float*, void*,
+                                           cudaStream_t);
 
 }  // namespace spindle::kernels::cuda

@@ -2,8 +2,9 @@
 // are greedy, top-k / top-p draws stay in their candidate sets, the empirical distribution over
 // 20 000 draws matches the (tempered, truncated) softmax within 4 standard errors, a row's draw
 // depends only on its logits, params, seed and counter (not on the batch), and the logprob is
-// the raw log_softmax at the token, and a cut inside a run of equal logits keeps the lowest
-// indices. Both element types; vocabularies 1 to 151 936.
+// the raw log_softmax at the token, a cut inside a run of equal logits keeps the lowest
+// indices, and the candidate pre-filter gives bitwise the full-row path's token and logprob.
+// Both element types; vocabularies 1 to 151 936.
 
 #include <algorithm>
 #include <cmath>
@@ -27,10 +28,11 @@ struct Sampled {
   std::vector<float> logprobs;
 };
 
-// logits: [rows, ld] host floats already representable in T.
+// logits: [rows, ld] host floats already representable in T. full_row: without the candidate
+// pre-filter (sample_tokens_full_row).
 template <class T>
 Sampled run_sampling(const std::vector<float>& logits, int64_t ld, int64_t vocab,
-                     const std::vector<RowSampling>& params) {
+                     const std::vector<RowSampling>& params, bool full_row = false) {
   const int64_t rows = int64_t(params.size());
   Stream stream;
   auto d_logits = upload_as<T>(logits);
@@ -38,8 +40,13 @@ Sampled run_sampling(const std::vector<float>& logits, int64_t ld, int64_t vocab
   DeviceBuffer<int32_t> d_tokens(static_cast<size_t>(rows));
   DeviceBuffer<float> d_logprobs(static_cast<size_t>(rows));
   DeviceBuffer<uint8_t> scratch(sampling_scratch_bytes(rows, vocab));
-  sample_tokens<T>(d_logits.data(), ld, rows, vocab, d_params.data(), d_tokens.data(),
-                   d_logprobs.data(), scratch.data(), stream.get());
+  if (full_row) {
+    sample_tokens_full_row<T>(d_logits.data(), ld, rows, vocab, d_params.data(), d_tokens.data(),
+                              d_logprobs.data(), scratch.data(), stream.get());
+  } else {
+    sample_tokens<T>(d_logits.data(), ld, rows, vocab, d_params.data(), d_tokens.data(),
+                     d_logprobs.data(), scratch.data(), stream.get());
+  }
   stream.synchronize();
   return {d_tokens.download(), d_logprobs.download()};
 }
@@ -338,6 +345,79 @@ TYPED_TEST(PointwiseSampling, DrawDependsOnlyOnSeedAndCounterNotOnTheBatch) {
   EXPECT_GE(std::set<int32_t>(by_seed.tokens.begin(), by_seed.tokens.end()).size(), 10u);
 }
 
+// Rows of four kinds (r % 4): a language-model-like exponential tail (few large logits), a narrow
+// uniform spread (many tokens near every cut), a flat row (every cut splits a tie) and a wide
+// uniform spread with two equal maxima; each kind under every config of `configs`.
+template <class T>
+std::vector<float> mixed_rows(int64_t rows, int64_t ld, int64_t vocab) {
+  std::vector<float> out;
+  for (int64_t r = 0; r < rows; ++r) {
+    std::vector<float> row;
+    const uint32_t seed = 1000u + uint32_t(r);
+    switch (r % 4) {
+      case 0:
+        row = random_floats(size_t(ld), seed, 0.0f, 1.0f);
+        for (float& v : row) v = float(-8.0 * std::log(1.0 - double(v) * 0.999999));
+        break;
+      case 1: row = random_floats(size_t(ld), seed, -1.0f, 1.0f); break;
+      case 2: row.assign(size_t(ld), 0.25f); break;
+      default:
+        row = random_floats(size_t(ld), seed, -6.0f, 6.0f);
+        if (vocab > 2) row[0] = row[size_t(vocab - 1)] = 7.0f;
+    }
+    row = quantize<T>(row);
+    out.insert(out.end(), row.begin(), row.end());
+  }
+  return out;
+}
+
+// The candidate pre-filter is exact: sample_tokens and sample_tokens_full_row give bitwise the
+// same token and logprob per row. The configs and row kinds send rows both ways inside
+// sample_tokens too: few candidates (exponential tail, top-k), many but under the limit (top-k
+// of narrow rows, small vocabularies), and over it (flat or narrow rows without top-k, top_k
+// 1000 at vocab 151 936), plus vocabularies that end in a 1-element chunk.
+TYPED_TEST(PointwiseSampling, PrefilteredAndFullRowPathsDrawTheSameToken) {
+  using T = TypeParam;
+  SPINDLE_REQUIRE_CUDA_DEVICE();
+  const RowSampling configs[] = {
+      {.temperature = 1.0f, .top_k = 50, .top_p = 0.9f},
+      {.temperature = 1.0f},
+      {.temperature = 0.7f, .top_p = 0.5f},
+      {.temperature = 1.5f, .top_k = 300},
+      {.temperature = 1.0f, .top_k = 3},
+      {.temperature = 2.0f, .top_k = 1000, .top_p = 0.95f},
+      {.temperature = 0.0f},
+      {.temperature = 1.0f, .top_p = 1e-6f},
+      {.temperature = 0.05f, .top_k = 20},
+      {.temperature = 1.2f, .top_k = 7, .top_p = 0.3f},
+  };
+  const int64_t n_configs = int64_t(std::size(configs));
+  for (const int64_t vocab :
+       {int64_t{1}, int64_t{777}, int64_t{2049}, int64_t{4097}, int64_t{151936}}) {
+    SCOPED_TRACE(testing::Message() << "vocab " << vocab);
+    const int64_t ld = vocab + 3, rows = 4 * n_configs;
+    const auto logits = mixed_rows<T>(rows, ld, vocab);
+    for (const uint64_t seed : {uint64_t{3}, uint64_t{77}}) {
+      std::vector<RowSampling> params(static_cast<size_t>(rows));
+      for (int64_t r = 0; r < rows; ++r) {
+        params[size_t(r)] = configs[(r / 4) % n_configs];
+        params[size_t(r)].seed = seed + uint64_t(r % 4);
+        params[size_t(r)].counter = uint64_t(r) * 13;
+      }
+      const Sampled fast = run_sampling<T>(logits, ld, vocab, params);
+      const Sampled full = run_sampling<T>(logits, ld, vocab, params, /*full_row=*/true);
+      for (int64_t r = 0; r < rows; ++r) {
+        const RowSampling& p = params[size_t(r)];
+        EXPECT_EQ(fast.tokens[size_t(r)], full.tokens[size_t(r)])
+            << "row " << r << " (kind " << r % 4 << ", temperature " << p.temperature
+            << ", top_k " << p.top_k << ", top_p " << p.top_p << ", seed " << seed << ")";
+        EXPECT_EQ(fast.logprobs[size_t(r)], full.logprobs[size_t(r)]) << "row " << r;
+      }
+      EXPECT_TRUE(logprobs_are_raw(logits, ld, vocab, fast));
+    }
+  }
+}
+
 TEST(PointwiseSamplingContracts, ViolationsThrowInvalidArgument) {
   float* f = reinterpret_cast<float*>(uintptr_t{256});
   const RowSampling* p = reinterpret_cast<const RowSampling*>(uintptr_t{256});
@@ -350,6 +430,10 @@ TEST(PointwiseSamplingContracts, ViolationsThrowInvalidArgument) {
   EXPECT_THROW(sample_tokens<float>(f, 8, 1, 8, nullptr, t, f, nullptr, nullptr),
                std::invalid_argument);
   EXPECT_THROW(sample_tokens<float>(f, 8, 1, 8, p, nullptr, f, nullptr, nullptr),
+               std::invalid_argument);
+  EXPECT_THROW(sample_tokens<float>(f, 8, 1, 8, p, t, f, nullptr, nullptr),  // no scratch
+               std::invalid_argument);
+  EXPECT_THROW(sample_tokens_full_row<float>(f, 7, 1, 8, p, t, f, f, nullptr),
                std::invalid_argument);
   EXPECT_NO_THROW(
       sample_tokens<float>(nullptr, 8, 0, 8, nullptr, nullptr, nullptr, nullptr, nullptr));
