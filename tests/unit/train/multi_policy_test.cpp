@@ -33,6 +33,19 @@ float max_abs_diff(const LoraWeights& a, const LoraWeights& b) {
   return worst;
 }
 
+// Largest |gradient| of an adapter-shaped LoraWeights: the scale for comparing two sums of the
+// same gradients taken in different orders (one pass over a batch vs several, or rows batched
+// with other policies'): linear() picks its kernel by row count, so the float rounding of two
+// mathematically equal sums differs by a few ulps of the largest term.
+float max_abs(const LoraWeights& a) {
+  float m = 0.0f;
+  for (const auto& layer : a.modules)
+    for (const auto& p : layer)
+      for (const Tensor* t : {&p.A, &p.B})
+        for (float x : t->span()) m = std::max(m, std::abs(x));
+  return m;
+}
+
 TEST(MultiPolicy, KAdaptersInOnePassEqualEachAlone) {
   const ModelWeights w = testing::random_weights(testing::tiny_config(Arch::qwen3), 71);
   const ModelConfig& c = w.config;
@@ -78,7 +91,9 @@ TEST(MultiPolicy, KAdaptersInOnePassEqualEachAlone) {
         LoraTrainer alone(model, alone_pool);
         alone.attach(k, init[size_t(k)].clone());
         alone.forward_backward(per_policy[size_t(k)], LossFn::cross_entropy);
-        EXPECT_LE(max_abs_diff(together.grads(k), alone.grads(k)), 1e-5f) << "policy " << k;
+        EXPECT_LE(max_abs_diff(together.grads(k), alone.grads(k)),
+                  1e-5f * std::max(1.0f, max_abs(alone.grads(k))))
+            << "policy " << k;
       }
     }
     for (int k = 0; k < K; ++k) together.optim_step(k, adam);
@@ -175,7 +190,8 @@ TEST(MultiPolicy, GradientsAccumulateAcrossCallsUntilTheStep) {
   once.forward_backward(batch, LossFn::cross_entropy);
   twice.forward_backward(std::span(batch).first(1), LossFn::cross_entropy);
   twice.forward_backward(std::span(batch).subspan(1), LossFn::cross_entropy);
-  EXPECT_LE(max_abs_diff(once.grads(0), twice.grads(0)), 1e-5f);
+  EXPECT_LE(max_abs_diff(once.grads(0), twice.grads(0)),
+            1e-5f * std::max(1.0f, max_abs(once.grads(0))));
   once.optim_step(0, {.learning_rate = 1e-2f});
   twice.optim_step(0, {.learning_rate = 1e-2f});
   EXPECT_LE(max_abs_diff(once.weights(0), twice.weights(0)), 1e-6f);
