@@ -64,12 +64,12 @@ template <class T>
 void attention_paged(const T* q, int64_t ld_q, T* out, int64_t ld_out, int64_t n_heads,
                      const DevicePagedKv<T>& cache, const DeviceAttnSeq* seqs, int32_t n_seqs,
                      const int32_t* block_tables, int32_t max_new, int32_t max_ctx, float scale,
-                     cudaStream_t stream) {
+                     void* scratch, size_t scratch_bytes, cudaStream_t stream) {
   if (!detail::check_paged_args("attention_paged", q, ld_q, out, ld_out, n_heads, cache, seqs,
                                 n_seqs, block_tables, max_new, max_ctx))
     return;
   detail::launch_decode(q, ld_q, out, ld_out, n_heads, cache, seqs, n_seqs, block_tables, max_ctx,
-                        scale, stream);
+                        scale, scratch, scratch_bytes, stream);
   if (max_new > 1) {
     detail::launch_prefill(q, ld_q, out, ld_out, n_heads, cache, seqs, n_seqs, block_tables,
                            max_new, scale, /*skip_single=*/true, stream);
@@ -81,7 +81,8 @@ void attention_paged(const T* q, int64_t ld_q, T* out, int64_t ld_out, int64_t n
                                   const int64_t*, cudaStream_t);                                 \
   template void attention_paged<T>(const T*, int64_t, T*, int64_t, int64_t,                      \
                                    const DevicePagedKv<T>&, const DeviceAttnSeq*, int32_t,       \
-                                   const int32_t*, int32_t, int32_t, float, cudaStream_t);
+                                   const int32_t*, int32_t, int32_t, float, void*, size_t,    \
+                                   cudaStream_t);
 SPINDLE_INSTANTIATE_ATTENTION(float)
 SPINDLE_INSTANTIATE_ATTENTION(bf16)
 #undef SPINDLE_INSTANTIATE_ATTENTION

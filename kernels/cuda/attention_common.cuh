@@ -103,6 +103,7 @@ void launch_prefill(const T* q, int64_t ld_q, T* out, int64_t ld_out, int64_t n_
 template <class T>
 void launch_decode(const T* q, int64_t ld_q, T* out, int64_t ld_out, int64_t n_heads,
                    const DevicePagedKv<T>& cache, const DeviceAttnSeq* seqs, int32_t n_seqs,
-                   const int32_t* block_tables, int32_t max_ctx, float scale, cudaStream_t stream);
+                   const int32_t* block_tables, int32_t max_ctx, float scale, void* scratch,
+                   size_t scratch_size, cudaStream_t stream);
 
 }  // namespace spindle::kernels::cuda::detail

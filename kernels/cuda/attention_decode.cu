@@ -16,16 +16,13 @@
 // Pass 2 (decode_combine_kernel), grid (sequence, head): rescales the splits to the global max
 // and divides by the global sum. Both passes skip sequences whose n_new is not 1.
 //
-// Scratch for the partials (n_seqs·n_heads·splits·(head_dim + 2) floats) comes from a buffer per
-// (device, stream), grown on demand with stream-ordered allocations outside graph capture and
-// reused afterwards, so steady-state calls (and graph replays) allocate nothing. A buffer that a
-// captured graph may reference is never freed; a graph must be launched on the stream it was
-// captured on (or one ordered with it). During capture with a too-small buffer, or when the
-// table is full, the call falls back to a cudaMallocAsync/cudaFreeAsync pair of its own.
+// The partials (n_seqs·n_heads·splits·(head_dim + 2) floats) live in scratch the caller passes
+// (attention_scratch_bytes sizes it), so a call allocates nothing and a captured CUDA graph
+// holds no allocation of its own.
 
 #include <algorithm>
 #include <cstdint>
-#include <mutex>
+#include <string>
 #include <vector>
 
 #include "attention_common.cuh"
@@ -263,71 +260,25 @@ __global__ void decode_combine_kernel(T* __restrict__ out, int64_t ld_out,
   }
 }
 
-// ---- Scratch: one growing buffer per (device, stream) -------------------------------------
-
-struct ScratchEntry {
-  int device;
-  cudaStream_t stream;
-  void* ptr;
-  size_t bytes;
-  bool captured;  // handed out during a graph capture: a graph may reference it forever
+// The split plan of a call: the largest split (keys) that still gives about kTargetBlocks blocks.
+struct DecodePlan {
+  int hpb = 1;              // query heads per block
+  int64_t head_blocks = 1;  // blocks per sequence and split
+  int chunk = kMaxChunk;    // keys per split
+  int64_t max_splits = 1;
 };
 
-constexpr size_t kMaxScratchEntries = 64;
-
-std::mutex& scratch_mutex() {
-  static std::mutex mu;
-  return mu;
-}
-// Never destroyed (the buffers outlive static destruction order; captured ones are never freed).
-std::vector<ScratchEntry>& scratch_entries() {
-  static auto* entries = new std::vector<ScratchEntry>();
-  return *entries;
-}
-std::vector<void*>& retired_scratch() {
-  static auto* retired = new std::vector<void*>();
-  return *retired;
-}
-
-// A buffer of at least `bytes` usable in `stream` order, or nullptr when the caller must
-// allocate its own (capturing with a too-small buffer, allocation failure, table full).
-void* acquire_scratch(cudaStream_t stream, size_t bytes) {
-  cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-  int device = 0;
-  if (cudaStreamIsCapturing(stream, &cap) != cudaSuccess || cudaGetDevice(&device) != cudaSuccess) {
-    cudaGetLastError();
-    return nullptr;
-  }
-  const bool capturing = cap != cudaStreamCaptureStatusNone;
-  std::lock_guard<std::mutex> lock(scratch_mutex());
-  std::vector<ScratchEntry>& entries = scratch_entries();
-  auto it = std::find_if(entries.begin(), entries.end(), [&](const ScratchEntry& e) {
-    return e.device == device && e.stream == stream;
-  });
-  if (it != entries.end() && it->bytes >= bytes) {
-    it->captured = it->captured || capturing;
-    return it->ptr;
-  }
-  if (capturing) return nullptr;  // no allocation outside the graph while capturing
-  if (it == entries.end()) {
-    if (entries.size() >= kMaxScratchEntries) return nullptr;
-    entries.push_back({device, stream, nullptr, 0, false});
-    it = entries.end() - 1;
-  }
-  const size_t want = std::max(bytes, 2 * it->bytes);
-  void* p = nullptr;
-  if (cudaMallocAsync(&p, want, stream) != cudaSuccess) {
-    cudaGetLastError();
-    return nullptr;
-  }
-  if (it->ptr != nullptr) {
-    if (it->captured) {
-      retired_scratch().push_back(it->ptr);
-    } else if (cudaFreeAsync(it->ptr, stream) != cudaSuccess) {  // after its uses on `stream`
-      cudaGetLastError();
-    }
-  }
-  *it = {device, stream, p, want, false};
+DecodePlan decode_plan(int32_t n_seqs, int64_t n_heads, int64_t n_kv_heads, int32_t max_ctx) {
+  DecodePlan p;
+  const int64_t group = n_heads / n_kv_heads;
+  p.hpb = static_cast<int>(std::min<int64_t>(group, kMaxHeadsPerBlock));
+  while (group % p.hpb != 0) --p.hpb;  // blocks never straddle two KV heads
+  p.head_blocks = n_heads / p.hpb;
+  while (p.chunk > kMinChunk &&
+         int64_t{n_seqs} * p.head_blocks * ((int64_t{max_ctx} + p.chunk - 1) / p.chunk) <
+             kTargetBlocks)
+    p.chunk /= 2;
+  p.max_splits = (int64_t{max_ctx} + p.chunk - 1) / p.chunk;
   return p;
 }
 
@@ -336,17 +287,14 @@ void* acquire_scratch(cudaStream_t stream, size_t bytes) {
 template <class T>
 void launch_decode(const T* q, int64_t ld_q, T* out, int64_t ld_out, int64_t n_heads,
                    const DevicePagedKv<T>& cache, const DeviceAttnSeq* seqs, int32_t n_seqs,
-                   const int32_t* block_tables, int32_t max_ctx, float scale, cudaStream_t stream) {
+                   const int32_t* block_tables, int32_t max_ctx, float scale, void* scratch,
+                   size_t scratch_size, cudaStream_t stream) {
+  const DecodePlan plan = decode_plan(n_seqs, n_heads, cache.n_kv_heads, max_ctx);
   const int64_t group = n_heads / cache.n_kv_heads;
-  int hpb = static_cast<int>(std::min<int64_t>(group, kMaxHeadsPerBlock));
-  while (group % hpb != 0) --hpb;  // blocks never straddle two KV heads
-  const int64_t head_blocks = n_heads / hpb;
-  // The largest split that still gives about kTargetBlocks blocks.
-  int chunk = kMaxChunk;
-  while (chunk > kMinChunk &&
-         int64_t{n_seqs} * head_blocks * ((int64_t{max_ctx} + chunk - 1) / chunk) < kTargetBlocks)
-    chunk /= 2;
-  const int64_t max_splits = (int64_t{max_ctx} + chunk - 1) / chunk;
+  const int hpb = plan.hpb;
+  const int64_t head_blocks = plan.head_blocks;
+  const int chunk = plan.chunk;
+  const int64_t max_splits = plan.max_splits;
   SPINDLE_KERNEL_REQUIRE(max_splits <= 65535, "attention_decode", "max_ctx too large (grid)");
   const int hd = static_cast<int>(cache.head_dim);
   int lanes = 1;
@@ -360,18 +308,13 @@ void launch_decode(const T* q, int64_t ld_q, T* out, int64_t ld_out, int64_t n_h
   const size_t n_parts = static_cast<size_t>(n_seqs) * n_heads * max_splits;
   const size_t scratch_bytes = direct ? 0 : n_parts * (hd + 2) * sizeof(float);
 
-  float* scratch = nullptr;
-  bool own_scratch = false;
-  if (!direct) {
-    scratch = static_cast<float*>(acquire_scratch(stream, scratch_bytes));
-    if (scratch == nullptr) {
-      check(cudaMallocAsync(reinterpret_cast<void**>(&scratch), scratch_bytes, stream),
-            "cudaMallocAsync (attention_decode scratch)");
-      own_scratch = true;
-    }
-  }
-  float* part_acc = direct ? nullptr : scratch;
-  float* part_ml = direct ? nullptr : scratch + n_parts * hd;
+  SPINDLE_KERNEL_REQUIRE(scratch_bytes <= scratch_size && (scratch_bytes == 0 || scratch != nullptr),
+                         "attention_decode",
+                         "scratch holds " + std::to_string(scratch_size) + " bytes, the call needs " +
+                             std::to_string(scratch_bytes) + " (attention_scratch_bytes)");
+  float* part_scratch = static_cast<float*>(scratch);
+  float* part_acc = direct ? nullptr : part_scratch;
+  float* part_ml = direct ? nullptr : part_scratch + n_parts * hd;
   const size_t smem = sizeof(float) * decode_smem_floats(hd, hpb, chunk);
   decode_partial_kernel<T><<<dim3(n_seqs, static_cast<unsigned>(head_blocks),
                                   static_cast<unsigned>(max_splits)),
@@ -384,38 +327,50 @@ void launch_decode(const T* q, int64_t ld_q, T* out, int64_t ld_out, int64_t n_h
         out, ld_out, seqs, hd, sh, part_acc, part_ml);
     launch2 = cudaGetLastError();
   }
-  // Free in stream order whatever happened, then report the first launch error.
-  if (own_scratch) cudaFreeAsync(scratch, stream);
   check(launch1, "attention_decode (partial kernel)");
   check(launch2, "attention_decode (combine kernel)");
 }
 
 template void launch_decode<float>(const float*, int64_t, float*, int64_t, int64_t,
                                    const DevicePagedKv<float>&, const DeviceAttnSeq*, int32_t,
-                                   const int32_t*, int32_t, float, cudaStream_t);
+                                   const int32_t*, int32_t, float, void*, size_t, cudaStream_t);
 template void launch_decode<bf16>(const bf16*, int64_t, bf16*, int64_t, int64_t,
                                   const DevicePagedKv<bf16>&, const DeviceAttnSeq*, int32_t,
-                                  const int32_t*, int32_t, float, cudaStream_t);
+                                  const int32_t*, int32_t, float, void*, size_t, cudaStream_t);
+
+size_t decode_scratch_bytes(int32_t n_seqs, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
+                            int32_t max_ctx) {
+  if (n_seqs <= 0 || n_heads <= 0 || n_kv_heads <= 0 || max_ctx <= 0) return 0;
+  const DecodePlan plan = decode_plan(n_seqs, n_heads, n_kv_heads, max_ctx);
+  if (plan.max_splits == 1) return 0;
+  return static_cast<size_t>(n_seqs) * n_heads * plan.max_splits * (head_dim + 2) * sizeof(float);
+}
 
 }  // namespace detail
+
+size_t attention_scratch_bytes(int32_t n_seqs, int64_t n_heads, int64_t n_kv_heads,
+                               int64_t head_dim, int32_t max_ctx) {
+  return detail::decode_scratch_bytes(n_seqs, n_heads, n_kv_heads, head_dim, max_ctx);
+}
 
 template <class T>
 void attention_decode(const T* q, int64_t ld_q, T* out, int64_t ld_out, int64_t n_heads,
                       const DevicePagedKv<T>& cache, const DeviceAttnSeq* seqs, int32_t n_seqs,
-                      const int32_t* block_tables, int32_t max_ctx, float scale,
-                      cudaStream_t stream) {
+                      const int32_t* block_tables, int32_t max_ctx, float scale, void* scratch,
+                      size_t scratch_bytes, cudaStream_t stream) {
   if (!detail::check_paged_args("attention_decode", q, ld_q, out, ld_out, n_heads, cache, seqs,
                                 n_seqs, block_tables, /*max_new=*/1, max_ctx))
     return;
   detail::launch_decode(q, ld_q, out, ld_out, n_heads, cache, seqs, n_seqs, block_tables, max_ctx,
-                        scale, stream);
+                        scale, scratch, scratch_bytes, stream);
 }
 
 template void attention_decode<float>(const float*, int64_t, float*, int64_t, int64_t,
                                       const DevicePagedKv<float>&, const DeviceAttnSeq*, int32_t,
-                                      const int32_t*, int32_t, float, cudaStream_t);
+                                      const int32_t*, int32_t, float, void*, size_t,
+                                      cudaStream_t);
 template void attention_decode<bf16>(const bf16*, int64_t, bf16*, int64_t, int64_t,
                                      const DevicePagedKv<bf16>&, const DeviceAttnSeq*, int32_t,
-                                     const int32_t*, int32_t, float, cudaStream_t);
+                                     const int32_t*, int32_t, float, void*, size_t, cudaStream_t);
 
 }  // namespace spindle::kernels::cuda

@@ -37,6 +37,12 @@ class Forward {
                         Precision::fp32);
     }
 
+    // The decode attention's partials, sized for this call's (or graph bucket's) context.
+    const size_t attn_bytes = cuda::attention_scratch_bytes(
+        int32_t(st_.attn_seqs.size()), c_.n_heads, c_.n_kv_heads, c_.head_dim, st_.attn_max_ctx);
+    st_.attn_scratch.ensure(1, int64_t((attn_bytes + sizeof(float) - 1) / sizeof(float)),
+                            Precision::fp32);
+
     DeviceTensor& x = st_.x_last;  // the residual stream
     x.ensure(rows, c_.dim, P_);
     cuda::embedding_gather(ctx_.weights.tok_emb().data<T>(), c_.dim, st_.d_tokens.data(), rows,
@@ -114,7 +120,8 @@ class Forward {
     cuda::attention_paged(a.q.data<T>(), c_.q_dim(), a.attn.data<T>(), c_.q_dim(), c_.n_heads, kv,
                           st_.d_attn_seqs.data(), int32_t(st_.attn_seqs.size()),
                           st_.d_block_tables.data(), st_.attn_max_new, st_.attn_max_ctx,
-                          1.0f / std::sqrt(float(hd)), s_);
+                          1.0f / std::sqrt(float(hd)), st_.attn_scratch.data<float>(),
+                          st_.attn_scratch.bytes(), s_);
     // x += attn·Woᵀ + LoRA_o(attn)
     cuda::linear(ctx_.blas, a.attn.data<T>(), c_.q_dim(), rows, c_.q_dim(), w.wo.data<T>(), c_.dim,
                  x.data<T>(), c_.dim, /*beta=*/1.0f, s_);

@@ -121,10 +121,12 @@ void run_gpu_op_breakdown(gpu::DeviceModel& model, double bandwidth) {
   report("kv_cache_write", graph_us(s, [&] {
     cuda::kv_cache_write<bf16>(kv, x.data<bf16>(), y.data<bf16>(), c.kv_dim(), 1, d_slot.data(), s);
   }, reps), double(c.kv_dim()) * 2 * 4, nl);
+  cuda::DeviceBuffer<unsigned char> attn_scratch(
+      cuda::attention_scratch_bytes(1, c.n_heads, c.n_kv_heads, c.head_dim, ctx));
   report("attention decode (ctx 200)", graph_us(s, [&] {
     cuda::attention_paged<bf16>(x.data<bf16>(), c.q_dim(), y.data<bf16>(), c.q_dim(), c.n_heads,
                                 kv, d_seq.data(), 1, d_table.data(), 1, ctx, 1.0f / std::sqrt(
-                                float(c.head_dim)), s);
+                                float(c.head_dim)), attn_scratch.data(), attn_scratch.size(), s);
   }, reps), double(ctx) * double(c.kv_dim()) * 2 * 2, nl);
 
   // Logits shaped like a language model's (a few dominant tokens over a long tail): all-equal

@@ -61,7 +61,7 @@ void expect_paged_violation(const DevicePagedKv<T>& cache, const PagedArgs& a,
   EXPECT_TRUE(throws_contract(
       [&] {
         attention_paged<T>(q, a.ld_q, fake<T>(), a.ld_out, a.n_heads, cache, seqs, a.n_seqs, tables,
-                           a.max_new, a.max_ctx, 1.0f, nullptr);
+                           a.max_new, a.max_ctx, 1.0f, nullptr, 0, nullptr);
       },
       "attention_paged"));
   EXPECT_TRUE(throws_contract(
@@ -74,7 +74,7 @@ void expect_paged_violation(const DevicePagedKv<T>& cache, const PagedArgs& a,
     EXPECT_TRUE(throws_contract(
         [&] {
           attention_decode<T>(q, a.ld_q, fake<T>(), a.ld_out, a.n_heads, cache, seqs, a.n_seqs,
-                              tables, a.max_ctx, 1.0f, nullptr);
+                              tables, a.max_ctx, 1.0f, nullptr, 0, nullptr);
         },
         "attention_decode"));
   }
@@ -107,11 +107,32 @@ TYPED_TEST(GpuAttentionContract, PagedWithoutWorkLaunchesNothing) {
   using T = TypeParam;
   const auto cache = good_cache<T>();
   EXPECT_NO_THROW(attention_paged<T>(nullptr, 128, nullptr, 128, 2, cache, nullptr, 0, nullptr, 0,
-                                     0, 1.0f, nullptr));
+                                     0, 1.0f, nullptr, 0, nullptr));
   EXPECT_NO_THROW(attention_prefill<T>(nullptr, 128, nullptr, 128, 2, cache, nullptr, 3, nullptr, 0,
                                        0, 1.0f, nullptr));
   EXPECT_NO_THROW(attention_decode<T>(nullptr, 128, nullptr, 128, 2, cache, nullptr, 0, nullptr, 0,
-                                      1.0f, nullptr));
+                                      1.0f, nullptr, 0, nullptr));
+}
+
+// A decode call whose contexts need split-KV partials refuses scratch smaller than
+// attention_scratch_bytes says, naming the sizes, before any launch.
+TYPED_TEST(GpuAttentionContract, DecodeScratchTooSmall) {
+  using T = TypeParam;
+  const auto cache = good_cache<T>();
+  const int64_t n_heads = 2 * cache.n_kv_heads;
+  const int32_t max_ctx = 4096;
+  const size_t need =
+      attention_scratch_bytes(1, n_heads, cache.n_kv_heads, cache.head_dim, max_ctx);
+  ASSERT_GT(need, 0u);
+  EXPECT_EQ(attention_scratch_bytes(1, n_heads, cache.n_kv_heads, cache.head_dim, 16), 0u);
+  const int64_t ld = n_heads * cache.head_dim;
+  EXPECT_TRUE(throws_contract(
+      [&] {
+        attention_decode<T>(fake<T>(), ld, fake<T>(), ld, n_heads, cache, fake<DeviceAttnSeq>(), 1,
+                            fake<int32_t>(), max_ctx, 1.0f, fake<unsigned char>(), need - 1,
+                            nullptr);
+      },
+      "attention_decode"));
 }
 
 TYPED_TEST(GpuAttentionContract, Backward) {

@@ -148,10 +148,14 @@ struct PagedBatch {
     check(cudaDeviceSynchronize(), "sync after upload");
     Stream own;
     const cudaStream_t stream = on != nullptr ? on : own.get();
+    const size_t scratch_bytes =
+        attention_scratch_bytes(n_seqs, c.n_heads, c.n_kv, c.hd, max_ctx);
+    DeviceBuffer<unsigned char> scratch(scratch_bytes);
     switch (entry) {
       case Entry::paged:
         attention_paged<T>(d_q.data(), ld_q, d_out.data(), ld_out, c.n_heads, cache, d_seqs.data(),
-                           n_seqs, d_tables.data(), max_new, max_ctx, scale, stream);
+                           n_seqs, d_tables.data(), max_new, max_ctx, scale, scratch.data(),
+                           scratch.size(), stream);
         break;
       case Entry::prefill:
         attention_prefill<T>(d_q.data(), ld_q, d_out.data(), ld_out, c.n_heads, cache,
@@ -160,7 +164,8 @@ struct PagedBatch {
         break;
       case Entry::decode:
         attention_decode<T>(d_q.data(), ld_q, d_out.data(), ld_out, c.n_heads, cache, d_seqs.data(),
-                            n_seqs, d_tables.data(), max_ctx, scale, stream);
+                            n_seqs, d_tables.data(), max_ctx, scale, scratch.data(),
+                            scratch.size(), stream);
         break;
     }
     check(cudaStreamSynchronize(stream), "sync after attention");

@@ -93,6 +93,7 @@ struct DeviceForwardState {
   DeviceTensor logits;         // [rows_out, vocab] (not written for hidden_only)
   DeviceTensor lora_h;         // [T, max_rank] fp32 SGMV scratch
   DeviceTensor lora_dh;        // [T, max_rank] fp32 backward scratch (the backward's to use)
+  DeviceTensor attn_scratch;   // fp32 split-KV decode partials (cuda::attention_scratch_bytes)
 
   // The logits copied to the host as fp32 [rows_out, vocab] when the forward was asked to
   // (DeviceForwardOptions::copy_logits); empty otherwise.

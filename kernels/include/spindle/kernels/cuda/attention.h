@@ -42,11 +42,17 @@ void kv_cache_write(const DevicePagedKv<T>& cache, const T* k_new, const T* v_ne
 // max_ctx = max n_past + n_new. Dispatches rows of one-token sequences to a split-KV decode
 // kernel and longer ones to a tiled flash-style prefill kernel (both are exposed below for
 // tests and benches). The new tokens' K/V must already be in the cache.
+// `scratch` is device memory of at least attention_scratch_bytes(n_seqs, n_heads, n_kv_heads,
+// head_dim, max_ctx) bytes (the split-KV partials of the decode rows; null when that is 0),
+// passed by the caller so that a call never allocates (CUDA graphs capture no allocation).
+// scratch_bytes is its size (invalid_argument when too small). attention_prefill needs none.
+size_t attention_scratch_bytes(int32_t n_seqs, int64_t n_heads, int64_t n_kv_heads,
+                               int64_t head_dim, int32_t max_ctx);
 template <class T>
 void attention_paged(const T* q, int64_t ld_q, T* out, int64_t ld_out, int64_t n_heads,
                      const DevicePagedKv<T>& cache, const DeviceAttnSeq* seqs, int32_t n_seqs,
                      const int32_t* block_tables, int32_t max_new, int32_t max_ctx, float scale,
-                     cudaStream_t stream);
+                     void* scratch, size_t scratch_bytes, cudaStream_t stream);
 template <class T>
 void attention_prefill(const T* q, int64_t ld_q, T* out, int64_t ld_out, int64_t n_heads,
                        const DevicePagedKv<T>& cache, const DeviceAttnSeq* seqs, int32_t n_seqs,
@@ -55,8 +61,8 @@ void attention_prefill(const T* q, int64_t ld_q, T* out, int64_t ld_out, int64_t
 template <class T>
 void attention_decode(const T* q, int64_t ld_q, T* out, int64_t ld_out, int64_t n_heads,
                       const DevicePagedKv<T>& cache, const DeviceAttnSeq* seqs, int32_t n_seqs,
-                      const int32_t* block_tables, int32_t max_ctx, float scale,
-                      cudaStream_t stream);
+                      const int32_t* block_tables, int32_t max_ctx, float scale, void* scratch,
+                      size_t scratch_bytes, cudaStream_t stream);
 
 // Backward for training batches (every sequence starts at position 0, dense K/V rows), as
 // kernels/attention.h attention_backward: q, d_out, dq: [rows, n_heads·head_dim]; k, v, dk, dv:
