@@ -1,8 +1,10 @@
 // SGMV LoRA backward on the GPU (semantics: kernels/lora.h).
 //   expand backward: dh rows (row kernel), then dB per slot (segment-owned reduction);
 //   shrink backward: dA per slot (segment-owned reduction), then dx rows (row kernel).
-// The weight gradients are reduced by one block per (slot, column tile) in a fixed order, so
-// results are deterministic (no atomics) and dA/dB accumulate into what the caller holds.
+// The weight gradients are reduced by one block per (slot, column tile, row chunk) in a fixed
+// order; with more than one row chunk (tall segments, e.g. 2048 training rows) each block writes
+// its partial sum to a scratch table and a second kernel adds the chunks in chunk order. Results
+// are deterministic (no atomics) and dA/dB accumulate into what the caller holds.
 
 #include <cstdint>
 
@@ -27,6 +29,14 @@ constexpr int kGradThreads = 256;
 constexpr int kGradTile = 32;
 constexpr int kGradRows = 16;
 constexpr int kGradPerThread = kGradTile * kMaxRank / kGradThreads;
+
+// Row chunks of the weight-gradient reduction: calls over more than kChunkRows rows are split
+// into at most kMaxChunks chunks (of a multiple of kGradRows rows), as long as the partial sums
+// fit in kMaxPartialFloats floats of scratch.
+constexpr int64_t kChunkRows = 128;
+constexpr int64_t kMaxChunks = 64;
+constexpr int64_t kMaxPartialFloats = int64_t{64} << 20;  // 256 MiB
+constexpr int kReduceThreads = 256;
 
 // dx: a block per (row, tile of 256 input columns); thread k sums dh[t, i]·A_s[i, k] over i,
 // reading A_s rows coalesced.
@@ -74,7 +84,8 @@ __global__ void __launch_bounds__(kDhThreads)
 template <class T>
 __global__ void __launch_bounds__(kGradThreads)
     lora_db_kernel(const float* h, const T* dy, int64_t ld_dy, int64_t col_offset,
-                   DeviceLoraSlots slots, DeviceSegments segs, float* dB) {
+                   DeviceLoraSlots slots, DeviceSegments segs, float* dB, int64_t chunk_rows,
+                   float* partial) {
   const int g = static_cast<int>(blockIdx.x);
   const LoraSegment seg = segs.data[g];
   if (seg.slot < 0 || seg.row_end <= seg.row_begin) return;
@@ -99,11 +110,16 @@ __global__ void __launch_bounds__(kGradThreads)
     pi[k] = e % rank;
   }
 
+  // This block's rows: [row_lo, row_hi) of the call (blockIdx.z-th chunk).
+  const int64_t row_lo = int64_t{blockIdx.z} * chunk_rows;
+  const int64_t row_hi = row_lo + chunk_rows;
   for (int g2 = g; g2 < segs.count; ++g2) {
     const LoraSegment s2 = segs.data[g2];
     if (s2.slot != seg.slot) continue;
-    for (int64_t t0 = s2.row_begin; t0 < s2.row_end; t0 += kGradRows) {
-      const int nr = static_cast<int>(s2.row_end - t0 < kGradRows ? s2.row_end - t0 : kGradRows);
+    const int64_t lo = s2.row_begin > row_lo ? s2.row_begin : row_lo;
+    const int64_t hi = s2.row_end < row_hi ? s2.row_end : row_hi;
+    for (int64_t t0 = lo; t0 < hi; t0 += kGradRows) {
+      const int nr = static_cast<int>(hi - t0 < kGradRows ? hi - t0 : kGradRows);
       __syncthreads();  // the previous rows are consumed
       for (int e = tid; e < nr * rank; e += kGradThreads) {
         hs[e / rank][e % rank] = h[(t0 + e / rank) * max_rank + e % rank];
@@ -120,6 +136,14 @@ __global__ void __launch_bounds__(kGradThreads)
       }
     }
   }
+  if (partial != nullptr) {  // unscaled chunk sum, [chunk][segment][d_out, max_rank]
+    float* p = partial + (int64_t{blockIdx.z} * segs.count + g) * slots.d_out * max_rank;
+#pragma unroll
+    for (int k = 0; k < kGradPerThread; ++k) {
+      if (tid + k * kGradThreads < n_el) p[(j0 + pj[k]) * max_rank + pi[k]] = acc[k];
+    }
+    return;
+  }
   const float scale = slots.scale[seg.slot];
   float* dB_s = dB + int64_t{seg.slot} * slots.d_out * max_rank;
 #pragma unroll
@@ -132,7 +156,7 @@ __global__ void __launch_bounds__(kGradThreads)
 template <class T>
 __global__ void __launch_bounds__(kGradThreads)
     lora_da_kernel(const T* x, int64_t ld_x, const float* dh, DeviceLoraSlots slots,
-                   DeviceSegments segs, float* dA) {
+                   DeviceSegments segs, float* dA, int64_t chunk_rows, float* partial) {
   const int g = static_cast<int>(blockIdx.x);
   const LoraSegment seg = segs.data[g];
   if (seg.slot < 0 || seg.row_end <= seg.row_begin) return;
@@ -158,11 +182,16 @@ __global__ void __launch_bounds__(kGradThreads)
     pk[k] = e % kt;
   }
 
+  // This block's rows: [row_lo, row_hi) of the call (blockIdx.z-th chunk).
+  const int64_t row_lo = int64_t{blockIdx.z} * chunk_rows;
+  const int64_t row_hi = row_lo + chunk_rows;
   for (int g2 = g; g2 < segs.count; ++g2) {
     const LoraSegment s2 = segs.data[g2];
     if (s2.slot != seg.slot) continue;
-    for (int64_t t0 = s2.row_begin; t0 < s2.row_end; t0 += kGradRows) {
-      const int nr = static_cast<int>(s2.row_end - t0 < kGradRows ? s2.row_end - t0 : kGradRows);
+    const int64_t lo = s2.row_begin > row_lo ? s2.row_begin : row_lo;
+    const int64_t hi = s2.row_end < row_hi ? s2.row_end : row_hi;
+    for (int64_t t0 = lo; t0 < hi; t0 += kGradRows) {
+      const int nr = static_cast<int>(hi - t0 < kGradRows ? hi - t0 : kGradRows);
       __syncthreads();  // the previous rows are consumed
       for (int e = tid; e < nr * rank; e += kGradThreads) {
         ds[e / rank][e % rank] = dh[(t0 + e / rank) * max_rank + e % rank];
@@ -179,11 +208,43 @@ __global__ void __launch_bounds__(kGradThreads)
       }
     }
   }
+  if (partial != nullptr) {  // chunk sum, [chunk][segment][max_rank, d_in]
+    float* p = partial + (int64_t{blockIdx.z} * segs.count + g) * max_rank * d_in;
+#pragma unroll
+    for (int k = 0; k < kGradPerThread; ++k) {
+      if (tid + k * kGradThreads < n_el) p[pi[k] * d_in + k0 + pk[k]] = acc[k];
+    }
+    return;
+  }
   float* dA_s = dA + int64_t{seg.slot} * max_rank * d_in;
 #pragma unroll
   for (int k = 0; k < kGradPerThread; ++k) {
     if (tid + k * kGradThreads < n_el) dA_s[pi[k] * d_in + k0 + pk[k]] += acc[k];
   }
+}
+
+// grad_s[e] += c · Σ_chunk partial[chunk][g][e] in chunk order, for the owning segment g of each
+// adapted slot and the elements e of the slot's rank: rank index e % max_rank when rank_minor
+// (dB, [d_out, max_rank], c = the slot's scale), e / d_in otherwise (dA, [max_rank, d_in], c = 1).
+__global__ void __launch_bounds__(kReduceThreads)
+    lora_grad_reduce_kernel(const float* partial, int64_t n_chunks, DeviceLoraSlots slots,
+                            DeviceSegments segs, bool rank_minor, float* grad) {
+  const int g = static_cast<int>(blockIdx.x);
+  const LoraSegment seg = segs.data[g];
+  if (seg.slot < 0 || seg.row_end <= seg.row_begin) return;
+  const int rank = slot_rank(slots, seg.slot);
+  if (rank == 0) return;
+  if (!owns_slot(segs, g, seg.slot)) return;
+  const int64_t max_rank = slots.max_rank;
+  const int64_t n_el = rank_minor ? slots.d_out * max_rank : max_rank * slots.d_in;
+  const int64_t e = int64_t{blockIdx.y} * kReduceThreads + threadIdx.x;
+  if (e >= n_el) return;
+  const int64_t i = rank_minor ? e % max_rank : e / slots.d_in;
+  if (i >= rank) return;
+  float sum = 0.0f;
+  for (int64_t c = 0; c < n_chunks; ++c) sum += partial[(c * segs.count + g) * n_el + e];
+  const float scale = rank_minor ? slots.scale[seg.slot] : 1.0f;
+  grad[int64_t{seg.slot} * n_el + e] += scale * sum;
 }
 
 template <class T>
@@ -215,6 +276,50 @@ unsigned tiles(int64_t n, int64_t tile) {
   return static_cast<unsigned>((n + tile - 1) / tile);
 }
 
+// Rows per chunk of the weight-gradient reduction over `rows` rows (rows itself: one chunk, no
+// scratch), for a gradient of n_el floats per segment.
+int64_t grad_chunk_rows(const DeviceSegments& segs, int64_t n_el) {
+  int64_t n_chunks = (segs.rows + kChunkRows - 1) / kChunkRows;
+  if (n_chunks > kMaxChunks) n_chunks = kMaxChunks;
+  const int64_t per_chunk = int64_t{segs.count} * n_el;
+  if (per_chunk > 0 && n_chunks * per_chunk > kMaxPartialFloats) {
+    n_chunks = kMaxPartialFloats / per_chunk;
+  }
+  if (n_chunks <= 1) return segs.rows;
+  int64_t chunk = (segs.rows + n_chunks - 1) / n_chunks;
+  return (chunk + kGradRows - 1) / kGradRows * kGradRows;
+}
+
+// Launches `grad_kernel(chunk_rows, partial)` over (segments, column tiles, row chunks) and, with
+// more than one chunk, the ordered reduction of the partial sums into grad.
+template <class Launch>
+void launch_grad(const DeviceSegments& segs, const DeviceLoraSlots& slots, int64_t n_el,
+                 bool rank_minor, float* grad, cudaStream_t stream, const char* name,
+                 Launch&& grad_kernel) {
+  const int64_t chunk_rows = grad_chunk_rows(segs, n_el);
+  const int64_t n_chunks = (segs.rows + chunk_rows - 1) / chunk_rows;
+  if (n_chunks <= 1) {
+    grad_kernel(1u, segs.rows, static_cast<float*>(nullptr));
+    check_launch(name);
+    return;
+  }
+  float* partial = nullptr;
+  check(cudaMallocAsync(reinterpret_cast<void**>(&partial),
+                        static_cast<size_t>(n_chunks * segs.count * n_el) * sizeof(float), stream),
+        "cudaMallocAsync (lora gradient partial sums)");
+  grad_kernel(static_cast<unsigned>(n_chunks), chunk_rows, partial);
+  const cudaError_t launch1 = cudaGetLastError();
+  if (launch1 == cudaSuccess) {
+    const dim3 grid(static_cast<unsigned>(segs.count), tiles(n_el, kReduceThreads));
+    lora_grad_reduce_kernel<<<grid, kReduceThreads, 0, stream>>>(partial, n_chunks, slots, segs,
+                                                                 rank_minor, grad);
+  }
+  const cudaError_t launch2 = cudaGetLastError();
+  cudaFreeAsync(partial, stream);  // in stream order, after both kernels
+  check(launch1, name);
+  check(launch2, "lora_grad_reduce_kernel");
+}
+
 }  // namespace
 
 template <class T>
@@ -233,10 +338,13 @@ void lora_expand_backward(const float* h, const T* dy, int64_t ld_dy, int64_t co
   lora_dh_kernel<T><<<static_cast<unsigned>(segments.rows), kDhThreads, 0, stream>>>(
       dy, ld_dy, col_offset, slots, segments, dh);
   check_launch("lora_dh_kernel");
-  const dim3 grid(static_cast<unsigned>(segments.count), tiles(slots.d_out, kGradTile));
-  lora_db_kernel<T>
-      <<<grid, kGradThreads, 0, stream>>>(h, dy, ld_dy, col_offset, slots, segments, dB);
-  check_launch("lora_db_kernel");
+  launch_grad(segments, slots, slots.d_out * slots.max_rank, /*rank_minor=*/true, dB, stream,
+              "lora_db_kernel", [&](unsigned n_chunks, int64_t chunk_rows, float* partial) {
+                const dim3 grid(static_cast<unsigned>(segments.count),
+                                tiles(slots.d_out, kGradTile), n_chunks);
+                lora_db_kernel<T><<<grid, kGradThreads, 0, stream>>>(
+                    h, dy, ld_dy, col_offset, slots, segments, dB, chunk_rows, partial);
+              });
 }
 
 template <class T>
@@ -252,9 +360,13 @@ void lora_shrink_backward(const T* x, int64_t ld_x, const float* dh, const Devic
                          "x, dh and dA must be non-null");
   SPINDLE_KERNEL_REQUIRE(slots.A != nullptr && slots.rank != nullptr, kName,
                          "slots.A and slots.rank must be non-null");
-  const dim3 grid(static_cast<unsigned>(segments.count), tiles(slots.d_in, kGradTile));
-  lora_da_kernel<T><<<grid, kGradThreads, 0, stream>>>(x, ld_x, dh, slots, segments, dA);
-  check_launch("lora_da_kernel");
+  launch_grad(segments, slots, slots.max_rank * slots.d_in, /*rank_minor=*/false, dA, stream,
+              "lora_da_kernel", [&](unsigned n_chunks, int64_t chunk_rows, float* partial) {
+                const dim3 grid(static_cast<unsigned>(segments.count),
+                                tiles(slots.d_in, kGradTile), n_chunks);
+                lora_da_kernel<T><<<grid, kGradThreads, 0, stream>>>(x, ld_x, dh, slots, segments,
+                                                                     dA, chunk_rows, partial);
+              });
   if (dx == nullptr) return;
   const dim3 dx_grid(static_cast<unsigned>(segments.rows), tiles(slots.d_in, kDxThreads));
   lora_dx_kernel<T><<<dx_grid, kDxThreads, 0, stream>>>(dh, slots, segments, dx, ld_dx);

@@ -53,4 +53,8 @@ void run_gpu_op_breakdown(gpu::DeviceModel& model, double bandwidth);
 // LoRA training tokens/s (rank 16, sequences of 256 tokens).
 void run_gpu_train_bench(gpu::DeviceModel& model, const GpuBenchOptions& options);
 
+// Every op of the LoRA training path timed alone at the training bench's shape (2048 rows, rank
+// 16, one layer's weights) with its count per step, so the dominant op shows in one run.
+void run_gpu_train_breakdown(gpu::DeviceModel& model);
+
 }  // namespace spindle::bench

@@ -44,6 +44,7 @@ int run(const GpuBenchOptions& o) {
   run_gpu_decode_bench(model, o, bandwidth);
   run_gpu_op_breakdown(model, bandwidth);
   run_gpu_train_bench(model, o);
+  run_gpu_train_breakdown(model);
   return 0;
 }
 

@@ -127,6 +127,40 @@ TYPED_TEST(GpuAttentionBackward, HeadDim256) {
   check_against_cpu<TypeParam>({4, 2, 256, {40, 9}, 36});
 }
 
+// The training shape (Qwen3-0.6B: 16 query heads over 8 KV heads, head_dim 128): whole 32-row
+// tiles (256) and a ragged last tile (1000), several sequences per launch.
+TYPED_TEST(GpuAttentionBackward, Gqa2HeadDim128Sequences256) {
+  SPINDLE_REQUIRE_GPU();
+  check_against_cpu<TypeParam>({4, 2, 128, {256, 256, 31}, 37});
+}
+
+TYPED_TEST(GpuAttentionBackward, Gqa2HeadDim128Sequence1000) {
+  SPINDLE_REQUIRE_GPU();
+  check_against_cpu<TypeParam>({4, 2, 128, {1000}, 38});
+}
+
+// No atomics: two launches on the same inputs give bitwise-equal gradients.
+TEST(GpuAttentionBackwardDeterminism, RepeatedLaunchesBitwiseEqual) {
+  SPINDLE_REQUIRE_GPU();
+  const DenseCase c{4, 2, 64, {200, 77}, 39};
+  const DenseLayout lay(c.lens);
+  const auto q = random_floats(size_t(lay.rows * c.n_heads * c.hd), 1);
+  const auto k = random_floats(size_t(lay.rows * c.n_kv * c.hd), 2);
+  const auto v = random_floats(size_t(lay.rows * c.n_kv * c.hd), 3);
+  const auto d_out = random_floats(size_t(lay.rows * c.n_heads * c.hd), 4);
+  const Grads a = gpu_backward<float>(c, lay, q, k, v, d_out, 0.125f);
+  const Grads b = gpu_backward<float>(c, lay, q, k, v, d_out, 0.125f);
+  auto same = [](const char* name, const std::vector<float>& x, const std::vector<float>& y) {
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (std::isnan(x[i]) && std::isnan(y[i])) continue;  // untouched sentinel rows
+      ASSERT_EQ(x[i], y[i]) << name << " index " << i;
+    }
+  };
+  same("dq", a.dq, b.dq);
+  same("dk", a.dk, b.dk);
+  same("dv", a.dv, b.dv);
+}
+
 // L = Σ W ⊙ attention(q, k, v) in double; the GPU's fp32 gradients must match central
 // differences of L in every input element.
 TEST(GpuAttentionBackwardFd, MatchesFiniteDifferences) {

@@ -107,5 +107,15 @@ TYPED_TEST(CudaLoraBackward, MatchesCpu) {
   }
 }
 
+// Segments taller than a row chunk: the weight gradients go through per-chunk partial sums and
+// the ordered reduction (and still accumulate).
+TYPED_TEST(CudaLoraBackward, TallSegmentsMatchCpu) {
+  SPINDLE_REQUIRE_GPU();
+  uint32_t seed = 900;
+  for (const char* name : {"train2048", "train_ragged", "train9000"}) {
+    check_backward<TypeParam>(tall_scenario(name), seed += 20);
+  }
+}
+
 }  // namespace
 }  // namespace spindle::kernels::cuda::test

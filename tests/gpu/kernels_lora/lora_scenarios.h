@@ -84,6 +84,39 @@ inline Scenario wide_scenario() {
   return sc;
 }
 
+// Training-shaped batches, taller than one row chunk of the weight-gradient reduction: one
+// 2048-row segment (8 x 256 tokens, rank 16); sequences of one slot in several segments with a
+// second slot between them and an odd total (a partial last chunk); and more rows than
+// kMaxChunks chunks of 128 (the chunk size grows).
+inline Scenario tall_scenario(std::string name) {
+  Scenario sc;
+  sc.name = name;
+  sc.max_rank = 16;
+  if (name == "train2048") {
+    sc.d_in = 1024;
+    sc.d_out = 3072;
+    sc.ranks = {16};
+    sc.segments = {{0, 2048, 0}};
+    sc.rows = 2048;
+  } else if (name == "train_ragged") {
+    sc.d_in = 133;
+    sc.d_out = 75;
+    sc.ranks = {16, 5};
+    sc.segments = {{0, 256, 0}, {256, 300, 1}, {300, 813, 0}, {813, 900, -1}, {900, 1301, 1}};
+    sc.rows = 1303;
+  } else {  // "train9000"
+    sc.d_in = 40;
+    sc.d_out = 24;
+    sc.ranks = {3, 16};
+    sc.segments = {{0, 4500, 1}, {4500, 9001, 0}};
+    sc.rows = 9001;
+  }
+  sc.ld_x = sc.d_in;
+  sc.col_offset = 0;
+  sc.ld_y = sc.d_out;
+  return sc;
+}
+
 struct HostLora {
   std::vector<float> A, B, scale;
   std::vector<int32_t> rank;
