@@ -112,7 +112,7 @@ TYPED_TEST(CudaLoraBackward, MatchesCpu) {
 TYPED_TEST(CudaLoraBackward, TallSegmentsMatchCpu) {
   SPINDLE_REQUIRE_GPU();
   uint32_t seed = 900;
-  for (const char* name : {"train2048", "train_ragged", "train9000"}) {
+  for (const char* name : {"train2048", "train_ragged", "train9000", "tiles"}) {
     check_backward<TypeParam>(tall_scenario(name), seed += 20);
   }
 }

@@ -87,7 +87,8 @@ inline Scenario wide_scenario() {
 // Training-shaped batches, taller than one row chunk of the weight-gradient reduction: one
 // 2048-row segment (8 x 256 tokens, rank 16); sequences of one slot in several segments with a
 // second slot between them and an odd total (a partial last chunk); and more rows than
-// kMaxChunks chunks of 128 (the chunk size grows).
+// kMaxChunks chunks of 128 (the chunk size grows); "tiles": short and odd segments against the
+// row tiles of the dh/dx kernels.
 inline Scenario tall_scenario(std::string name) {
   Scenario sc;
   sc.name = name;
@@ -104,6 +105,16 @@ inline Scenario tall_scenario(std::string name) {
     sc.ranks = {16, 5};
     sc.segments = {{0, 256, 0}, {256, 300, 1}, {300, 813, 0}, {813, 900, -1}, {900, 1301, 1}};
     sc.rows = 1303;
+  } else if (name == "tiles") {  // the dh/dx row tiles (16 rows): segments shorter than a
+    // tile, of different slots and adjacent; 16, 17 and 33 rows; rank 128 (B_s staged in many
+    // column chunks), a rank-0 slot, base-only rows and trailing rows in no segment
+    sc.d_in = 300;
+    sc.d_out = 700;
+    sc.max_rank = 128;
+    sc.ranks = {128, 3, 16, 0};
+    sc.segments = {{0, 2, 0},   {2, 5, 1},   {5, 20, 2},  {20, 21, 0}, {21, 37, 1}, {37, 54, 2},
+                   {54, 87, 0}, {87, 88, 3}, {88, 90, -1}, {90, 91, 1}, {91, 107, 0}};
+    sc.rows = 109;
   } else {  // "train9000"
     sc.d_in = 40;
     sc.d_out = 24;
