@@ -55,7 +55,7 @@ __device__ __forceinline__ void load_tile(float* dst, int ps, const T* __restric
   for (int e = static_cast<int>(threadIdx.x); e < kTile * hd; e += kThreads) {
     const int r = e / hd, d = e % hd;
     const int64_t row = row0 + r;
-    dst[r * ps + d] = row < n ? to_f(src[row * ld + d]) : 0.0f;
+    dst[r * ps + d] = row < n ? to_f32(src[row * ld + d]) : 0.0f;
   }
 }
 
@@ -200,7 +200,7 @@ __global__ void __launch_bounds__(kThreads)
   T* out = dq + (seq.row_begin + t) * ld_q + h * hd + sub;
 #pragma unroll
   for (int e = 0; e < kDimsPerThread; ++e) {
-    if (e < n_dims) out[kLanesPerRow * e] = from_f<T>(acc[e]);
+    if (e < n_dims) out[kLanesPerRow * e] = from_f32<T>(acc[e]);
   }
 }
 
@@ -288,8 +288,8 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int e = 0; e < kDimsPerThread; ++e) {
     if (e < n_dims) {
-      dk[at + kLanesPerRow * e] = from_f<T>(acc_k[e]);
-      dv[at + kLanesPerRow * e] = from_f<T>(acc_v[e]);
+      dk[at + kLanesPerRow * e] = from_f32<T>(acc_k[e]);
+      dv[at + kLanesPerRow * e] = from_f32<T>(acc_v[e]);
     }
   }
 }

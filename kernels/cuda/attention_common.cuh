@@ -1,12 +1,13 @@
 #pragma once
-// Private to kernels/cuda/attention*.cu: element conversion, warp reductions, the paged-cache
-// address rule, host-side contract checks, and the launchers attention_paged dispatches to.
+// Private to kernels/cuda/attention*.cu (element conversion and warp reductions come from
+// device_common.cuh): the paged-cache address rule, host-side contract checks, and the launchers attention_paged dispatches to.
 
 #include <cuda_bf16.h>
 
 #include <cmath>
 #include <cstdint>
 
+#include "device_common.cuh"
 #include "spindle/kernels/cuda/attention.h"
 #include "spindle/kernels/kernel_error.h"
 
@@ -17,39 +18,11 @@ constexpr int kMaxHeadDim = 256;
 constexpr int kColsPerLane = kMaxHeadDim / 32;
 constexpr unsigned kFullMask = 0xffffffffu;
 
-__device__ __forceinline__ float to_f(float x) {
-  return x;
-}
-__device__ __forceinline__ float to_f(bf16 x) {
-  return __bfloat162float(x);
-}
-
-template <class T>
-__device__ __forceinline__ T from_f(float x);
-template <>
-__device__ __forceinline__ float from_f<float>(float x) {
-  return x;
-}
-template <>
-__device__ __forceinline__ bf16 from_f<bf16>(float x) {
-  return __float2bfloat16_rn(x);
-}
-
-__device__ __forceinline__ float warp_max(float x) {
-  for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(kFullMask, x, o));
-  return x;
-}
-
-__device__ __forceinline__ float warp_sum(float x) {
-  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(kFullMask, x, o);
-  return x;
-}
-
 // Σ_d a[d]·b[d], a in shared memory (fp32), b a row of T in global memory.
 template <class T>
 __device__ __forceinline__ float dot_row(const float* a, const T* b, int hd) {
   float acc = 0.0f;
-  for (int d = 0; d < hd; ++d) acc = fmaf(a[d], to_f(b[d]), acc);
+  for (int d = 0; d < hd; ++d) acc = fmaf(a[d], to_f32(b[d]), acc);
   return acc;
 }
 

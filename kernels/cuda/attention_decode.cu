@@ -117,7 +117,7 @@ __global__ void __launch_bounds__(kThreads)
   float* ml = sc + hpb * chunk;
 
   const T* q_row = q + seq.row_begin * ld_q + h0 * hd;  // heads h0.. are contiguous
-  for (int e = threadIdx.x; e < hpb * hd; e += kThreads) qs[e] = sh.scale * to_f(q_row[e]);
+  for (int e = threadIdx.x; e < hpb * hd; e += kThreads) qs[e] = sh.scale * to_f32(q_row[e]);
   for (int j = threadIdx.x; j < n_keys; j += kThreads)
     offs[j] = paged_offset(table, j0 + j, cache.block_size, cache.n_blocks, width, kv_col);
   __syncthreads();
@@ -227,7 +227,7 @@ __global__ void __launch_bounds__(kThreads)
         const int64_t idx = (int64_t{s} * sh.n_heads + h0 + hh) * sh.max_splits + blockIdx.z;
         part_acc[idx * hd + e % hd] = total;
       } else {
-        out[seq.row_begin * ld_out + h0 * hd + e] = from_f<T>(total / ml[2 * hh + 1]);
+        out[seq.row_begin * ld_out + h0 * hd + e] = from_f32<T>(total / ml[2 * hh + 1]);
       }
     }
   }
@@ -256,7 +256,7 @@ __global__ void decode_combine_kernel(T* __restrict__ out, int64_t ld_out,
     float acc = 0.0f;
     for (int p = 0; p < n_splits; ++p)
       acc = fmaf(part_acc[(base + p) * hd + d], expf(part_ml[2 * (base + p)] - m), acc);
-    o[d] = from_f<T>(acc * inv);
+    o[d] = from_f32<T>(acc * inv);
   }
 }
 

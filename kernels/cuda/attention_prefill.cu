@@ -59,7 +59,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   for (int e = threadIdx.x; e < n_rows * hd; e += blockDim.x) {
     const int i = e / hd;
     const int d = e % hd;
-    Qs[e] = scale * to_f(q[(seq.row_begin + t0 + i) * ld_q + h * hd + d]);
+    Qs[e] = scale * to_f32(q[(seq.row_begin + t0 + i) * ld_q + h * hd + d]);
     Os[e] = 0.0f;
   }
   for (int i = threadIdx.x; i < n_rows; i += blockDim.x) {
@@ -81,8 +81,8 @@ __global__ void __launch_bounds__(kWarps * 32)
         const int64_t off =
             paged_offset(table, pos, cache.block_size, cache.n_blocks, width, kv_col);
         if (off >= 0) {
-          kx = to_f(cache.k[off + d]);
-          vx = to_f(cache.v[off + d]);
+          kx = to_f32(cache.k[off + d]);
+          vx = to_f32(cache.v[off + d]);
         }
       }
       Ks[r * (hd + 1) + d] = kx;
@@ -140,7 +140,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   for (int e = threadIdx.x; e < n_rows * hd; e += blockDim.x) {
     const int i = e / hd;
     const int d = e % hd;
-    out[(seq.row_begin + t0 + i) * ld_out + h * hd + d] = from_f<T>(Os[e] / Ls[i]);
+    out[(seq.row_begin + t0 + i) * ld_out + h * hd + d] = from_f32<T>(Os[e] / Ls[i]);
   }
 }
 

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 
+#include "device_common.cuh"
 #include "spindle/kernels/cuda/lora.h"
 #include "spindle/kernels/kernel_error.h"
 
@@ -32,10 +33,7 @@ __device__ __forceinline__ void store_f32(bf16* p, float v) {
   *p = __float2bfloat16_rn(v);
 }
 
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-  return v;
-}
+using detail::warp_sum;
 
 // Index of the segment holding row t, or -1. Segments are in row order and do not overlap, so
 // the last segment with row_begin <= t is the only candidate (empty segments before it lose).

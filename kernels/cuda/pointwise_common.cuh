@@ -10,27 +10,10 @@
 
 #include <cstdint>
 
+#include "device_common.cuh"
 #include "spindle/kernels/cuda/runtime.h"
 
 namespace spindle::kernels::cuda::detail {
-
-__device__ __forceinline__ float to_f32(float x) {
-  return x;
-}
-__device__ __forceinline__ float to_f32(bf16 x) {
-  return __bfloat162float(x);
-}
-
-template <class T>
-__device__ __forceinline__ T from_f32(float x);
-template <>
-__device__ __forceinline__ float from_f32<float>(float x) {
-  return x;
-}
-template <>
-__device__ __forceinline__ bf16 from_f32<bf16>(float x) {
-  return __float2bfloat16_rn(x);
-}
 
 // Grid size for a grid-stride loop over `count` items with `threads` per block.
 inline unsigned grid_for(int64_t count, int threads, int64_t max_blocks = 65535) {
