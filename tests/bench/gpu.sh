@@ -5,7 +5,7 @@
 #
 # Usage: tests/bench/gpu.sh [BINARY] [-- spindle-bench-gpu args, e.g. --quick]
 #   BINARY defaults to a spindle-bench-gpu beside this script (packaging/gpu-bundle.sh puts it
-#   there), else one on PATH, else build/tests/bench/spindle-bench-gpu in the repository.
+#   there), else one on PATH, else build/default/tests/bench/spindle-bench-gpu in the repository.
 #   SPINDLE_BENCH_LIBS=DIR puts DIR first on LD_LIBRARY_PATH: a bare GPU machine lacks Debian's
 #   libfmt, libopenblas (OpenMP variant), libgfortran, libquadmath and libgomp; copy the ones
 #   `ldd BINARY` resolves outside /usr/local/cuda into DIR on the build machine.
@@ -16,7 +16,7 @@ if [[ -x $here/spindle-bench-gpu ]]; then
 elif command -v spindle-bench-gpu >/dev/null; then
   bin=$(command -v spindle-bench-gpu)
 else
-  bin=$here/../../build/tests/bench/spindle-bench-gpu
+  bin=$here/../../build/default/tests/bench/spindle-bench-gpu  # the default preset's build
 fi
 if [[ $# -gt 0 && $1 != -- ]]; then
   bin=$1
