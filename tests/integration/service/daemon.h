@@ -47,6 +47,19 @@ inline fs::path fresh_dir(const std::string& tag) {
   return d;
 }
 
+// Two tenants, alice and bob, each with its own token: a fresh data dir whose tokens.json
+// holds both (the daemon then creates no `local` token).
+inline const std::string kTokenA = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";  // alice
+inline const std::string kTokenB = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";  // bob
+
+inline fs::path two_tenant_dir(const std::string& tag) {
+  const fs::path dir = fresh_dir(tag);
+  std::ofstream(dir / "tokens.json") << R"([{"token": ")" << kTokenA
+                                     << R"(", "tenant": "alice"}, {"token": ")" << kTokenB
+                                     << R"(", "tenant": "bob"}])";
+  return dir;
+}
+
 inline std::string read_text(const fs::path& p) {
   std::ifstream in(p);
   std::stringstream ss;

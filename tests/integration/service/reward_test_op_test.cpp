@@ -20,9 +20,6 @@ namespace {
 using namespace protocol;
 using json = nlohmann::json;
 
-const std::string kTokenA = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
-const std::string kTokenB = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
-
 const char* kSpec = R"({"terms": [
   {"name": "cat", "plugin": "keywords", "weight": 1.0, "config": {"present": ["cat", "dog"]}},
   {"name": "short", "plugin": "length", "weight": 0.5, "config": {"target": 10}}]})";
@@ -33,10 +30,7 @@ class RewardTestOp : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     if (!fs::exists(stories_model())) return;
-    const fs::path dir = fresh_dir("reward_test");
-    std::ofstream(dir / "tokens.json") << R"([{"token": ")" << kTokenA
-                                       << R"(", "tenant": "alice"}, {"token": ")" << kTokenB
-                                       << R"(", "tenant": "bob"}])";
+    const fs::path dir = two_tenant_dir("reward_test");
     ::setenv("SPINDLE_REWARD_PLUGIN_PATH", (binary_dir() / "tests" / "reward_plugins").c_str(), 1);
     daemon_ = new Daemon(dir, {"--max-reward-test-samples", "12"});
   }

@@ -17,17 +17,6 @@ namespace {
 using namespace protocol;
 using json = nlohmann::json;
 
-const std::string kTokenA = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
-const std::string kTokenB = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
-
-fs::path two_tenant_dir(const std::string& tag) {
-  const fs::path dir = fresh_dir(tag);
-  std::ofstream(dir / "tokens.json") << R"([{"token": ")" << kTokenA
-                                     << R"(", "tenant": "alice"}, {"token": ")" << kTokenB
-                                     << R"(", "tenant": "bob"}])";
-  return dir;
-}
-
 json keyword_policy(const std::string& name, const std::string& word) {
   return {{"name", name},
           {"rank", 4},

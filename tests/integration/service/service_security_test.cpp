@@ -9,17 +9,6 @@ namespace {
 
 using namespace protocol;
 
-const std::string kTokenA = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
-const std::string kTokenB = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
-
-fs::path two_tenant_dir(const std::string& tag) {
-  const fs::path dir = fresh_dir(tag);
-  std::ofstream(dir / "tokens.json") << R"([{"token": ")" << kTokenA
-                                     << R"(", "tenant": "alice"}, {"token": ")" << kTokenB
-                                     << R"(", "tenant": "bob"}])";
-  return dir;
-}
-
 std::pair<std::string, std::string> keypair() {
   char pub[41], sec[41];
   EXPECT_EQ(zmq_curve_keypair(pub, sec), 0);
