@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -65,6 +66,26 @@ DeviceBuffer<T> upload_as(const std::vector<float>& x) {
 template <class T>
 std::vector<float> download_floats(const DeviceBuffer<T>& d) {
   return to_floats<T>(d.download());
+}
+
+// got and want hold the same bits (NaN payloads included), or names the first index that
+// differs: for results that must not depend on how a kernel was launched (fused vs unfused,
+// one target vs several).
+template <class T>
+::testing::AssertionResult bitwise_equal(const std::string& what, const std::vector<T>& got,
+                                         const std::vector<T>& want) {
+  if (got.size() != want.size()) {
+    return ::testing::AssertionFailure()
+           << what << ": size " << got.size() << ", want " << want.size();
+  }
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::memcmp(&got[i], &want[i], sizeof(T)) != 0) {
+      return ::testing::AssertionFailure()
+             << what << ": index " << i << ": got " << to_floats<T>({got[i]})[0] << ", want "
+             << to_floats<T>({want[i]})[0] << " (bitwise)";
+    }
+  }
+  return ::testing::AssertionSuccess();
 }
 
 }  // namespace spindle::kernels::cuda::test

@@ -23,24 +23,6 @@ struct Shape {
   int64_t n, ldy;
 };
 
-// Names the first element whose bits differ.
-template <class T>
-::testing::AssertionResult bitwise_equal(const std::string& what, const std::vector<T>& got,
-                                         const std::vector<T>& want) {
-  if (got.size() != want.size()) {
-    return ::testing::AssertionFailure()
-           << what << ": size " << got.size() << ", want " << want.size();
-  }
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (std::memcmp(&got[i], &want[i], sizeof(T)) != 0) {
-      return ::testing::AssertionFailure()
-             << what << ": index " << i << ": got " << to_floats<T>({got[i]})[0] << ", want "
-             << to_floats<T>({want[i]})[0] << " (bitwise)";
-    }
-  }
-  return ::testing::AssertionSuccess();
-}
-
 // Runs linear_multi over `shapes` (outputs sharing x) and checks each output against separate
 // linear() calls (bitwise when `bitwise`) and against the CPU kernel (dtype tolerance).
 template <class T>

@@ -40,23 +40,6 @@ std::string describe(const Case& c) {
          (c.norms ? " qwen3" : " llama") + (c.style == RopeStyle::half ? " half" : " interleaved");
 }
 
-template <class T>
-::testing::AssertionResult bitwise_equal(const std::string& what, const std::vector<T>& got,
-                                         const std::vector<T>& want) {
-  if (got.size() != want.size()) {
-    return ::testing::AssertionFailure()
-           << what << ": size " << got.size() << ", want " << want.size();
-  }
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (std::memcmp(&got[i], &want[i], sizeof(T)) != 0) {
-      return ::testing::AssertionFailure()
-             << what << ": index " << i << ": got " << to_floats<T>({got[i]})[0] << ", want "
-             << to_floats<T>({want[i]})[0] << " (bitwise)";
-    }
-  }
-  return ::testing::AssertionSuccess();
-}
-
 // Two copies of every input buffer: one for the fused kernel, one for the unfused steps.
 template <class T>
 struct Inputs {

@@ -71,22 +71,6 @@ Scenario target_scenario(const Scenario& base, int64_t d_out, size_t k) {
   return sc;
 }
 
-// got and want hold the same bits (NaN payloads included), or the first index that differs.
-::testing::AssertionResult bitwise_equal(const std::string& what, const std::vector<float>& got,
-                                         const std::vector<float>& want) {
-  if (got.size() != want.size()) {
-    return ::testing::AssertionFailure()
-           << what << ": size " << got.size() << ", want " << want.size();
-  }
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0) {
-      return ::testing::AssertionFailure() << what << ": index " << i << ": multi " << got[i]
-                                           << ", single " << want[i] << " (not bitwise equal)";
-    }
-  }
-  return ::testing::AssertionSuccess();
-}
-
 template <class T>
 void check_multi(const Case& c, uint32_t seed) {
   const size_t n = c.d_outs.size();
