@@ -45,6 +45,12 @@ constexpr std::array<OpEntry, kOpCount> kOps = {{
     {Op::run_stop, "run_stop"},
     {Op::run_resume, "run_resume"},
     {Op::reward_test, "reward_test"},
+    {Op::reward_plugins, "reward_plugins"},
+    {Op::plugin_rescan, "plugin_rescan"},
+    {Op::datasets, "datasets"},
+    {Op::sample_stream, "sample_stream"},
+    {Op::subscribe, "subscribe"},
+    {Op::unsubscribe, "unsubscribe"},
 }};
 
 constexpr bool table_in_enum_order() {
@@ -100,6 +106,12 @@ RequestBody empty_request_body(Op op) {
     case Op::run_stop: return RunIdRequest{};
     case Op::run_resume: return RunIdRequest{};
     case Op::reward_test: return RewardTestRequest{};
+    case Op::reward_plugins:
+    case Op::plugin_rescan: return Empty{};
+    case Op::datasets: return DatasetsRequest{};
+    case Op::sample_stream: return SampleRequest{};
+    case Op::subscribe: return SubscribeRequest{};
+    case Op::unsubscribe: return UnsubscribeRequest{};
   }
   throw ProtocolError(errc::internal, "empty_request_body: op " + std::to_string(int(op)));
 }
@@ -137,8 +149,23 @@ ReplyBody empty_reply_body(Op op) {
     case Op::run_stop: return RunStatusReply{};
     case Op::run_resume: return RunStatusReply{};
     case Op::reward_test: return RewardTestReply{};
+    case Op::reward_plugins:
+    case Op::plugin_rescan: return RewardPluginsReply{};
+    case Op::datasets: return DatasetsReply{};
+    case Op::sample_stream: return SampleStreamReply{};
+    case Op::subscribe: return EventReply{};
+    case Op::unsubscribe: return Empty{};
   }
   throw ProtocolError(errc::internal, "empty_reply_body: op " + std::to_string(int(op)));
+}
+
+bool is_stream_op(Op op) { return op == Op::sample_stream || op == Op::subscribe; }
+
+bool is_final_reply(const Reply& reply) {
+  if (!reply.ok || reply.op_unknown || !is_stream_op(reply.op)) return true;
+  if (const auto* s = std::get_if<SampleStreamReply>(&reply.body)) return s->final;
+  if (const auto* e = std::get_if<EventReply>(&reply.body)) return e->final;
+  return true;
 }
 
 LimitsInfo Limits::info() const {

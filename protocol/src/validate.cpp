@@ -287,6 +287,17 @@ void check(Checker& c, const RunStatusRequest& b) {
   c.require(b.metrics_since_step >= 0, "metrics_since_step", "must be >= 0");
 }
 void check(Checker& c, const RunIdRequest& b) { c.non_empty(b.run_id, "run_id"); }
+void check(Checker& c, const DatasetsRequest& b) { c.bounded(b.examples, 0, 20, "examples"); }
+void check(Checker& c, const SubscribeRequest& b) {
+  for (size_t i = 0; i < b.topics.size(); ++i) {
+    c.require(b.topics[i] == "metrics" || b.topics[i] == "residency",
+              "topics[" + std::to_string(i) + "]",
+              "unknown topic '" + b.topics[i] + "' (metrics, residency)");
+  }
+}
+void check(Checker& c, const UnsubscribeRequest& b) {
+  c.require(b.subscription != 0, "subscription", "must be the id of a subscribe request");
+}
 void check(Checker&, const Empty&) {}
 void check(Checker&, const HandshakeRequest&) {}
 

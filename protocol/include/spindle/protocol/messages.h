@@ -463,3 +463,4 @@ CEREAL_CLASS_VERSION(spindle::protocol::TokenizeReply, 1);
 // The other groups of messages, in files of their own.
 #include "spindle/protocol/messages_catalog.h"  // IWYU pragma: export
 #include "spindle/protocol/messages_runs.h"     // IWYU pragma: export
+#include "spindle/protocol/messages_studio.h"   // IWYU pragma: export

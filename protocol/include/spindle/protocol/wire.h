@@ -57,8 +57,14 @@ enum class Op : uint8_t {
   run_stop,                    // RunIdRequest -> RunStatusReply
   run_resume,                  // RunIdRequest -> RunStatusReply
   reward_test,                 // RewardTestRequest -> RewardTestReply
+  reward_plugins,              // Empty -> RewardPluginsReply
+  plugin_rescan,               // Empty -> RewardPluginsReply (after rescanning the plugin dirs)
+  datasets,                    // DatasetsRequest -> DatasetsReply
+  sample_stream,               // SampleRequest -> SampleStreamReply... (a stream, last final)
+  subscribe,                   // SubscribeRequest -> EventReply... (a stream, last final)
+  unsubscribe,                 // UnsubscribeRequest -> Empty
 };
-inline constexpr int kOpCount = int(Op::reward_test) + 1;
+inline constexpr int kOpCount = int(Op::unsubscribe) + 1;
 
 const char* op_name(Op op);
 std::optional<Op> op_from_name(std::string_view name);
@@ -102,13 +108,15 @@ using RequestBody =
                  SessionRequest, SampleRequest, ComputeLogprobsRequest, CatalogListRequest,
                  CatalogSearchRequest, AddressRequest, LineageRequest, ForkRequest, TagRequest,
                  ImportPeftRequest, TokenizeRequest, RunStartRequest, RunListRequest,
-                 RunStatusRequest, RunIdRequest, RewardTestRequest>;
+                 RunStatusRequest, RunIdRequest, RewardTestRequest, DatasetsRequest,
+                 SubscribeRequest, UnsubscribeRequest>;
 using ReplyBody =
     std::variant<Empty, HandshakeReply, CapabilitiesReply, StatusReply, TrainingSessionReply,
                  ForwardBackwardReply, OptimStepReply, SaveReply, SampleReply,
                  ComputeLogprobsReply, PolicyListReply, PolicyReply, LineageReply,
                  ExportPeftReply, TokenizeReply, RunStartReply, RunListReply,
-                 RunStatusReply, RewardTestReply>;
+                 RunStatusReply, RewardTestReply, RewardPluginsReply, DatasetsReply,
+                 SampleStreamReply, EventReply>;
 
 /// The body a request (reply) of `op` must hold, default-constructed.
 RequestBody empty_request_body(Op op);
@@ -139,6 +147,12 @@ struct Reply {
   ReplyBody body;   // when ok
   Frames frames;
 };
+
+/// Whether `reply` ends its request: true for every reply except a `sample_stream` or
+/// `subscribe` message whose body has `final == false` (error replies always end a stream).
+bool is_final_reply(const Reply& reply);
+/// Whether `op` answers with a stream of replies (sample_stream, subscribe).
+bool is_stream_op(Op op);
 
 /// Bounds checked while decoding (frame sizes and counts) and by validate_request (the rest).
 struct Limits {
