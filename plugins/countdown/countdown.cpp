@@ -261,4 +261,4 @@ constexpr const char kConfigSchema[] = R"schema({"type": "object", "additionalPr
 SPINDLE_REWARD_PLUGIN(Countdown, "countdown",
                       "1 if the expression uses each given number once and hits the target "
                       "(Countdown; exact rational arithmetic)",
-                      kConfigSchema)
+                      kConfigSchema, "1.0.0")

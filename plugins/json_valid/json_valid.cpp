@@ -84,4 +84,4 @@ constexpr const char kConfigSchema[] = R"schema({"type": "object", "additionalPr
 SPINDLE_REWARD_PLUGIN(JsonValid, "json_valid",
                       "1 if the completion (or its first {...}/[...] block) parses as JSON with "
                       "the required keys",
-                      kConfigSchema)
+                      kConfigSchema, "1.0.0")

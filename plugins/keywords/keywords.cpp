@@ -101,4 +101,4 @@ constexpr const char kConfigSchema[] = R"schema({"type": "object", "additionalPr
 SPINDLE_REWARD_PLUGIN(Keywords, "keywords",
                       "keyword presence/absence: fraction of wanted keywords found minus "
                       "fraction of forbidden ones found (or all-or-nothing)",
-                      kConfigSchema)
+                      kConfigSchema, "1.0.0")

@@ -65,4 +65,4 @@ constexpr const char kConfigSchema[] = R"schema({"type": "object", "additionalPr
 SPINDLE_REWARD_PLUGIN(Length, "length",
                       "length target: 1 within target +- tolerance, decreasing linearly outside "
                       "(tokens or characters)",
-                      kConfigSchema)
+                      kConfigSchema, "1.0.0")

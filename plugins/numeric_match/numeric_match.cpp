@@ -90,4 +90,4 @@ constexpr const char kConfigSchema[] = R"schema({"type": "object", "additionalPr
 SPINDLE_REWARD_PLUGIN(NumericMatch, "numeric_match",
                       "1 if the completion's final number equals the reference answer "
                       "(GSM8K '#### N'; commas and trailing .0 normalised)",
-                      kConfigSchema)
+                      kConfigSchema, "1.0.0")

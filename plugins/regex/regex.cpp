@@ -52,4 +52,4 @@ constexpr const char kConfigSchema[] = R"schema({"type": "object", "additionalPr
 SPINDLE_REWARD_PLUGIN(RegexReward, "regex",
                       "format reward: score_match if the completion matches a PCRE2 pattern, "
                       "else score_miss",
-                      kConfigSchema)
+                      kConfigSchema, "1.0.0")

@@ -11,7 +11,8 @@
 //      "pid": N}
 //   scorer -> host requests, each answered by exactly one reply:
 //     {"op": "list"}
-//        -> {"ok": true, "plugins": [{"name", "description", "schema", "path", "abi"}...],
+//        -> {"ok": true, "plugins": [{"name", "description", "schema", "path", "abi",
+//                         "version"}...],
 //            "rejected": [{"name", "path", "code", "message"}...]}
 //     {"op": "validate", "plugin": P, "config": "<config JSON text>"}  (create + destroy)
 //        -> {"ok": true}

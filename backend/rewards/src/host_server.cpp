@@ -53,7 +53,8 @@ json handle_list(PluginRegistry& registry) {
                          {"description", t.description ? t.description : ""},
                          {"schema", t.config_schema_json ? t.config_schema_json : "{}"},
                          {"path", e->path.string()},
-                         {"abi", t.abi_version}});
+                         {"abi", t.abi_version},
+                         {"version", plugin_version(t)}});
     } else {
       rejected.push_back({{"name", e->name},
                           {"path", e->path.string()},

@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <system_error>
 
 namespace spindle::rewards {
@@ -80,13 +81,15 @@ void PluginRegistry::load(Entry& e) {
         path, t->abi_version, SPINDLE_REWARD_ABI_VERSION);
     return;
   }
-  if (t->struct_size < sizeof(spindle_reward_plugin) || !t->name || !t->create ||
+  // Tables built against an older ABI-1 header end after `destroy` (reward.h); members
+  // appended since are read only when struct_size covers them (plugin_version()).
+  if (t->struct_size < SPINDLE_REWARD_PLUGIN_V1_SIZE || !t->name || !t->create ||
       !t->score_batch || !t->destroy) {
     e.error_code = ErrorCode::format;
     e.error = fmt::format(
         "reward plugin {}: incomplete plugin table (struct_size {}, expected >= {}, or a null "
         "name/function)",
-        path, t->struct_size, sizeof(spindle_reward_plugin));
+        path, t->struct_size, SPINDLE_REWARD_PLUGIN_V1_SIZE);
     return;
   }
   if (e.name != t->name) {
@@ -96,6 +99,12 @@ void PluginRegistry::load(Entry& e) {
     return;
   }
   e.table = t;
+}
+
+std::string plugin_version(const spindle_reward_plugin& t) {
+  const size_t end = offsetof(spindle_reward_plugin, version) + sizeof(t.version);
+  if (t.struct_size < end || t.version == nullptr) return "";
+  return t.version;
 }
 
 const spindle_reward_plugin& PluginRegistry::get(const std::string& name) {

@@ -18,6 +18,9 @@
 
 namespace spindle::rewards {
 
+// The table's `version`, "" when it has none or its struct_size predates the member.
+std::string plugin_version(const spindle_reward_plugin& table);
+
 class PluginRegistry {
  public:
   explicit PluginRegistry(const std::vector<std::filesystem::path>& dirs);

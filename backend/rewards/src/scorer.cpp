@@ -29,6 +29,7 @@ struct RewardScorer::Impl {
   // Filled by the first list: name -> info, and name -> (code, message) for refused files.
   std::optional<std::map<std::string, PluginInfo>> plugins;
   std::map<std::string, std::pair<ErrorCode, std::string>> rejected;
+  bool default_dirs = false;  // plugin_dirs came from default_plugin_dirs() (rescan redoes it)
 
   HostProcess& ensure_host() {
     if (!host) {
@@ -77,6 +78,7 @@ struct RewardScorer::Impl {
         info.config_schema_json = p.value("schema", "{}");
         info.path = p.value("path", "");
         info.abi_version = p.value("abi", 0u);
+        info.version = p.value("version", "");
         out[info.name] = info;
       }
       for (const json& r : reply["rejected"]) {
@@ -123,6 +125,7 @@ struct RewardScorer::Impl {
 
 RewardScorer::RewardScorer(RewardHostOptions options) : impl_(std::make_unique<Impl>()) {
   if (options.host_binary.empty()) options.host_binary = default_host_binary();
+  impl_->default_dirs = options.plugin_dirs.empty();
   if (options.plugin_dirs.empty()) options.plugin_dirs = default_plugin_dirs();
   SPINDLE_CHECK(options.timeout.count() > 0, invalid_argument,
                 "reward host timeout must be positive, got {} ms", options.timeout.count());
@@ -144,6 +147,13 @@ std::vector<PluginInfo> RewardScorer::plugins() {
   std::vector<PluginInfo> out;
   for (const auto& [_, info] : impl_->list()) out.push_back(info);
   return out;
+}
+
+void RewardScorer::rescan() {
+  impl_->host.reset();
+  impl_->plugins.reset();
+  impl_->rejected.clear();
+  if (impl_->default_dirs) impl_->options.plugin_dirs = default_plugin_dirs();
 }
 
 void RewardScorer::validate(const RewardSpec& spec) {

@@ -26,7 +26,10 @@
 extern "C" {
 #endif
 
-/** The ABI this header describes; bump on any change to the structs or signatures below. */
+/** The ABI this header describes; bump on any incompatible change to the structs or signatures
+ *  below. Members appended at the END of spindle_reward_plugin are compatible: the table carries
+ *  its struct_size, and the host reads an appended member only when struct_size covers it (an
+ *  older plugin's table is shorter and gets the member's documented default). */
 #define SPINDLE_REWARD_ABI_VERSION 1u
 /** The exported entry symbol, for dlsym(). */
 #define SPINDLE_REWARD_ENTRY_SYMBOL "spindle_reward_plugin_get"
@@ -86,7 +89,19 @@ typedef struct spindle_reward_plugin {
 
   /** Frees a context from create(); NULL is a no-op. */
   void (*destroy)(spindle_reward_ctx* ctx);
+
+  /* ---- appended members (read only when struct_size covers them) ---- */
+
+  /** The plugin's own version, e.g. "1.0.0" (free form, shown by `spindle reward plugins` and
+   *  the Studio); NULL or "" for none. Tables with a struct_size of
+   *  SPINDLE_REWARD_PLUGIN_V1_SIZE (built before this member existed) have version "". */
+  const char* version;
 } spindle_reward_plugin;
+
+/** struct_size of the first ABI-1 table (up to and including `destroy`): the smallest table a
+ *  host accepts. */
+#define SPINDLE_REWARD_PLUGIN_V1_SIZE \
+  (offsetof(spindle_reward_plugin, destroy) + sizeof(void (*)(spindle_reward_ctx*)))
 
 /** The one exported function; returns a pointer to a table with static storage duration. */
 typedef const spindle_reward_plugin* (*spindle_reward_plugin_get_fn)(void);

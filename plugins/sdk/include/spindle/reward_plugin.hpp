@@ -5,8 +5,10 @@
 //     explicit MyReward(const std::string& config_json);      // throw on a bad config
 //     spindle::reward_sdk::Score score(const spindle::reward_sdk::Item& item);
 //   };
-//   SPINDLE_REWARD_PLUGIN(MyReward, "my_reward", "one-line description", R"({"type":"object"})")
+//   SPINDLE_REWARD_PLUGIN(MyReward, "my_reward", "one-line description", R"({"type":"object"})",
+//                         "1.0.0")
 //
+// The last argument, the plugin's version (spindle_reward_plugin::version), is optional ("").
 // The macro defines the exported spindle_reward_plugin_get(). Every exception thrown by the
 // constructor or score() is caught at the boundary and its what() returned as the error string
 // (create(): SPINDLE_REWARD_INVALID_CONFIG; score(): SPINDLE_REWARD_INVALID_ITEM for
@@ -126,11 +128,16 @@ void destroy(spindle_reward_ctx* raw) {
   delete reinterpret_cast<Context<Plugin>*>(raw);
 }
 
+// The optional version argument of SPINDLE_REWARD_PLUGIN.
+constexpr const char* version_or_empty() { return ""; }
+constexpr const char* version_or_empty(const char* version) { return version; }
+
 }  // namespace detail
 }  // namespace spindle::reward_sdk
 
-/// Defines the exported entry point for plugin class `Class` (see the top of this file).
-#define SPINDLE_REWARD_PLUGIN(Class, name_str, description_str, schema_str)               \
+/// Defines the exported entry point for plugin class `Class` (see the top of this file); an
+/// optional fifth argument is the plugin's version string.
+#define SPINDLE_REWARD_PLUGIN(Class, name_str, description_str, schema_str, ...)          \
   extern "C" SPINDLE_REWARD_EXPORT const spindle_reward_plugin* spindle_reward_plugin_get( \
       void) {                                                                              \
     static const spindle_reward_plugin table = {                                           \
@@ -142,6 +149,7 @@ void destroy(spindle_reward_ctx* raw) {
         &::spindle::reward_sdk::detail::create<Class>,                                     \
         &::spindle::reward_sdk::detail::score_batch<Class>,                                \
         &::spindle::reward_sdk::detail::destroy<Class>,                                    \
+        ::spindle::reward_sdk::detail::version_or_empty(__VA_ARGS__),                      \
     };                                                                                     \
     return &table;                                                                         \
   }

@@ -55,6 +55,7 @@ struct PluginInfo {
   std::string config_schema_json;  // JSON Schema of the config object
   std::string path;                // the shared object
   uint32_t abi_version = 0;
+  std::string version;             // the plugin's own version ("" when it declares none)
 };
 
 struct RewardBatch {
@@ -76,7 +77,11 @@ class RewardScorer {
   RewardScorer(const RewardScorer&) = delete;
   RewardScorer& operator=(const RewardScorer&) = delete;
 
-  std::vector<PluginInfo> plugins();  // every plugin found in plugin_dirs
+  std::vector<PluginInfo> plugins();  // every plugin found in plugin_dirs, sorted by name
+  // Stops the host and forgets the plugin list, so the next call starts a fresh host that
+  // scans the plugin folders again (picking up files added since); default folders
+  // (RewardHostOptions::plugin_dirs empty) are looked up again too.
+  void rescan();
   // Every term's plugin exists and its config validates against the plugin's schema and its
   // create(); throws invalid_argument / not_found naming the term.
   void validate(const RewardSpec& spec);
