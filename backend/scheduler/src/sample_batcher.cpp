@@ -236,9 +236,31 @@ void SampleBatcher::fail_run(Run& run, const JobError& error) {
   fail_request(*run.req, error);
 }
 
+// Tokens sampled since the last call, per sequence; nothing when no sequence got any.
+void SampleBatcher::report_progress(Run& run) {
+  const SampleJob& job = run.req->sample;
+  if (!job.progress) return;
+  std::vector<SampleDelta> deltas;
+  for (size_t i = 0; i < run.seqs.size(); ++i) {
+    Seq& s = run.seqs[i];
+    const engine::Completion& c = s.stream.completion();
+    if (c.tokens.size() <= s.reported) continue;
+    const size_t k = c.tokens.size() - s.reported;
+    deltas.push_back({int32_t(i), {c.tokens.data() + s.reported, k},
+                      {c.logprobs.data() + s.reported, k}});
+    s.reported = c.tokens.size();
+  }
+  if (deltas.empty()) return;
+  try {
+    job.progress(deltas);
+  } catch (...) {
+  }
+}
+
 void SampleBatcher::finish_runs() {
   for (auto it = runs_.begin(); it != runs_.end();) {
     Run& run = *it;
+    if (!run.finished && run.req->is_sample) report_progress(run);
     if (!run.finished) {
       const int64_t P = int64_t(run.req->input().size());
       if (run.req->is_sample && run.feed_seq < 0 && run.live == 0) {

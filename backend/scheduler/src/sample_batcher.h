@@ -86,6 +86,7 @@ class SampleBatcher {
     engine::SeqId seq = -1;
     engine::SampleStream stream;
     bool done = false;
+    size_t reported = 0;  // tokens already given to the job's progress callback
   };
   // An admitted job: its sequences hold KV blocks and its slot is held until it finishes.
   struct Run {
@@ -124,6 +125,7 @@ class SampleBatcher {
   void forward_scored(std::vector<Row>& rows, const engine::LoraSlotPool* pool);
   void start_samples(Run& run, const float* logits);
   void fail_run(Run& run, const JobError& error);
+  void report_progress(Run& run);  // the job's progress callback, if it has one
   void finish_runs();
   void release_run(Run& run);
 

@@ -132,6 +132,8 @@ int serve(Daemon& d) {
     auto s = std::make_unique<zmq::socket_t>(*d.context, zmq::socket_type::router);
     s->set(zmq::sockopt::linger, 2000);
     s->set(zmq::sockopt::maxmsgsize, max_msg);
+    // Sends to a vanished or saturated peer fail instead of vanishing or blocking (peer_send.h).
+    s->set(zmq::sockopt::router_mandatory, true);
     return s;
   };
   std::vector<std::unique_ptr<zmq::socket_t>> routers;

@@ -1,7 +1,10 @@
 #include "daemon_state.h"
 
+#include <algorithm>
+
 #include "reward_tests.h"
 #include "run_manager.h"
+#include "worker_ops.h"
 
 #include <random>
 
@@ -9,7 +12,7 @@
 
 namespace spindle::service {
 
-Daemon::Daemon() = default;
+Daemon::Daemon() : datasets(std::make_unique<DatasetCache>()) {}
 Daemon::~Daemon() = default;
 
 namespace {
@@ -75,6 +78,21 @@ void ResolutionCache::drop_policy(const std::string& tenant, const std::string& 
        it != entries_.end() && it->first.compare(0, prefix.size(), prefix) == 0;) {
     it = entries_.erase(it);
   }
+}
+
+void AdapterOwners::note(const std::string& blob, const std::string& tenant) {
+  if (blob.empty()) return;
+  std::lock_guard lock(mutex_);
+  if (tenants_.size() >= 100000 && !tenants_.count(blob)) tenants_.clear();
+  std::vector<std::string>& t = tenants_[blob];
+  if (std::find(t.begin(), t.end(), tenant) == t.end()) t.push_back(tenant);
+}
+
+bool AdapterOwners::owns(const std::string& tenant, const std::string& blob) const {
+  std::lock_guard lock(mutex_);
+  const auto it = tenants_.find(blob);
+  return it != tenants_.end() &&
+         std::find(it->second.begin(), it->second.end(), tenant) != it->second.end();
 }
 
 void CatalogWorker::start(const std::filesystem::path& data_dir) {

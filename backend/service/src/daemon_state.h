@@ -84,6 +84,22 @@ class ResolutionCache {
   std::map<std::string, ResolvedAdapter> entries_;  // key "tenant/policy@rev"
 };
 
+// Which tenants have sampled from which residency key (blob id), so the residency events of a
+// `subscribe` show a tenant only placements of its own revisions. Filled wherever an address
+// resolves to a blob for a tenant (sample, sample_stream, compute_logprobs, reward_test).
+// Content addressing lets two tenants share a blob: it is then shown to both (each did sample
+// it). Bounded: past 100000 keys it forgets everything (events then omit those placements until
+// their tenants sample again). Thread-safe.
+class AdapterOwners {
+ public:
+  void note(const std::string& blob, const std::string& tenant);
+  bool owns(const std::string& tenant, const std::string& blob) const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<std::string, std::vector<std::string>> tenants_;  // blob -> tenants (few)
+};
+
 // The one thread owning the daemon's Catalog (one SQLite connection). Tasks run in post order.
 class CatalogWorker {
  public:
@@ -106,6 +122,7 @@ class CatalogWorker {
 
 class RunManager;
 class RewardTester;
+struct DatasetCache;
 
 struct Daemon {
   Daemon();
@@ -133,9 +150,11 @@ struct Daemon {
   std::map<std::string, std::string> tokens;  // token -> tenant
   SessionTable sessions;
   ResolutionCache resolutions;
+  AdapterOwners owners;
   CatalogWorker catalog;
   std::unique_ptr<RunManager> runs;  // GRPO runs; stopped before the scheduler
   std::unique_ptr<RewardTester> reward_tests;  // reward_test workers; stopped before the scheduler
+  std::unique_ptr<DatasetCache> datasets;  // the datasets op (made in Daemon())
   std::unique_ptr<zmq::context_t> context;
   std::unique_ptr<ReplyChannel> replies;
 };

@@ -4,6 +4,7 @@
 
 #include "catalog_ops.h"
 #include "engine_ops.h"
+#include "peer_send.h"
 #include "reward_tests.h"
 #include "spindle/engine/loss.h"
 
@@ -24,7 +25,14 @@ std::vector<std::string> recv_parts(zmq::socket_t& s) {
 }
 
 bool is_front_op(Op op) {
-  return op == Op::handshake || op == Op::capabilities || op == Op::status || op == Op::tokenize;
+  return op == Op::handshake || op == Op::capabilities || op == Op::status ||
+         op == Op::tokenize || op == Op::subscribe || op == Op::unsubscribe;
+}
+
+// Served by RewardTester's workers (reward_tests.h, worker_ops.h).
+bool is_worker_op(Op op) {
+  return op == Op::reward_test || op == Op::reward_plugins || op == Op::plugin_rescan ||
+         op == Op::datasets;
 }
 
 // Ops on an open training session are never refused as `overloaded`: a client pipelines a
@@ -41,7 +49,9 @@ bool is_session_op(Op op) {
   }
 }
 
-bool is_sampling_op(Op op) { return op == Op::sample || op == Op::compute_logprobs; }
+bool is_sampling_op(Op op) {
+  return op == Op::sample || op == Op::sample_stream || op == Op::compute_logprobs;
+}
 
 bool is_run_op(Op op) {
   return op == Op::run_start || op == Op::run_list || op == Op::run_status ||
@@ -93,6 +103,7 @@ void Front::run(const std::atomic<bool>& stop) {
       draining_ = true;
       deadline = Clock::now() + std::chrono::milliseconds(int64_t(d_.config.drain_timeout_s * 1000));
       d_.log->info("stopping: refusing new requests, {} in flight", in_flight_);
+      events_.close_all();
     }
     if (draining_ && in_flight_ == 0) break;
     if (draining_ && Clock::now() > deadline) {
@@ -105,24 +116,24 @@ void Front::run(const std::atomic<bool>& stop) {
 }
 
 void Front::on_reply(std::vector<std::string> parts) {
-  uint8_t socket = 0;
-  uint32_t n_env = 0;
-  if (parts.size() == 3 && decode_route(parts[0], socket, n_env) && socket == kPublishRoute) {
+  const std::optional<Route> route = parts.empty() ? std::nullopt : decode_route(parts[0]);
+  if (route && route->socket == kPublishRoute && parts.size() == 3) {
     pub_.send(zmq::buffer(parts[1]), zmq::send_flags::sndmore);
     pub_.send(zmq::buffer(parts[2]), zmq::send_flags::dontwait);
+    if (parts[1] == "metrics") events_.on_metrics(parts[2]);
     return;
   }
-  if (parts.empty() || !decode_route(parts[0], socket, n_env) || socket >= routers_.size() ||
-      parts.size() < size_t(n_env) + 2) {
+  if (!route || route->socket >= routers_.size() ||
+      parts.size() < size_t(route->envelope_frames) + 2) {
     d_.log->error("internal: malformed reply on the reply channel dropped");
     return;
   }
-  if (in_flight_ > 0) --in_flight_;
-  zmq::socket_t& r = *routers_[socket];
-  for (size_t i = 1; i < parts.size(); ++i) {
-    r.send(zmq::buffer(parts[i]), i + 1 < parts.size() ? zmq::send_flags::sndmore
-                                                      : zmq::send_flags::none);
-  }
+  if (route->final && in_flight_ > 0) --in_flight_;
+  std::vector<zmq::const_buffer> out;
+  out.reserve(parts.size() - 1);
+  for (size_t i = 1; i < parts.size(); ++i) out.push_back(zmq::buffer(parts[i]));
+  const PeerSend r = send_to_peer(*routers_[route->socket], out);
+  if (r != PeerSend::sent) d_.log->debug("a reply was dropped: {}", peer_send_name(r));
 }
 
 void Front::send_direct(const Call& call, const Reply& reply) {
@@ -133,12 +144,14 @@ void Front::send_direct(const Call& call, const Reply& reply) {
   } catch (const std::exception& e) {
     header = encode_reply_header(make_error(call, errc::internal, e.what()));
   }
-  zmq::socket_t& r = *routers_[call.socket];
-  for (const auto& f : call.envelope) r.send(zmq::buffer(f), zmq::send_flags::sndmore);
-  r.send(zmq::buffer(header), reply.frames.empty() ? zmq::send_flags::none : zmq::send_flags::sndmore);
-  for (size_t i = 0; i < reply.frames.size(); ++i) {
-    r.send(zmq::buffer(reply.frames[i]),
-           i + 1 < reply.frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+  std::vector<zmq::const_buffer> out;
+  for (const auto& f : call.envelope) out.push_back(zmq::buffer(f));
+  out.push_back(zmq::buffer(header));
+  for (const auto& f : reply.frames) out.push_back(zmq::buffer(f));
+  const PeerSend r = send_to_peer(*routers_[call.socket], out);
+  if (r != PeerSend::sent) {
+    d_.log->debug("reply to request {} ({}) dropped: {}", call.request_id, op_name(call.op),
+                  peer_send_name(r));
   }
 }
 
@@ -191,51 +204,7 @@ void Front::on_request(uint8_t socket, std::vector<std::string> parts) {
     return refuse(call, e.code().c_str(), e.what(), /*log=*/true);
   }
 
-  if (is_front_op(req.op)) {
-    try {
-      if (req.op == Op::handshake) {
-        const auto& h = std::get<HandshakeRequest>(req.body);
-        d_.log->debug("handshake from '{}' (tenant {})", h.client_name, call.tenant);
-        send_direct(call, make_ok(call, HandshakeReply{kProtocolVersion, kServerVersion, call.tenant}, {}));
-      } else if (req.op == Op::capabilities) {
-        CapabilitiesReply c;
-        const auto& m = d_.weights.config;
-        c.bases.push_back({d_.base_id, engine::arch_name(m.arch), m.n_layers, m.dim, m.vocab_size,
-                           m.max_seq_len, m.bos_id, m.eos_id});
-        c.limits = d_.config.limits.info();
-        c.limits.max_queue = d_.config.max_queue;
-        c.limits.max_sessions = d_.config.max_sessions;
-        for (auto fn : {engine::LossFn::cross_entropy, engine::LossFn::importance_sampling,
-                        engine::LossFn::ppo, engine::LossFn::cispo, engine::LossFn::dro}) {
-          c.loss_fns.push_back(engine::loss_fn_name(fn));
-        }
-        c.encodings = {"B", "J"};
-        send_direct(call, make_ok(call, std::move(c), {}));
-      } else if (req.op == Op::tokenize) {
-        const auto& t = std::get<TokenizeRequest>(req.body);
-        if (!t.base_model.empty() && t.base_model != d_.base_id) {
-          return send_direct(call, make_error(call, errc::not_found,
-                                              "base model '" + t.base_model + "' is not served here (this server: '" +
-                                                  d_.base_id + "')"));
-        }
-        if (!d_.tokenizer) {
-          return send_direct(call, make_error(call, errc::failed_precondition,
-                                              "the base '" + d_.base_id + "' has no tokenizer"));
-        }
-        engine::EncodeOptions eo;
-        eo.add_special_tokens = t.add_special_tokens;
-        const std::vector<int32_t> ids = d_.tokenizer->encode(t.text, eo);
-        Frames frames;
-        TokenizeReply out{d_.base_id, add_tensor(frames, std::span<const int32_t>(ids))};
-        send_direct(call, make_ok(call, std::move(out), std::move(frames)));
-      } else {
-        send_direct(call, make_ok(call, status(), {}));
-      }
-    } catch (const std::exception& e) {
-      send_direct(call, make_error(call, errc::internal, e.what()));
-    }
-    return;
-  }
+  if (is_front_op(req.op)) return on_front_op(call, req);
 
   if (in_flight_ >= d_.config.max_queue && !is_session_op(req.op)) {
     Reply r = make_error(call, errc::overloaded, "server overloaded: retry later");
@@ -254,10 +223,70 @@ void Front::on_request(uint8_t socket, std::vector<std::string> parts) {
     dispatch_run_op(d_, std::move(call), std::move(req));
   } else if (is_sampling_op(req.op)) {
     dispatch_sampling_op(d_, std::move(call), std::move(req));
-  } else if (req.op == Op::reward_test) {
+  } else if (is_worker_op(req.op)) {
     dispatch_reward_test(d_, std::move(call), std::move(req));
   } else {
     dispatch_training_op(d_, std::move(call), std::move(req));
+  }
+}
+
+// Ops the front answers itself (never counted in flight).
+void Front::on_front_op(const Call& call, const Request& req) {
+  try {
+    if (req.op == Op::handshake) {
+      const auto& h = std::get<HandshakeRequest>(req.body);
+      d_.log->debug("handshake from '{}' (tenant {})", h.client_name, call.tenant);
+      send_direct(call, make_ok(call, HandshakeReply{kProtocolVersion, kServerVersion, call.tenant}, {}));
+    } else if (req.op == Op::capabilities) {
+      CapabilitiesReply c;
+      const auto& m = d_.weights.config;
+      c.bases.push_back({d_.base_id, engine::arch_name(m.arch), m.n_layers, m.dim, m.vocab_size,
+                         m.max_seq_len, m.bos_id, m.eos_id});
+      c.limits = d_.config.limits.info();
+      c.limits.max_queue = d_.config.max_queue;
+      c.limits.max_sessions = d_.config.max_sessions;
+      for (auto fn : {engine::LossFn::cross_entropy, engine::LossFn::importance_sampling,
+                      engine::LossFn::ppo, engine::LossFn::cispo, engine::LossFn::dro}) {
+        c.loss_fns.push_back(engine::loss_fn_name(fn));
+      }
+      c.encodings = {"B", "J"};
+      send_direct(call, make_ok(call, std::move(c), {}));
+    } else if (req.op == Op::tokenize) {
+      const auto& t = std::get<TokenizeRequest>(req.body);
+      if (!t.base_model.empty() && t.base_model != d_.base_id) {
+        return send_direct(call, make_error(call, errc::not_found,
+                                            "base model '" + t.base_model + "' is not served here (this server: '" +
+                                                d_.base_id + "')"));
+      }
+      if (!d_.tokenizer) {
+        return send_direct(call, make_error(call, errc::failed_precondition,
+                                            "the base '" + d_.base_id + "' has no tokenizer"));
+      }
+      engine::EncodeOptions eo;
+      eo.add_special_tokens = t.add_special_tokens;
+      const std::vector<int32_t> ids = d_.tokenizer->encode(t.text, eo);
+      Frames frames;
+      TokenizeReply out{d_.base_id, add_tensor(frames, std::span<const int32_t>(ids))};
+      send_direct(call, make_ok(call, std::move(out), std::move(frames)));
+    } else if (req.op == Op::subscribe) {
+      try {
+        events_.subscribe(call, std::get<SubscribeRequest>(req.body));
+      } catch (const ProtocolError& e) {
+        return refuse(call, e.code().c_str(), e.what(), /*log=*/true);
+      }
+    } else if (req.op == Op::unsubscribe) {
+      const uint64_t id = std::get<UnsubscribeRequest>(req.body).subscription;
+      if (!events_.unsubscribe(call, id)) {
+        return send_direct(call, make_error(call, errc::not_found,
+                                            "no live subscription " + std::to_string(id) +
+                                                " on this connection"));
+      }
+      send_direct(call, make_ok(call, Empty{}, {}));
+    } else {
+      send_direct(call, make_ok(call, status(), {}));
+    }
+  } catch (const std::exception& e) {
+    send_direct(call, make_error(call, errc::internal, e.what()));
   }
 }
 
@@ -301,13 +330,15 @@ void Front::sample_throughput() {
   while (throughput_.size() > 11) throughput_.pop_front();
 }
 
-// At most once a second, and only when a placement changed: topic "residency", then the
-// status as a J-encoded reply (op status, request_id 0).
+// At most once a second: subscriptions get their tenant's view (events.h); the PUB socket gets
+// topic "residency", then the status as a J-encoded reply (op status, request_id 0), only when
+// a placement changed.
 void Front::publish_residency() {
   const auto now = Clock::now();
   if (now - last_publish_ < std::chrono::seconds(1)) return;
   last_publish_ = now;
   StatusReply s = status();
+  if (events_.wants_residency()) events_.on_status(s);
   std::string key;
   for (const auto& p : s.placements) key += fmt::format("{}:{}:{}:{};", p.revision_id, p.tier, p.slot, p.in_use);
   if (key == last_residency_) return;

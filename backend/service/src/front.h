@@ -1,7 +1,8 @@
 #pragma once
 // The front thread: owns the ROUTERs, the PUB and the reply PULL (see service.h). Runs until
 // `stop` is set and every request it handed off has been answered (or drain_timeout_s passed).
-// While draining, new requests get `unavailable`.
+// While draining, new requests get `unavailable` and every event subscription is closed.
+// A stream (sample_stream) counts as one request in flight until its final message.
 
 #include <atomic>
 #include <vector>
@@ -9,19 +10,21 @@
 #include <zmq.hpp>
 
 #include "daemon_state.h"
+#include "events.h"
 
 namespace spindle::service {
 
 class Front {
  public:
   Front(Daemon& d, std::vector<zmq::socket_t*> routers, zmq::socket_t& pub, zmq::socket_t& pull)
-      : d_(d), routers_(std::move(routers)), pub_(pub), pull_(pull) {}
+      : d_(d), routers_(routers), pub_(pub), pull_(pull), events_(d, std::move(routers)) {}
   void run(const std::atomic<bool>& stop);
 
  private:
   void on_request(uint8_t socket, std::vector<std::string> parts);
   void on_reply(std::vector<std::string> parts);
   void send_direct(const Call& call, const protocol::Reply& reply);
+  void on_front_op(const Call& call, const protocol::Request& req);
   void refuse(const Call& call, const char* code, const std::string& message, bool log);
   protocol::StatusReply status() const;
   void publish_residency();
@@ -31,6 +34,7 @@ class Front {
   std::vector<zmq::socket_t*> routers_;
   zmq::socket_t& pub_;
   zmq::socket_t& pull_;
+  EventHub events_;         // subscribe/unsubscribe (events.h)
   uint64_t in_flight_ = 0;  // handed-off requests not yet answered (front thread only)
   bool draining_ = false;
   std::chrono::steady_clock::time_point last_publish_{};

@@ -30,19 +30,23 @@ void close_thread_push() {
   t_push.endpoint.clear();
 }
 
-std::string encode_route(uint8_t socket, uint32_t envelope_frames) {
-  std::string r(5, '\0');
-  r[0] = char(socket);
-  for (int i = 0; i < 4; ++i) r[size_t(1 + i)] = char((envelope_frames >> (8 * i)) & 0xff);
+std::string encode_route(const Route& route) {
+  std::string r(6, '\0');
+  r[0] = char(route.socket);
+  for (int i = 0; i < 4; ++i) r[size_t(1 + i)] = char((route.envelope_frames >> (8 * i)) & 0xff);
+  r[5] = char(route.final ? 1 : 0);
   return r;
 }
 
-bool decode_route(const std::string& frame, uint8_t& socket, uint32_t& envelope_frames) {
-  if (frame.size() != 5) return false;
-  socket = uint8_t(frame[0]);
-  envelope_frames = 0;
-  for (int i = 0; i < 4; ++i) envelope_frames |= uint32_t(uint8_t(frame[size_t(1 + i)])) << (8 * i);
-  return true;
+std::optional<Route> decode_route(const std::string& frame) {
+  if (frame.size() != 6) return std::nullopt;
+  Route route;
+  route.socket = uint8_t(frame[0]);
+  for (int i = 0; i < 4; ++i) {
+    route.envelope_frames |= uint32_t(uint8_t(frame[size_t(1 + i)])) << (8 * i);
+  }
+  route.final = (uint8_t(frame[5]) & 1) != 0;
+  return route;
 }
 
 protocol::Reply make_ok(const Call& call, protocol::ReplyBody body, protocol::Frames frames) {
@@ -89,8 +93,8 @@ void ReplyChannel::send(const Call& call, const protocol::Reply& reply) {
   }
   (reply.ok ? served : failed).fetch_add(1, std::memory_order_relaxed);
   zmq::socket_t& push = push_for(context_, endpoint_);
-  push.send(zmq::buffer(encode_route(call.socket, uint32_t(call.envelope.size()))),
-            zmq::send_flags::sndmore);
+  const Route route{call.socket, uint32_t(call.envelope.size()), protocol::is_final_reply(reply)};
+  push.send(zmq::buffer(encode_route(route)), zmq::send_flags::sndmore);
   for (const auto& f : call.envelope) push.send(zmq::buffer(f), zmq::send_flags::sndmore);
   const bool more = !reply.frames.empty();
   push.send(zmq::buffer(header), more ? zmq::send_flags::sndmore : zmq::send_flags::none);
@@ -103,7 +107,7 @@ void ReplyChannel::send(const Call& call, const protocol::Reply& reply) {
 void ReplyChannel::publish(const std::string& topic, const protocol::Reply& event) {
   const std::string header = protocol::encode_reply_header(event);
   zmq::socket_t& push = push_for(context_, endpoint_);
-  push.send(zmq::buffer(encode_route(kPublishRoute, 0)), zmq::send_flags::sndmore);
+  push.send(zmq::buffer(encode_route({kPublishRoute, 0, true})), zmq::send_flags::sndmore);
   push.send(zmq::buffer(topic), zmq::send_flags::sndmore);
   push.send(zmq::buffer(header), zmq::send_flags::none);
 }

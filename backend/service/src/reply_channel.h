@@ -3,13 +3,15 @@
 // touches a ROUTER). Each replying thread owns one PUSH socket (thread-local, created on its
 // first reply, closed when the thread exits) connected to the front's inproc PULL. Message on
 // that PUSH: [route][envelope...][reply header][tensor frames...], route = 1 byte socket index
-// + 4 bytes LE envelope frame count.
+// + 4 bytes LE envelope frame count + 1 byte flags (bit 0: the reply ends its request; a
+// stream's non-final messages clear it, so the front counts a stream once, at its end).
 //
 // Threading: send() is safe from any thread that exits before the context is closed (the
 // daemon joins every such thread first).
 
 #include <atomic>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,7 +43,8 @@ class ReplyChannel {
   void ok(const Call& call, protocol::ReplyBody body, protocol::Frames frames = {});
   void error(const Call& call, std::string code, std::string message);
   void overloaded(const Call& call, uint64_t depth, uint64_t limit, uint32_t retry_after_ms);
-  // Sends a built reply (encoded on the calling thread).
+  // Sends a built reply (encoded on the calling thread). A stream's message with
+  // final == false (protocol::is_final_reply) leaves the request in flight.
   void send(const Call& call, const protocol::Reply& reply);
   // Hands an event to the front thread, which publishes [topic][header] on the PUB socket.
   // Route: socket index kPublishRoute, no envelope.
@@ -65,7 +68,12 @@ protocol::Reply make_error(const Call& call, std::string code, std::string messa
 void close_thread_push();
 
 // Route frame for the PUSH message, and its parse (false when malformed).
-std::string encode_route(uint8_t socket, uint32_t envelope_frames);
-bool decode_route(const std::string& frame, uint8_t& socket, uint32_t& envelope_frames);
+struct Route {
+  uint8_t socket = 0;
+  uint32_t envelope_frames = 0;
+  bool final = true;  // the reply ends its request (see the top of this file)
+};
+std::string encode_route(const Route& route);
+std::optional<Route> decode_route(const std::string& frame);
 
 }  // namespace spindle::service

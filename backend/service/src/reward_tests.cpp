@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "daemon_state.h"
+#include "worker_ops.h"
 #include "spindle/core/error.h"
 #include "spindle/engine/generator.h"
 #include "spindle/rewards/rewards.h"
@@ -43,6 +44,7 @@ ResolvedAdapter resolve(Daemon& d, const Call& call, const std::string& text) {
     try {
       const catalog::Resolved r = cat.get(tenant, a);
       check_served_base(d, r.policy);
+      d.owners.note(r.revision.blob, tenant);
       promise->set_value({r.revision.id, r.revision.blob});
     } catch (...) {
       promise->set_exception(std::current_exception());
@@ -181,6 +183,7 @@ RewardTester::RewardTester(Daemon& d, int workers) : d_(d) {
 }
 
 void RewardTester::post(Call call, protocol::Request request) {
+  if (call.op == Op::plugin_rescan) plugin_generation_.fetch_add(1);
   {
     std::lock_guard lock(mutex_);
     queue_.push_back({std::move(call), std::move(request)});
@@ -202,6 +205,7 @@ void RewardTester::stop() {
 
 void RewardTester::loop() {
   std::optional<rewards::RewardScorer> scorer;  // this thread's; its host starts on first use
+  uint64_t generation = 0;                      // plugin_generation_ the scorer has scanned
   for (;;) {
     Task task;
     {
@@ -212,8 +216,17 @@ void RewardTester::loop() {
       queue_.pop_front();
     }
     try {
+      const uint64_t g = plugin_generation_.load();
+      if (scorer && g != generation) scorer->rescan();
+      generation = g;
       if (!scorer) scorer.emplace();
-      run_reward_test(d_, *scorer, task.call, std::get<RewardTestRequest>(task.request.body));
+      if (task.call.op == Op::reward_test) {
+        run_reward_test(d_, *scorer, task.call, std::get<RewardTestRequest>(task.request.body));
+      } else if (task.call.op == Op::datasets) {
+        reply_datasets(d_, task.call, std::get<DatasetsRequest>(task.request.body));
+      } else {
+        reply_reward_plugins(d_, *scorer, task.call);  // reward_plugins, plugin_rescan
+      }
     } catch (const std::exception& e) {
       reply_exception(d_, task.call, e);
     }

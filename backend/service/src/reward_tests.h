@@ -16,9 +16,15 @@
 // child per worker, started on its first request; after a plugin crash or timeout the request
 // fails with the scorer's typed error and the scorer starts a fresh host for the next one.
 //
+// The same workers serve reward_plugins, plugin_rescan and datasets (worker_ops.h). A
+// plugin_rescan bumps the plugin generation when posted; a worker whose scorer scanned an older
+// generation rescans (restarts its host) before its next request, so after a rescan's reply
+// every later request on any worker sees the plugin folders as they were at the rescan or later.
+//
 // Threading: post() is safe from any thread. stop() runs what is queued, then joins; call it
 // while the scheduler and the catalog thread still run and before the ZeroMQ context closes.
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -39,7 +45,8 @@ class RewardTester {
   RewardTester(const RewardTester&) = delete;
   RewardTester& operator=(const RewardTester&) = delete;
 
-  // Queues a validated reward_test request; exactly one reply is sent for it.
+  // Queues a validated reward_test, reward_plugins, plugin_rescan or datasets request; exactly
+  // one reply is sent for it.
   void post(Call call, protocol::Request request);
   void stop();
 
@@ -55,10 +62,11 @@ class RewardTester {
   std::condition_variable cv_;
   std::deque<Task> queue_;  // guarded by mutex_
   bool stopping_ = false;   // guarded by mutex_
+  std::atomic<uint64_t> plugin_generation_{0};  // plugin_rescan requests posted
   std::vector<std::thread> threads_;
 };
 
-// Front-thread entry: hands the request to d.reward_tests.
+// Front-thread entry: hands the request (any op post() takes) to d.reward_tests.
 void dispatch_reward_test(Daemon& d, Call call, protocol::Request request);
 
 }  // namespace spindle::service

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "daemon_state.h"
+#include "worker_ops.h"
 #include "spindle/core/error.h"
 
 namespace spindle::service {
@@ -30,14 +31,6 @@ protocol::RunInfo run_info(const catalog::RunRecord& r) {
 }
 
 namespace {
-
-fs::path data_root_of(const ServiceConfig& c) {
-  if (!c.data_root.empty()) return c.data_root;
-  if (const char* shared = std::getenv("SPINDLE_SHARED_DIR"); shared && *shared) {
-    return fs::path(shared) / "data";
-  }
-  return {};
-}
 
 const char* record_status(rl::RunState state) {
   switch (state) {

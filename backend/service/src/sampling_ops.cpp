@@ -1,4 +1,4 @@
-// sample and compute_logprobs: resolve the address (a bare base id, or a policy revision whose
+// sample, sample_stream and compute_logprobs: resolve the address (a bare base id, or a policy revision whose
 // blob id is the residency key) and submit to the scheduler. Immutable @<full id> resolutions
 // are cached, so a hot revision skips the catalog thread.
 
@@ -21,38 +21,82 @@ std::string cache_key(const std::string& tenant, const catalog::Address& a) {
   return tenant + "/" + a.policy + "@" + a.revision;
 }
 
+// The completions as wire sequences, their tensors appended to `frames`.
+std::vector<SequenceMsg> sequences(const std::vector<engine::Completion>& completions,
+                                   Frames& frames) {
+  std::vector<SequenceMsg> out;
+  for (const auto& c : completions) {
+    SequenceMsg m;
+    m.tokens = add_tensor(frames, std::span<const int32_t>(c.tokens));
+    m.logprobs = add_tensor(frames, std::span<const float>(c.logprobs));
+    m.stop_reason = engine::stop_reason_name(c.stop_reason);
+    m.text = c.text;
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+scheduler::SampleJob sample_job(const Call& call, const Request& req,
+                                const ResolvedAdapter& adapter) {
+  const auto& s = std::get<SampleRequest>(req.body);
+  scheduler::SampleJob job;
+  job.tenant = call.tenant;
+  job.adapter_key = adapter.blob;
+  job.prompt = read_int32(s.prompt, req.frames, "prompt");
+  job.num_samples = s.num_samples;
+  const auto& p = s.sampling_params;
+  job.params.max_tokens = p.max_tokens;
+  job.params.temperature = p.temperature;
+  job.params.top_k = p.top_k;
+  job.params.top_p = p.top_p;
+  job.params.seed = p.seed;
+  job.params.stop_token_ids = p.stop_token_ids;
+  job.params.stop_strings = p.stop_strings;
+  job.params.validate();
+  return job;
+}
+
+// sample_stream: one non-final message per engine step that produced tokens (engine thread:
+// building it costs what any reply costs), then the final one with exactly sample's sequences.
+void stream_replies(Daemon& d, const Call& call, const std::string& rev,
+                    scheduler::SampleJob& job) {
+  job.progress = [&d, call, rev](std::span<const scheduler::SampleDelta> deltas) {
+    SampleStreamReply out;
+    out.revision_id = rev;
+    Frames frames;
+    for (const scheduler::SampleDelta& delta : deltas) {
+      out.deltas.push_back({uint32_t(delta.sequence), add_tensor(frames, delta.tokens),
+                            add_tensor(frames, delta.logprobs)});
+    }
+    d.replies->ok(call, std::move(out), std::move(frames));
+  };
+  job.done = [&d, call, rev](scheduler::Outcome<std::vector<engine::Completion>> r) {
+    if (!r.ok()) return d.replies->error(call, wire_code(r.error.code), r.error.message);
+    SampleStreamReply out;
+    out.final = true;
+    out.revision_id = rev;
+    Frames frames;
+    out.sequences = sequences(*r.value, frames);
+    d.replies->ok(call, std::move(out), std::move(frames));
+  };
+}
+
 void submit(Daemon& d, const Call& call, const Request& req, const ResolvedAdapter& adapter) {
   bool queued = false;
-  if (call.op == Op::sample) {
-    const auto& s = std::get<SampleRequest>(req.body);
-    scheduler::SampleJob job;
-    job.tenant = call.tenant;
-    job.adapter_key = adapter.blob;
-    job.prompt = read_int32(s.prompt, req.frames, "prompt");
-    job.num_samples = s.num_samples;
-    const auto& p = s.sampling_params;
-    job.params.max_tokens = p.max_tokens;
-    job.params.temperature = p.temperature;
-    job.params.top_k = p.top_k;
-    job.params.top_p = p.top_p;
-    job.params.seed = p.seed;
-    job.params.stop_token_ids = p.stop_token_ids;
-    job.params.stop_strings = p.stop_strings;
-    job.params.validate();
+  d.owners.note(adapter.blob, call.tenant);
+  if (call.op == Op::sample_stream) {
+    scheduler::SampleJob job = sample_job(call, req, adapter);
+    stream_replies(d, call, adapter.revision_id, job);
+    queued = d.scheduler->submit_sample(std::move(job));
+  } else if (call.op == Op::sample) {
+    scheduler::SampleJob job = sample_job(call, req, adapter);
     job.done = [&d, call, rev = adapter.revision_id](
                    scheduler::Outcome<std::vector<engine::Completion>> r) {
       if (!r.ok()) return d.replies->error(call, wire_code(r.error.code), r.error.message);
       SampleReply out;
       out.revision_id = rev;
       Frames frames;
-      for (const auto& c : *r.value) {
-        SequenceMsg m;
-        m.tokens = add_tensor(frames, std::span<const int32_t>(c.tokens));
-        m.logprobs = add_tensor(frames, std::span<const float>(c.logprobs));
-        m.stop_reason = engine::stop_reason_name(c.stop_reason);
-        m.text = c.text;
-        out.sequences.push_back(std::move(m));
-      }
+      out.sequences = sequences(*r.value, frames);
       d.replies->ok(call, std::move(out), std::move(frames));
     };
     queued = d.scheduler->submit_sample(std::move(job));
@@ -76,8 +120,8 @@ void submit(Daemon& d, const Call& call, const Request& req, const ResolvedAdapt
 }
 
 const std::string& address_of(const Request& req) {
-  return req.op == Op::sample ? std::get<SampleRequest>(req.body).address
-                              : std::get<ComputeLogprobsRequest>(req.body).address;
+  return req.op == Op::compute_logprobs ? std::get<ComputeLogprobsRequest>(req.body).address
+                                        : std::get<SampleRequest>(req.body).address;
 }
 
 }  // namespace

@@ -147,6 +147,35 @@ Reply Client::call(Op op, RequestBody body, Frames frames) {
   }
 }
 
+Reply Client::call_stream(Op op, RequestBody body, Frames frames,
+                          const std::function<void(const Reply&)>& on_message) {
+  Impl& m = *impl_;
+  for (int attempt = 0;; ++attempt) {
+    const uint64_t id = m.next_id++;
+    m.send_raw(id, op, body, frames);
+    for (;;) {
+      std::optional<Reply> r = m.wait_for(id, m.options.timeout_ms);
+      if (!r)
+        throw ClientError("timeout",
+                          std::string("no message of ") + op_name(op) + " (request " +
+                              std::to_string(id) + ") within " +
+                              std::to_string(m.options.timeout_ms) + " ms",
+                          id);
+      if (r->ok && !is_final_reply(*r)) {
+        on_message(*r);
+        continue;
+      }
+      if (r->ok) return std::move(*r);
+      if (r->error.code == errc::overloaded && attempt < m.options.max_overloaded_retries) {
+        const uint32_t wait = std::max<uint32_t>(1, r->error.retry_after_ms);
+        std::this_thread::sleep_for(std::chrono::milliseconds(wait));
+        break;  // resend under a new id
+      }
+      throw ClientError(r->error.code, r->error.message, id);
+    }
+  }
+}
+
 uint64_t Client::send(Op op, RequestBody body, Frames frames) {
   Impl& m = *impl_;
   const uint64_t id = m.next_id++;
@@ -160,14 +189,17 @@ std::optional<Reply> Client::receive(int timeout_ms) {
   if (!m.ready.empty()) {
     Reply r = std::move(m.ready.front());
     m.ready.pop_front();
-    m.pending.erase(r.request_id);
+    if (is_final_reply(r)) m.pending.erase(r.request_id);
     return r;
   }
   const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
   do {
     std::optional<Reply> r = m.read_one(Impl::remaining_ms(deadline));
     if (!r) return std::nullopt;
-    if (m.pending.erase(r->request_id)) return r;
+    if (m.pending.count(r->request_id)) {
+      if (is_final_reply(*r)) m.pending.erase(r->request_id);
+      return r;
+    }
   } while (Impl::remaining_ms(deadline) > 0);
   return std::nullopt;
 }

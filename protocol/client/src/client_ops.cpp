@@ -1,32 +1,10 @@
 // Typed helpers of Client: request bodies and tensor frames in, decoded results out.
 
-#include "spindle/protocol/client.h"
+#include "client_decode.h"
 
 namespace spindle::protocol {
 
-namespace {
-
-template <class T>
-T body_of(Reply&& r) {
-  if (T* b = std::get_if<T>(&r.body)) return std::move(*b);
-  throw ClientError(errc::bad_request, std::string("reply to ") + op_name(r.op) +
-                                           " carries the wrong body type",
-                    r.request_id);
-}
-
-// Runs a frame decoder, turning its ProtocolError into a ClientError.
-template <class F>
-auto decoded(const Reply& r, F f) {
-  try {
-    return f();
-  } catch (const ProtocolError& e) {
-    throw ClientError(e.code(), std::string("reply: ") + e.what(), r.request_id);
-  }
-}
-
-std::string at(const char* field, size_t i) { return std::string(field) + "[" + std::to_string(i) + "]"; }
-
-}  // namespace
+using namespace client_detail;
 
 double ForwardBackwardResult::metric(std::string_view name) const {
   for (const NamedValue& m : metrics)
@@ -142,19 +120,8 @@ SampleResult Client::sample(const std::string& address, std::span<const int32_t>
   req.num_samples = num_samples;
   req.sampling_params = params;
   Reply r = call(Op::sample, std::move(req), std::move(frames));
-  const Reply& view = r;
-  return decoded(view, [&] {
-    const SampleReply& body = std::get<SampleReply>(view.body);
-    SampleResult out;
-    out.revision_id = body.revision_id;
-    for (size_t i = 0; i < body.sequences.size(); ++i) {
-      const SequenceMsg& s = body.sequences[i];
-      out.sequences.push_back({read_int32(s.tokens, view.frames, at("sequences", i) + ".tokens"),
-                               read_float32(s.logprobs, view.frames, at("sequences", i) + ".logprobs"),
-                               s.stop_reason, s.text});
-    }
-    return out;
-  });
+  const SampleReply& body = std::get<SampleReply>(r.body);
+  return sample_result(r, body.revision_id, body.sequences);
 }
 
 LogprobsResult Client::compute_logprobs(const std::string& address, std::span<const int32_t> prompt) {

@@ -30,6 +30,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -69,6 +70,14 @@ using SessionId = uint64_t;
 // load or close of the session waits until it has finished (the weights it samples from never
 // change under it). Consecutive session sample jobs run at once and batch with everything
 // else; training-pool rows run as their own forward in the same engine step (decisions.md).
+// New tokens of one sequence of a sample job since the job's previous progress call. Views into
+// the engine thread's state: valid during the call only.
+struct SampleDelta {
+  int32_t sequence = 0;              // index among the job's num_samples
+  std::span<const int32_t> tokens;   // k >= 1
+  std::span<const float> logprobs;   // k
+};
+
 struct SampleJob {
   std::string tenant;        // fairness key
   std::string adapter_key;   // residency key (blob id); "" = base model only
@@ -78,6 +87,13 @@ struct SampleJob {
   engine::SamplingParams params;
   int32_t load_priority = adapters::kDefaultLoadPriority;
   std::function<void(Outcome<std::vector<engine::Completion>>)> done;
+  // Optional streaming: called on the engine thread at the end of every engine step in which
+  // some of the job's sequences got tokens, with one delta per such sequence (in sequence
+  // order); the last call comes before a successful `done`, and a failed job gets no further
+  // call. A sequence's deltas concatenate to its completion's tokens and logprobs (a stop token
+  // included, as in the completion). Same rules as `done`: quick, no calls into the scheduler;
+  // an exception it throws is swallowed.
+  std::function<void(std::span<const SampleDelta>)> progress;
 };
 
 struct LogprobsJob {

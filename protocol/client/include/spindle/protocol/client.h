@@ -7,6 +7,7 @@
 /// one Client per thread for concurrent callers.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -118,10 +119,16 @@ class Client {
   /// ClientError(code, message) on an error reply, ClientError("timeout") after timeout_ms.
   Reply call(Op op, RequestBody body, Frames frames = {});
 
+  /// call() for a stream op (sample_stream, subscribe): `on_message` gets every non-final
+  /// message of the stream, in order; returns the final one. timeout_ms applies to each message.
+  Reply call_stream(Op op, RequestBody body, Frames frames,
+                    const std::function<void(const Reply&)>& on_message);
+
   /// Asynchronous: sends and returns the request id; any number may be in flight.
   uint64_t send(Op op, RequestBody body, Frames frames = {});
   /// The next reply to a send() (any id, error replies included: check Reply::ok), or
   /// nullopt when none arrives within timeout_ms. Throws ClientError on a malformed reply.
+  /// A stream's id stays pending until its final message (is_final_reply).
   std::optional<Reply> receive(int timeout_ms);
 
   // ---- typed helpers (each is call() plus decoding; all throw ClientError) ----------------
@@ -172,6 +179,20 @@ class Client {
   /// Samples request.num_samples completions per row from request.address and scores them
   /// with request.spec_json on the server (PROTOCOL.md "Reward test").
   RewardTestResult reward_test(const RewardTestRequest& request);
+  /// The reward plugins the server's reward host finds, sorted by name.
+  RewardPluginsReply reward_plugins();
+  /// Makes the server rescan its plugin folders (new .so files), then lists the plugins.
+  RewardPluginsReply plugin_rescan();
+  /// The server's built-in prompt datasets with `examples` (0..20) first train rows each.
+  DatasetsReply datasets(uint32_t examples = 3);
+  /// sample() that streams: `on_delta` gets each sequence's new tokens and logprobs as the
+  /// server produces them; blocks until the final message and returns exactly what sample()
+  /// returns for the same request.
+  SampleResult sample_stream(const std::string& address, std::span<const int32_t> prompt,
+                             int32_t num_samples, const SamplingParamsMsg& params,
+                             const std::function<void(uint32_t sequence,
+                                                      std::span<const int32_t> tokens,
+                                                      std::span<const float> logprobs)>& on_delta);
 
   /// Builds the request body and frames of a forward/forward_backward call (exposed for tests
   /// and for callers using send()).
