@@ -144,6 +144,20 @@ inline Request sample_request(Op op, Encoding encoding = Encoding::binary) {
       r.body = b;
       break;
     }
+    case Op::reward_plugins:
+    case Op::plugin_rescan: r.body = Empty{}; break;
+    case Op::datasets: r.body = DatasetsRequest{20}; break;
+    case Op::sample_stream: {
+      SampleRequest b;
+      b.address = "spindle://alice/p@latest";
+      b.prompt = add_tensor(f, std::span<const int32_t>(tokens));
+      b.num_samples = 2;
+      b.sampling_params = {16, 0.5f, 3, 0.95f, 77, {2, 3}, {"\n", "The End ✓"}};
+      r.body = b;
+      break;
+    }
+    case Op::subscribe: r.body = SubscribeRequest{{"metrics", "residency"}}; break;
+    case Op::unsubscribe: r.body = UnsubscribeRequest{std::numeric_limits<uint64_t>::max()}; break;
   }
   return r;
 }
@@ -277,6 +291,52 @@ inline Reply sample_reply(Op op, Encoding encoding = Encoding::binary) {
       r.body = b;
       break;
     }
+    case Op::reward_plugins:
+    case Op::plugin_rescan: {
+      RewardPluginsReply b;
+      b.plugins.push_back({"keywords", "keyword presence ✓", "1.0.0", 1,
+                           R"({"type": "object", "properties": {"present": {"type": "array"}}})",
+                           "/usr/lib/spindle/plugins/spindle_reward_keywords.so"});
+      b.plugins.push_back({"old", "", "", 1, "{}", "/tmp/libspindle_reward_old.so"});
+      r.body = b;
+      break;
+    }
+    case Op::datasets: {
+      DatasetsReply b;
+      DatasetInfo arith{"arith", "two-number arithmetic", true, 4000, 200,
+                        {{"37+45=", "82", "{}"}, {"1+2=", "3", R"({"a": 1})"}}, ""};
+      DatasetInfo gsm{"gsm8k", "grade-school math", false, 0, 0, {}, "not found: train.jsonl"};
+      b.datasets = {arith, gsm};
+      r.body = b;
+      break;
+    }
+    case Op::sample_stream: {
+      SampleStreamReply b;
+      b.final = true;
+      b.revision_id = std::string(64, 'd');
+      b.deltas.push_back({1, add_tensor(f, std::span<const int32_t>(tokens.data(), 2)),
+                          add_tensor(f, std::span<const float>(lps.data(), 2))});
+      SequenceMsg m;
+      m.tokens = add_tensor(f, std::span<const int32_t>(tokens));
+      m.logprobs = add_tensor(f, std::span<const float>(lps));
+      m.stop_reason = "length";
+      m.text = "Once ✓";
+      b.sequences = {m};
+      r.body = b;
+      break;
+    }
+    case Op::subscribe: {
+      EventReply b;
+      b.topic = "metrics";
+      b.run = RunStatusReply{{"00ab12cd34ef5678", "alice", "running", "", 2, 3,
+                              {"spindle://alice/a"}, R"({"steps": 3})", 1700000000000, 1700000001000},
+                             {{1, "spindle://alice/a", R"({"reward_mean":0.5})"}}};
+      b.status.server_version = "spindled 0.1.0";
+      b.status.placements = {{std::string(64, 'e'), "device", 3, 1}};
+      r.body = b;
+      break;
+    }
+    case Op::unsubscribe: r.body = Empty{}; break;
   }
   return r;
 }
