@@ -6,6 +6,8 @@
 #include <QSettings>
 #include <QThread>
 
+#include <signal.h>
+
 #include "studio_fixture.h"
 #include "spindle/ui/connection_profiles.h"
 #include "spindle/ui/local_daemon.h"
@@ -156,10 +158,9 @@ TEST_F(ConnectionTest, LauncherStartsSpindledAndReportsItsEndpoints) {
   ASSERT_TRUE(QTest::qWaitFor([&] { return opened.count() > 0; }, 10000));
   EXPECT_EQ(c.tenant(), "local");
   EXPECT_TRUE(std::any_of(lines.begin(), lines.end(), [](const QString& l) { return l.startsWith("spindled ready: "); }));
-  // Stop the daemon the launcher left running.
-  Client(d.options()).call(Op::status, Empty{});
-  const std::string pid_kill = "pkill -TERM -f -- '--data-dir " + dir.string() + "'";
-  EXPECT_EQ(std::system(pid_kill.c_str()), 0);
+  // Stop the daemon the launcher would leave running (it outlives the Studio).
+  ASSERT_GT(launcher.pid(), 0);
+  EXPECT_EQ(::kill(pid_t(launcher.pid()), SIGTERM), 0);
 }
 
 TEST(ConnectionProfiles, ValidateNamesTheBadField) {

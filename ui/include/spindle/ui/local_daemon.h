@@ -39,6 +39,7 @@ class DaemonLauncher : public QObject {
   // stderr, then ready(endpoints) or failed(message, its last lines).
   void start(const QString& data_dir, const QStringList& args = {}, QString program = {});
   bool running() const;
+  qint64 pid() const { return process_ ? process_->processId() : 0; }
   QStringList log() const { return log_; }
 
  signals:
