@@ -1,6 +1,6 @@
 // spindle catalog: the policy catalog over a data directory.
 //   spindle catalog [--data-dir DIR] [--tenant T] [--json] <ls|show|lineage|search|fork|
-//                    rollback|tag|rm|gc|check|import-peft|export-peft> ...
+//                    rollback|tag|rm|gc|check|import-peft|export-peft|bulk-register> ...
 // Data dir: --data-dir, else $SPINDLE_DATA_DIR, else $XDG_DATA_HOME/spindle, else
 // ~/.local/share/spindle. Addresses are spindle://<tenant>/<policy>[@<rev>|@latest] or the
 // short form <policy>[@<rev>] in --tenant. Stdout carries results (human tables, or one JSON
@@ -8,6 +8,7 @@
 //
 // This file: the shared context and the read commands (ls, show, lineage, search).
 // cmd_catalog_edit.cpp: fork, rollback, tag, rm, gc, check. cmd_catalog_peft.cpp: PEFT I/O.
+// cmd_catalog_bulk.cpp: bulk-register.
 
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
@@ -37,6 +38,7 @@ using AccessRun = std::function<void(CatalogAccess&, const std::string& tenant, 
 // Defined in cmd_catalog_edit.cpp and cmd_catalog_peft.cpp.
 void register_catalog_edit(CLI::App& catalog);
 void register_catalog_peft(CLI::App& catalog);
+void register_catalog_bulk(CLI::App& catalog);
 
 namespace {
 
@@ -346,6 +348,7 @@ void register_catalog(CLI::App& app) {
   register_read(*cmd);
   register_catalog_edit(*cmd);
   register_catalog_peft(*cmd);
+  register_catalog_bulk(*cmd);
 }
 
 }  // namespace spindle::cli
