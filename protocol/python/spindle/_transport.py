@@ -9,6 +9,9 @@ Threading rules (STYLE.md 6; pyzmq sockets are not thread-safe):
   `overloaded` replies after the server's retry_after_ms (at most `max_overloaded_retries`
   times, then the future fails with that `overloaded` error).
 - Futures are resolved on the I/O thread: their callbacks must not block.
+- Streams (ops sample_stream and subscribe answer one request with several replies, the last
+  with body "final": true; an error reply ends a stream too) go to a `Stream`, a queue the
+  caller reads from any one thread; the id stays in flight until the final reply.
 Shutdown goes through the same queue (a stop marker); `close` joins the thread before closing the
 sockets and the context. Requests still in flight fail with SpindleError("closed").
 """
@@ -42,13 +45,74 @@ class CurveKeys:
     client_secret_key: str
 
 
+STREAM_OPS = frozenset({"sample_stream", "subscribe"})
+_END = object()
+
+
+def is_final(reply: _wire.Reply) -> bool:
+    """Whether `reply` ends its request (wire.h is_final_reply)."""
+    return not reply.ok or reply.op not in STREAM_OPS or bool(reply.body.get("final", True))
+
+
+class Stream:
+    """The replies to one stream request, in order: iterate (or call next_reply) from one
+    thread. Yields `_wire.Reply` objects with ok=True; the final reply is the last one yielded.
+    An error reply (or the client closing) raises SpindleError from the iteration instead."""
+
+    def __init__(self, request_id: int, op: str) -> None:
+        self.request_id = request_id
+        self.op = op
+        self._queue: queue.Queue = queue.Queue()
+        self._done = False
+
+    def next_reply(self, timeout: float | None = None) -> _wire.Reply | None:
+        """The next reply; None after the final one. Raises SpindleError("timeout") when
+        nothing arrives within `timeout` seconds (None = wait forever)."""
+        if self._done:
+            return None
+        try:
+            item = self._queue.get(timeout=timeout)
+        except queue.Empty:
+            raise SpindleError(TIMEOUT, f"no message of {self.op} within {timeout} s", self.op) from None
+        if item is _END:
+            self._done = True
+            return None
+        if isinstance(item, BaseException):
+            self._done = True
+            raise item
+        return item
+
+    def __iter__(self):
+        while True:
+            reply = self.next_reply()
+            if reply is None:
+                return
+            yield reply
+
+    # I/O thread side.
+    def _put(self, reply: _wire.Reply) -> None:
+        self._queue.put(reply)
+        if is_final(reply):
+            self._queue.put(_END)
+
+    def _fail(self, error: BaseException) -> None:
+        self._queue.put(error)
+
+
 @dataclass
 class _Pending:
     request_id: int
     op: str
     parts: list[bytes]
-    future: Future
+    future: Future | None = None
+    stream: Stream | None = None
     attempts: int = 0
+
+    def fail(self, error: BaseException) -> None:
+        if self.stream is not None:
+            self.stream._fail(error)
+        else:
+            self.future.set_exception(error)
 
 
 class Transport:
@@ -94,12 +158,27 @@ class Transport:
     def submit(self, op: str, body: dict, frames: list[bytes] | None = None) -> Future:
         """Queues one request; the returned future yields a `_wire.Reply` with ok=True or
         raises SpindleError. Raises ValueError for bodies JSON cannot carry (NaN, inf)."""
+        future: Future = Future()
+        future.set_running_or_notify_cancel()
+        self._queue_request(op, body, frames, lambda rid, parts: _Pending(rid, op, parts, future=future))
+        return future
+
+    def submit_stream(self, op: str, body: dict, frames: list[bytes] | None = None) -> Stream:
+        """Queues one request of a stream op (STREAM_OPS); its replies arrive on the Stream."""
+        holder: list[Stream] = []
+
+        def make(rid: int, parts: list[bytes]) -> _Pending:
+            holder.append(Stream(rid, op))
+            return _Pending(rid, op, parts, stream=holder[0])
+
+        self._queue_request(op, body, frames, make)
+        return holder[0]
+
+    def _queue_request(self, op: str, body: dict, frames: list[bytes] | None, make) -> None:
         with self._ids_lock:
             request_id = next(self._ids)
         parts = _wire.encode_request(request_id, self._token, op, body, frames or [])
-        future: Future = Future()
-        future.set_running_or_notify_cancel()
-        pending = _Pending(request_id, op, parts, future)
+        pending = make(request_id, parts)
         with self._lock:
             if self._closed:
                 raise SpindleError(CLOSED, "client is closed", op)
@@ -108,7 +187,6 @@ class Transport:
                 self._wake_push.send(b"", zmq.NOBLOCK)
             except zmq.Again:
                 pass  # the wake pipe is full: wake-ups are pending and drain the whole queue
-        return future
 
     def close(self) -> None:
         with self._lock:
@@ -132,7 +210,7 @@ class Transport:
             self._dealer.send_multipart(pending[request_id].parts)
         except zmq.Again:
             p = pending.pop(request_id)
-            p.future.set_exception(SpindleError(
+            p.fail(SpindleError(
                 TIMEOUT, f"could not send {p.op}: no connected server at {self._endpoint}", p.op))
 
     def _run(self) -> None:
@@ -160,18 +238,18 @@ class Transport:
         except Exception as e:  # a socket failure ends the client; fail everything in flight
             _log.exception("spindle I/O thread failed")
             for p in pending.values():
-                p.future.set_exception(SpindleError(CLOSED, f"I/O thread failed: {e}", p.op))
+                p.fail(SpindleError(CLOSED, f"I/O thread failed: {e}", p.op))
             pending.clear()
         finally:
             for p in pending.values():
-                p.future.set_exception(SpindleError(CLOSED, "client closed with the request in flight", p.op))
+                p.fail(SpindleError(CLOSED, "client closed with the request in flight", p.op))
             while True:  # requests queued after the stop marker
                 try:
                     item = self._queue.get_nowait()
                 except queue.Empty:
                     break
                 if item is not _STOP:
-                    item.future.set_exception(SpindleError(CLOSED, "client is closed", item.op))
+                    item.fail(SpindleError(CLOSED, "client is closed", item.op))
             self._dealer.close(linger=0)
             self._pull.close(linger=0)
 
@@ -192,7 +270,7 @@ class Transport:
                 stop = True
                 continue
             if stop:
-                item.future.set_exception(SpindleError(CLOSED, "client is closed", item.op))
+                item.fail(SpindleError(CLOSED, "client is closed", item.op))
                 continue
             pending[item.request_id] = item
             self._send(pending, item.request_id)
@@ -217,6 +295,14 @@ class Transport:
                 self.overloaded_retries += 1
                 delay_s = max(1, int(reply.error.get("retry_after_ms", 0) or 1)) / 1000.0
                 heapq.heappush(retries, (time.monotonic() + delay_s, next(seq), p.request_id))
+                continue
+            if p.stream is not None:
+                if is_final(reply):
+                    del pending[reply.request_id]
+                if reply.ok:
+                    p.stream._put(reply)
+                else:
+                    p.stream._fail(SpindleError.from_wire(reply.error, reply.op or p.op))
                 continue
             del pending[reply.request_id]
             if reply.ok:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from . import _convert, _wire
+from . import _convert, _streams, _wire
 from ._futures import APIFuture
 from .types import ModelInput, SampleResponse, SamplingParams
 
@@ -32,6 +32,18 @@ class SamplingClient:
     async def sample_async(self, prompt: ModelInput, num_samples: int = 1,
                            sampling_params: SamplingParams | None = None) -> SampleResponse:
         return await self.sample(prompt, num_samples, sampling_params)
+
+    def sample_stream(self, prompt: ModelInput, num_samples: int = 1,
+                      sampling_params: SamplingParams | None = None) -> "_streams.SampleStream":
+        """sample() that streams: iterate for SampleDelta objects (each sequence's new tokens
+        and logprobs as the daemon produces them), the last item being the final
+        SampleResponse, equal to what sample() returns for the same request and seed."""
+        frames = _wire.FrameBuilder()
+        body = {"address": self.model_path, "prompt": _convert.prompt_ref(prompt, frames),
+                "num_samples": int(num_samples),
+                "sampling_params": _convert.sampling_params_body(sampling_params or SamplingParams())}
+        return _streams.SampleStream(
+            self._service._transport.submit_stream("sample_stream", body, frames.frames))
 
     def compute_logprobs(self, prompt: ModelInput) -> APIFuture[list[float | None]]:
         """log p of each prompt token given the ones before it; entry 0 is None."""

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Callable, Sequence, TypeVar
 
-from . import _config, _convert, _wire
+from . import _config, _convert, _streams, _wire
 from ._futures import APIFuture
 from ._transport import CurveKeys, Transport
 from .errors import INVALID_ARGUMENT, SpindleError
@@ -14,7 +14,7 @@ from .sampling_client import SamplingClient
 from .training_client import TrainingClient
 from .types import (ExportPeftResponse, HandshakeInfo, LineageResponse, PolicyDetails,
                     PolicyListResponse, SamplingParams, ServerCapabilities, ServerStatus)
-from .types import _rewards, _runs
+from .types import _rewards, _runs, _studio
 from .types._records import from_wire
 
 T = TypeVar("T")
@@ -270,3 +270,27 @@ class ServiceClient:
                 "sampling_params": _convert.sampling_params_body(sampling_params or SamplingParams()),
                 "bins": int(bins)}
         return self._call("reward_test", body, _rewards.reward_test_response)
+
+    # ---- Studio: plugins, datasets, events -----------------------------------------------
+
+    def reward_plugins(self) -> list["_studio.RewardPlugin"]:
+        """The reward plugins the daemon's reward host finds, sorted by name."""
+        return self._call("reward_plugins", {}, _streams.reward_plugins)
+
+    def plugin_rescan(self) -> list["_studio.RewardPlugin"]:
+        """Makes the daemon rescan its plugin folders (picking up .so files added since it
+        started; reward tests and GRPO runs started afterwards use them), then lists them."""
+        return self._call("plugin_rescan", {}, _streams.reward_plugins)
+
+    def datasets(self, examples: int = 3) -> list["_studio.DatasetInfo"]:
+        """The daemon's built-in prompt datasets (arith, gsm8k, countdown) with availability,
+        row counts and the first `examples` (0..20) train rows."""
+        return self._call("datasets", {"examples": int(examples)}, _streams.datasets)
+
+    def subscribe(self, topics: Sequence[str] = ()) -> "_streams.Subscription":
+        """Streams the caller's tenant's events on this client's connection (works over TCP
+        with CURVE): topics "metrics" (GRPO run steps) and/or "residency" (the tenant's adapter
+        placements); empty = both. Returns once the subscription is live; iterate it for
+        Event objects; close() ends it."""
+        stream = self._transport.submit_stream("subscribe", {"topics": [str(t) for t in topics]})
+        return _streams.Subscription(self, stream)

@@ -6,6 +6,7 @@ from ._rewards import (RewardDistribution, RewardRow, RewardSample, RewardTermSu
                        RewardTestResponse)
 from ._runs import RunInfo, RunListResponse, RunMetric, RunStartResponse, RunStatus
 from ._sampling import SampledSequence, SampleResponse, SamplingParams
+from ._studio import DatasetInfo, Event, RewardPlugin, SampleDelta
 from ._server import (BaseInfo, GetServerCapabilitiesResponse, HandshakeInfo, LimitsInfo,
                       PlacementInfo, ServerCapabilities, ServerStatus, SupportedModel)
 from ._tensor import ModelInput, TensorData
@@ -15,12 +16,12 @@ from ._training import (AdamParams, Datum, ForwardBackwardOutput, LoadStateRespo
 from ..errors import SpindleError
 
 __all__ = [
-    "AdamParams", "BaseInfo", "Datum", "ExportPeftResponse", "ForwardBackwardOutput",
+    "AdamParams", "BaseInfo", "DatasetInfo", "Datum", "Event", "ExportPeftResponse", "ForwardBackwardOutput",
     "GetServerCapabilitiesResponse", "HandshakeInfo", "LimitsInfo", "LineageEntry",
     "LineageResponse", "LoadStateResponse", "ModelInput", "OptimStepResponse", "PlacementInfo",
-    "PolicyDetails", "PolicyInfo", "PolicyListResponse", "RevisionInfo", "RewardDistribution",
+    "PolicyDetails", "PolicyInfo", "PolicyListResponse", "RevisionInfo", "RewardDistribution", "RewardPlugin",
     "RewardRow", "RewardSample", "RewardTermSummary", "RewardTestResponse", "RunInfo",
-    "RunListResponse", "RunMetric", "RunStartResponse", "RunStatus", "SampleResponse",
+    "RunListResponse", "RunMetric", "RunStartResponse", "RunStatus", "SampleDelta", "SampleResponse",
     "SampledSequence", "SamplingParams", "SaveStateResponse", "SaveWeightsForSamplerResponse",
     "SaveWeightsResponse", "ServerCapabilities", "ServerStatus", "SpindleError",
     "SupportedModel", "TensorData", "TrainingSessionInfo",
