@@ -7,6 +7,7 @@
 #include "peer_send.h"
 #include "reward_tests.h"
 #include "spindle/engine/loss.h"
+#include "spindle/rl/config.h"
 
 namespace spindle::service {
 
@@ -250,6 +251,7 @@ void Front::on_front_op(const Call& call, const Request& req) {
         c.loss_fns.push_back(engine::loss_fn_name(fn));
       }
       c.encodings = {"B", "J"};
+      c.default_run_config_json = rl::default_arith_config().to_json();
       send_direct(call, make_ok(call, std::move(c), {}));
     } else if (req.op == Op::tokenize) {
       const auto& t = std::get<TokenizeRequest>(req.body);

@@ -142,8 +142,12 @@ struct CapabilitiesReply {
   LimitsInfo limits;
   std::vector<std::string> loss_fns;
   std::vector<std::string> encodings;  // "B", "J"
-  template <class A> void serialize(A& ar, uint32_t) {
+  /// Version 2: the server's embedded default GRPO run config (what `spindle grpo` runs with
+  /// no config: the arith recipe), for a client's "run the default" action; "" when none.
+  std::string default_run_config_json;
+  template <class A> void serialize(A& ar, uint32_t version) {
     ar(CEREAL_NVP(bases), CEREAL_NVP(limits), CEREAL_NVP(loss_fns), CEREAL_NVP(encodings));
+    if (version >= 2) ar(CEREAL_NVP(default_run_config_json));
   }
 };
 
@@ -435,7 +439,7 @@ CEREAL_CLASS_VERSION(spindle::protocol::HandshakeRequest, 1);
 CEREAL_CLASS_VERSION(spindle::protocol::HandshakeReply, 1);
 CEREAL_CLASS_VERSION(spindle::protocol::BaseInfo, 1);
 CEREAL_CLASS_VERSION(spindle::protocol::LimitsInfo, 1);
-CEREAL_CLASS_VERSION(spindle::protocol::CapabilitiesReply, 1);
+CEREAL_CLASS_VERSION(spindle::protocol::CapabilitiesReply, 2);
 CEREAL_CLASS_VERSION(spindle::protocol::PlacementInfo, 1);
 CEREAL_CLASS_VERSION(spindle::protocol::StatusReply, 1);
 CEREAL_CLASS_VERSION(spindle::protocol::CreateTrainingRequest, 1);
