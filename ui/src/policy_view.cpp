@@ -3,6 +3,7 @@
 #include "spindle/ui/policy_view.h"
 
 #include <QAction>
+#include <QEvent>
 #include <QFormLayout>
 #include <QGraphicsView>
 #include <QHBoxLayout>
@@ -10,6 +11,7 @@
 #include <QInputDialog>
 #include <QLabel>
 #include <QPushButton>
+#include <QScrollBar>
 #include <QSplitter>
 #include <QTableWidget>
 #include <QVBoxLayout>
@@ -162,6 +164,11 @@ PolicyView::PolicyView(Connection* connection, QWidget* parent)
 
 QGraphicsScene* PolicyView::scene() const { return scene_; }
 
+void PolicyView::changeEvent(QEvent* event) {
+  StudioView::changeEvent(event);
+  if (event->type() == QEvent::PaletteChange) updateGraph();
+}
+
 void PolicyView::showPolicy(const QString& address) {
   banner_->clear();
   model_->load(address);
@@ -223,7 +230,10 @@ void PolicyView::updateGraph() {
     scene_->rebuild(*model_, palette());
   }
   scene_->selectId(keep);
-  // A long lineage scrolls to its head; a short one stays put at the top left.
+  graph_->setSceneRect(scene_->sceneRect());
+  // A long lineage scrolls to its head; a short one starts at the top left.
+  graph_->horizontalScrollBar()->setValue(graph_->horizontalScrollBar()->minimum());
+  graph_->verticalScrollBar()->setValue(graph_->verticalScrollBar()->minimum());
   if (scene_->sceneRect().width() > graph_->viewport()->width()) {
     for (const LineageNode& n : model_->nodes()) {
       if (n.head) graph_->centerOn(scene_->centerOf(n.id));

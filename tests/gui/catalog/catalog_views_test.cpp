@@ -3,6 +3,7 @@
 // variance). The PNGs go to $SPINDLE_SCREENSHOT_DIR when set (to look at them), else a
 // temporary folder.
 
+#include <QApplication>
 #include <QGraphicsItem>
 #include <QGraphicsScene>
 #include <QImage>
@@ -18,6 +19,7 @@
 #include "spindle/ui/catalog_view.h"
 #include "spindle/ui/lineage_model.h"
 #include "spindle/ui/policy_view.h"
+#include "spindle/ui/theme.h"
 #include "studio_fixture.h"
 
 namespace spindle::testing {
@@ -108,6 +110,17 @@ TEST_F(CatalogViewsTest, CatalogAndPolicyViewsRenderRealData) {
   const QImage pi = policy.grab().toImage();
   EXPECT_TRUE(pi.save(dir + "/policy.png"));
   EXPECT_GT(variance(pi), 50.0);
+
+  // The dark theme (the Studio's default): both still render, the graph redrawn in its colours.
+  ui::apply_theme(/*dark=*/true);
+  QCoreApplication::processEvents();
+  const QImage cd = catalog.grab().toImage(), pd = policy.grab().toImage();
+  EXPECT_TRUE(cd.save(dir + "/catalog_dark.png"));
+  EXPECT_TRUE(pd.save(dir + "/policy_dark.png"));
+  EXPECT_GT(variance(cd), 50.0);
+  EXPECT_GT(variance(pd), 50.0);
+  EXPECT_EQ(policy.scene()->backgroundBrush().color(), QApplication::palette().color(QPalette::Base));
+  ui::apply_theme(/*dark=*/false);
 
   // The screenshot path picks a policy by itself and waits for header and lineage.
   ui::PolicyView auto_policy(conn.get());

@@ -42,6 +42,9 @@ class PolicyView : public StudioView {
  public slots:
   void showPolicy(const QString& address);
 
+ protected:
+  void changeEvent(QEvent* event) override;  // a theme switch redraws the graph
+
  private:
   void updateHeader();
   void updateGraph();
