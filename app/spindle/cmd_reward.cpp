@@ -174,6 +174,7 @@ void run_plugins(const RewardArgs& a) {
       nlohmann::json schema = nlohmann::json::parse(p.config_schema_json, nullptr, false);
       out.push_back({{"name", p.name},
                      {"description", p.description},
+                     {"version", p.version},
                      {"path", p.path},
                      {"abi_version", p.abi_version},
                      {"config_schema", schema.is_discarded() ? nlohmann::json(p.config_schema_json)
@@ -184,7 +185,8 @@ void run_plugins(const RewardArgs& a) {
   }
   std::string text;
   for (const auto& p : plugins) {
-    text += p.name + "  (" + p.path + ")\n  " + p.description + "\n  config schema: " +
+    text += p.name + (p.version.empty() ? "" : " " + p.version) + "  (" + p.path + ")\n  " +
+            p.description + "\n  config schema: " +
             nlohmann::json::parse(p.config_schema_json, nullptr, false).dump() + "\n";
   }
   print(text);

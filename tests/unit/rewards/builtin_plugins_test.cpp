@@ -280,6 +280,7 @@ TEST(RewardScorer, ListsBuiltinPluginsWithSchemas) {
   for (const PluginInfo& p : scorer.plugins()) {
     names.push_back(p.name);
     EXPECT_EQ(p.abi_version, 1u);
+    EXPECT_EQ(p.version, "1.0.0") << p.name;
     EXPECT_FALSE(p.description.empty()) << p.name;
     EXPECT_TRUE(nlohmann::json::parse(p.config_schema_json).is_object()) << p.name;
   }

@@ -83,6 +83,22 @@ TEST(RewardHost, AbiMismatchNamesFileAndBothVersions) {
   expect_good_call(scorer);
 }
 
+// A plugin built before reward.h appended `version` (smaller struct_size) still loads; its
+// version is "".
+TEST(RewardHost, TableWithoutVersionLoads) {
+  RewardScorer scorer(host_options(/*with_test_plugins=*/true));
+  bool listed = false;
+  for (const PluginInfo& p : scorer.plugins()) {
+    if (p.name != "v1_table") continue;
+    listed = true;
+    EXPECT_EQ(p.version, "");
+    EXPECT_EQ(p.abi_version, 1u);
+  }
+  EXPECT_TRUE(listed);
+  const RewardBatch b = scorer.score(one_term("v1_table"), kItems);
+  for (double s : b.per_term[0]) EXPECT_EQ(s, 1.0);
+}
+
 TEST(RewardHost, UnknownPluginIsNotFound) {
   RewardScorer scorer(host_options());
   const std::string msg =

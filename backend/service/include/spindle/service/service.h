@@ -6,7 +6,8 @@
 // Sockets and threads (STYLE.md 6: one thread owns each socket):
 //   front thread   ROUTER on the IPC endpoint (+ ROUTER on --tcp with CURVE), PUB for events,
 //                  PULL collecting replies from every other thread; decodes, authenticates,
-//                  answers handshake/capabilities/status itself and dispatches the rest.
+//                  answers handshake/capabilities/status/tokenize itself, keeps the
+//                  subscribe/unsubscribe event streams (src/events.h) and dispatches the rest.
 //   ZAP thread     REP on inproc://zeromq.zap.01: admits CURVE clients on the allow-list.
 //   catalog thread one Catalog (SQLite connection): catalog ops, commits, address resolution.
 //   engine thread  the scheduler's; its completion callbacks reply through a thread-local PUSH.
