@@ -6,7 +6,8 @@
 #include <QHBoxLayout>
 #include <QLabel>
 #include <QLineEdit>
-#include <QPlainTextEdit>
+#include <QTextCursor>
+#include <QTextEdit>
 #include <QScrollArea>
 #include <QSpinBox>
 #include <QStringListModel>
@@ -59,13 +60,13 @@ PlaygroundColumnWidget::PlaygroundColumnWidget(PlaygroundModel* model, int colum
   top_p_->setRange(0.01, 1);
   top_p_->setSingleStep(0.05);
   top_p_->setToolTip(tr("top_p"));
-  row1->addWidget(new QLabel(tr("max"), this));
+  row1->addWidget(new QLabel(tr("max tokens"), this));
   row1->addWidget(max_tokens_);
-  row1->addWidget(new QLabel(tr("T"), this));
+  row1->addWidget(new QLabel(tr("temp"), this));
   row1->addWidget(temperature_);
-  row1->addWidget(new QLabel(tr("k"), this));
+  row1->addWidget(new QLabel(tr("top-k"), this));
   row1->addWidget(top_k_);
-  row1->addWidget(new QLabel(tr("p"), this));
+  row1->addWidget(new QLabel(tr("top-p"), this));
   row1->addWidget(top_p_);
   params->addRow(row1);
   auto* row2 = new QHBoxLayout;
@@ -79,7 +80,7 @@ PlaygroundColumnWidget::PlaygroundColumnWidget(PlaygroundModel* model, int colum
   stops_->setPlaceholderText(tr("stop strings, | separated"));
   row2->addWidget(new QLabel(tr("seed"), this));
   row2->addWidget(seed_);
-  row2->addWidget(new QLabel(tr("n"), this));
+  row2->addWidget(new QLabel(tr("samples"), this));
   row2->addWidget(samples_);
   row2->addWidget(stops_, 1);
   params->addRow(row2);
@@ -97,17 +98,24 @@ PlaygroundColumnWidget::PlaygroundColumnWidget(PlaygroundModel* model, int colum
   status->addWidget(browse_);
   top->addLayout(status);
 
-  text_ = new QPlainTextEdit(this);
+  text_ = new QTextEdit(this);
   text_->setReadOnly(true);
-  text_->setPlaceholderText(tr("The completion appears here"));
-  top->addWidget(text_, 2);
+  text_->setAcceptRichText(false);
+  text_->setPlaceholderText(tr("The completion appears here (the prompt in grey)"));
+  top->addWidget(text_, 3);
+  auto* legend = new QLabel(tr("Tokens by id, shaded by p = exp(logprob) (darker = more "
+                               "likely); hover one for its logprob"),
+                            this);
+  legend->setWordWrap(true);
+  legend->setForegroundRole(QPalette::PlaceholderText);
+  top->addWidget(legend);
 
   auto* scroll = new QScrollArea(this);
   scroll->setWidgetResizable(true);
   scroll->setFrameShape(QFrame::StyledPanel);
   strip_ = new TokenStrip(scroll);
   scroll->setWidget(strip_);
-  top->addWidget(scroll, 3);
+  top->addWidget(scroll, 2);
 
   // Initial values from the model, then every edit goes back to it.
   const PlaygroundColumn& c = model_->column(index());
@@ -162,7 +170,24 @@ void PlaygroundColumnWidget::pushParams() {
 
 void PlaygroundColumnWidget::showSample(int i) { browse_->setValue(i + 1); }
 int PlaygroundColumnWidget::shownSample() const { return browse_->value() - 1; }
-QString PlaygroundColumnWidget::shownText() const { return text_->toPlainText(); }
+QString PlaygroundColumnWidget::shownText() const { return shown_text_; }
+
+// The prompt in the placeholder colour, then the completion in the text colour.
+void PlaygroundColumnWidget::showText(const QString& text) {
+  const QString prompt = model_->prompt();
+  if (text == shown_text_ && prompt == shown_prompt_) return;
+  shown_text_ = text;
+  shown_prompt_ = prompt;
+  text_->clear();
+  if (text.isEmpty()) return;
+  QTextCursor cursor(text_->document());
+  QTextCharFormat muted;
+  muted.setForeground(palette().color(QPalette::PlaceholderText));
+  QTextCharFormat normal;
+  normal.setForeground(palette().color(QPalette::Text));
+  cursor.insertText(prompt, muted);
+  cursor.insertText(text, normal);
+}
 
 void PlaygroundColumnWidget::refresh() {
   const int i = index();
@@ -194,10 +219,10 @@ void PlaygroundColumnWidget::refresh() {
                                  : (s.tokens.empty() ? QString()
                                                      : tr("(streaming — the decoded text "
                                                           "arrives with the last token)"));
-    if (text_->toPlainText() != text) text_->setPlainText(text);
+    showText(text);
     strip_->setTokens(s.tokens, s.logprobs);
   } else {
-    text_->clear();
+    showText({});
     strip_->setTokens({}, {});
   }
   state_->setPalette(pal);

@@ -10,7 +10,7 @@ class QCompleter;
 class QDoubleSpinBox;
 class QLabel;
 class QLineEdit;
-class QPlainTextEdit;
+class QTextEdit;
 class QSpinBox;
 class QStringListModel;
 class QToolButton;
@@ -29,12 +29,13 @@ class PlaygroundColumnWidget : public QWidget {
 
   // For tests and screenshots.
   TokenStrip* tokenStrip() const { return strip_; }
-  QString shownText() const;
+  QString shownText() const;  // the completion shown (without the prompt prefix)
   int shownSample() const;  // 0-based
   void showSample(int index);
 
  private:
   void pushParams();
+  void showText(const QString& text);
   int index() const;
 
   PlaygroundModel* model_;
@@ -52,7 +53,8 @@ class PlaygroundColumnWidget : public QWidget {
   QToolButton* remove_ = nullptr;
   QLabel* state_ = nullptr;
   QSpinBox* browse_ = nullptr;
-  QPlainTextEdit* text_ = nullptr;
+  QTextEdit* text_ = nullptr;
+  QString shown_text_, shown_prompt_;
   TokenStrip* strip_ = nullptr;
 };
 

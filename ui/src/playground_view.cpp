@@ -19,7 +19,7 @@ PlaygroundView::PlaygroundView(Connection* connection, QWidget* parent)
   auto* head = new QHBoxLayout;
   prompt_ = new QPlainTextEdit(this);
   prompt_->setPlaceholderText(tr("Prompt (tokenized by the server, BOS added)"));
-  prompt_->setMaximumHeight(90);
+  prompt_->setMaximumHeight(70);
   auto* buttons = new QVBoxLayout;
   run_button_ = new QPushButton(tr("Run"), this);
   run_button_->setToolTip(tr("Sample every column (Ctrl+Return)"));
