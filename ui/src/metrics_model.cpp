@@ -45,6 +45,8 @@ QString number(double v) {
 MetricsModel::MetricsModel(Connection* connection, QObject* parent)
     : QAbstractTableModel(parent), connection_(connection) {
   connect(connection_->events(), &EventStream::metrics, this, &MetricsModel::apply);
+  // Events sent before the stream was live (or while it was away) are gone: catch up.
+  connect(connection_->events(), &EventStream::subscribed, this, &MetricsModel::catchUp);
   connect(connection_->events(), &EventStream::resubscribed, this, &MetricsModel::catchUp);
 }
 

@@ -154,9 +154,21 @@ void RunChart::redraw() {
   if (!primary_->runId().isEmpty()) add(primary_, /*dashed=*/false);
   if (!compare_->runId().isEmpty()) add(compare_, /*dashed=*/true);
   const double pad = y1 > y0 ? (y1 - y0) * 0.08 : std::max(std::abs(y0) * 0.1, 0.5);
-  x_->setRange(x0, x1);
-  x_->setTickCount(int(std::min<double>(x1 - x0, 10)) + 1);
+  // Integer step ticks (1, 2, 5, 10, ... apart) on a range padded so the last point isn't cut.
+  double interval = 1;
+  for (double decade = 1; (x1 - x0) / interval > 10; decade *= 10) {
+    for (double m : {1.0, 2.0, 5.0}) {
+      interval = m * decade;
+      if ((x1 - x0) / interval <= 10) break;
+    }
+  }
+  x_->setTickType(QValueAxis::TicksDynamic);
+  x_->setTickAnchor(0);
+  x_->setTickInterval(std::round(interval));
+  x_->setRange(x0, x1 + (x1 - x0) * 0.02);
   y_->setRange(y0 - pad, y1 + pad);
+  y_->setTickCount(6);
+  y_->applyNiceNumbers();  // round tick values
   y_->setTitleText(MetricsModel::metricLabel(key));
   const auto& run = primary_->run();
   chart_->setTitle(primary_->runId().isEmpty()
@@ -171,6 +183,7 @@ void RunChart::redraw() {
   if (!primary_->lastError().isEmpty()) hint = primary_->lastError();
   empty_->setText(hint);
   empty_->setVisible(!hint.isEmpty());
+  view_->setVisible(!primary_->runId().isEmpty());  // the empty state: only the hint
 }
 
 void RunChart::applyPalette() {

@@ -4,6 +4,7 @@
 #include <QComboBox>
 #include <QFormLayout>
 #include <QGroupBox>
+#include <QJsonDocument>
 #include <QLabel>
 #include <QLineEdit>
 #include <QPlainTextEdit>
@@ -23,6 +24,10 @@ QString as_text(const RunConfigField& f, const QVariant& v) {
   if (f.kind == FieldKind::text_list)
     return v.toStringList().join(f.key == "targets" ? ", " : "\n");
   if (f.kind == FieldKind::number) return QString::number(v.toDouble(), 'g', 8);
+  if (f.kind == FieldKind::json) {
+    const QJsonDocument doc = QJsonDocument::fromJson(v.toString().toUtf8());
+    if (!doc.isNull()) return QString::fromUtf8(doc.toJson(QJsonDocument::Indented)).trimmed();
+  }
   return v.toString();
 }
 

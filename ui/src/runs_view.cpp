@@ -13,6 +13,7 @@
 
 #include "spindle/ui/run_chart.h"
 #include "run_form_widget.h"
+#include "spindle/ui/connection.h"
 #include "spindle/ui/metrics_model.h"
 #include "spindle/ui/run_config_form.h"
 #include "spindle/ui/runs_model.h"
@@ -72,8 +73,10 @@ RunsView::RunsView(Connection* connection, QWidget* parent)
   chart_ = new RunChart(metrics_, compare_, right);
   right->addWidget(table_);
   right->addWidget(chart_);
+  chart_->setMinimumHeight(320);  // also in the empty state, when the chart itself is hidden
   right->setStretchFactor(0, 1);
   right->setStretchFactor(1, 3);
+  right->setSizes({180, 560});
   split->addWidget(form_widget_);
   split->addWidget(right);
   split->setStretchFactor(0, 1);
@@ -133,7 +136,13 @@ RunsView::RunsView(Connection* connection, QWidget* parent)
     screenshot_pending_ = false;
     emit readyForScreenshot();
   });
-  form_->loadDatasets();
+  // The list and the dataset names load once the connection is up (now, or when it opens).
+  auto load = [this] {
+    runs_->refresh();
+    form_->loadDatasets();
+  };
+  if (connection->isOpen()) load();
+  connect(connection, &Connection::opened, this, load);
   updateActions();
 }
 

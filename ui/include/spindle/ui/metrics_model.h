@@ -9,8 +9,8 @@
 // Strings (revision) are not metrics. Step 0 is the evaluation before training.
 //
 // Sources: setRun() loads the timeline with run_status; live `metrics` events of that run add
-// rows as steps finish; after the event stream's resubscribed() (events were lost while it was
-// away) and on catchUp() the model asks run_status for metrics_since_step = the oldest policy's
+// rows as steps finish; after the event stream's subscribed() and resubscribed() (events sent
+// before it was live are gone) and on catchUp() the model asks run_status for metrics_since_step = the oldest policy's
 // last step seen + 1. A (step, policy) row is stored once: a row that arrives again (an event
 // and a catch-up crossing) replaces its values and adds no point.
 //
