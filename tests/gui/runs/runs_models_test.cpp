@@ -253,3 +253,50 @@ TEST_F(RunsModelsTest, EventsStayWithinTheirTenant) {
 
 }  // namespace
 }  // namespace spindle::testing
+
+namespace spindle::testing {
+namespace {
+
+// Fork a policy of a finished run at its head and train the fork further (PROTOCOL.md "Forking
+// a run": catalog_fork, then run_start with resume: true).
+TEST_F(RunsModelsTest, ForkAPolicyOfARunAndTrainIt) {
+  auto conn = open_connection();
+  auto blocking = client();
+  const std::string prefix = unique("forked");
+  const std::string run_id = blocking->run_start(tiny_run_json(prefix, 2)).run_id;
+  ASSERT_EQ(wait_finished(*blocking, run_id).run.status, "done");
+  RunsModel runs(conn.get());
+  QSignalSpy refreshed(&runs, &RunsModel::refreshed);
+  runs.refresh();
+  ASSERT_TRUE(QTest::qWaitFor([&] { return refreshed.count() > 0; }, 30000));
+  const QString id = QString::fromStdString(run_id);
+  ASSERT_NE(runs.run(id), nullptr);
+  const QString cat = QString::fromStdString(runs.run(id)->policies.at(0));
+  ASSERT_EQ(RunsModel::policyName(cat).toStdString(), prefix + "-cat");
+
+  QSignalSpy forked(&runs, &RunsModel::forked);
+  QSignalSpy started(&runs, &RunsModel::forkRunStarted);
+  QSignalSpy failed(&runs, &RunsModel::actionFailed);
+  const QString fork_name = QString::fromStdString(prefix + "-cat-fork");
+  runs.forkPolicy(id, cat, fork_name, /*steps=*/4);
+  ASSERT_TRUE(QTest::qWaitFor([&] { return started.count() + failed.count() > 0; }, 60000));
+  ASSERT_EQ(failed.count(), 0) << failed.at(0).at(1).toString().toStdString();
+  ASSERT_EQ(forked.count(), 1);
+  EXPECT_TRUE(forked.at(0).at(0).toString().endsWith("/" + fork_name));
+  const std::string fork_run = started.at(0).at(0).toString().toStdString();
+  const auto fin = wait_finished(*blocking, fork_run);
+  ASSERT_EQ(fin.run.status, "done") << fin.run.error;
+  EXPECT_EQ(fin.run.step, 4);
+  ASSERT_EQ(fin.run.policies.size(), 1u);
+  // The fork starts at the forked revision's step: it trains steps 3 and 4 only.
+  std::set<int64_t> steps;
+  for (const auto& m : fin.metrics)
+    if (json::parse(m.metrics_json).contains("reward_mean")) steps.insert(m.step);
+  EXPECT_EQ(steps, (std::set<int64_t>{3, 4}));
+  // The model lists the fork's run (it refreshes after starting it).
+  EXPECT_TRUE(QTest::qWaitFor([&] { return runs.rowOf(QString::fromStdString(fork_run)) >= 0; },
+                              30000));
+}
+
+}  // namespace
+}  // namespace spindle::testing
