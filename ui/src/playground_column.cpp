@@ -1,6 +1,7 @@
 #include "playground_column.h"
 
 #include <QCompleter>
+#include <QEvent>
 #include <QDoubleSpinBox>
 #include <QFormLayout>
 #include <QHBoxLayout>
@@ -183,10 +184,18 @@ void PlaygroundColumnWidget::showText(const QString& text) {
   QTextCursor cursor(text_->document());
   QTextCharFormat muted;
   muted.setForeground(palette().color(QPalette::PlaceholderText));
-  QTextCharFormat normal;
-  normal.setForeground(palette().color(QPalette::Text));
   cursor.insertText(prompt, muted);
-  cursor.insertText(text, normal);
+  cursor.insertText(text, QTextCharFormat());  // no colour: the palette's text colour
+}
+
+void PlaygroundColumnWidget::changeEvent(QEvent* event) {
+  QWidget::changeEvent(event);
+  if (event->type() == QEvent::PaletteChange) {
+    // The prompt's muted colour was baked into the document: render it again.
+    const QString text = shown_text_;
+    shown_text_ = QStringLiteral("\x01");
+    showText(text);
+  }
 }
 
 void PlaygroundColumnWidget::refresh() {

@@ -33,6 +33,9 @@ class PlaygroundColumnWidget : public QWidget {
   int shownSample() const;  // 0-based
   void showSample(int index);
 
+ protected:
+  void changeEvent(QEvent* event) override;
+
  private:
   void pushParams();
   void showText(const QString& text);

@@ -85,7 +85,10 @@ void RewardDesignerView::build() {
   plugins_->setToolTip(tr("Double-click a plugin to add a term with it"));
   pv->addWidget(plugins_);
   auto* pb = new QHBoxLayout;
-  QAction* rescan = make_action(this, tr("Rescan plugins"), QKeySequence(Qt::Key_F5));
+  // F5 is StudioView::refresh()'s key, bound by the main window (a second F5 action here would
+  // make the shortcut ambiguous); refresh() rescans.
+  QAction* rescan = new QAction(tr("Rescan plugins"), this);
+  rescan->setToolTip(tr("Rescan the daemon's plugin folders (F5)"));
   QAction* new_plugin = make_action(this, tr("New plugin…"), QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_P));
   QAction* add_term = make_action(this, tr("Add term"), QKeySequence(Qt::CTRL | Qt::Key_T));
   pb->addWidget(button_for(add_term, plugin_box));
@@ -309,7 +312,7 @@ QString RewardDesignerView::errorText() const { return error_->isVisible() ? err
 void RewardDesignerView::setAddress(const QString& address) { model_->setAddress(address); }
 
 void RewardDesignerView::refresh() {
-  model_->refreshPlugins();
+  model_->rescanPlugins();
   model_->refreshDatasets();
 }
 

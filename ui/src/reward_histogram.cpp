@@ -4,6 +4,7 @@
 #include <QBarSeries>
 #include <QBarSet>
 #include <QChart>
+#include <QEvent>
 #include <QValueAxis>
 
 #include <algorithm>
@@ -18,7 +19,16 @@ RewardHistogram::RewardHistogram(QWidget* parent) : QChartView(parent) {
   setMinimumSize(260, 200);
 }
 
+void RewardHistogram::changeEvent(QEvent* event) {
+  QChartView::changeEvent(event);
+  if (event->type() == QEvent::PaletteChange && !title_.isEmpty()) {
+    setDistribution(title_, distribution_);
+  }
+}
+
 void RewardHistogram::setDistribution(const QString& title, const protocol::DistributionInfo& d) {
+  title_ = title;
+  distribution_ = d;
   const QPalette pal = palette();
   auto* chart = new QChart;
   chart->setBackgroundBrush(pal.color(QPalette::Base));

@@ -18,8 +18,13 @@ class RewardHistogram : public QChartView {
   // The bar heights shown (tests compare them with the reply).
   std::vector<uint64_t> counts() const { return counts_; }
 
+ protected:
+  void changeEvent(QEvent* event) override;  // a palette change redraws in its colours
+
  private:
   std::vector<uint64_t> counts_;
+  QString title_;
+  protocol::DistributionInfo distribution_;
 };
 
 }  // namespace spindle::ui

@@ -1,6 +1,7 @@
 #pragma once
 // The reward designer view (issue 14, view 4): a thin widget over RewardDesignerModel.
-// Left: the daemon's plugins (Rescan F5, New plugin… Ctrl+Shift+P) and the spec, term by term
+// Left: the daemon's plugins (Rescan: refresh(), F5 in the main window; New plugin…
+// Ctrl+Shift+P) and the spec, term by term
 // (reward_term_editor.h), with Add term (Ctrl+T), Save spec (Ctrl+S) and Load spec (Ctrl+O).
 // Right: the data rows (a daemon dataset or a JSONL file; editable), the test settings
 // (address, samples, sampling, bins), Run test (Ctrl+Return) and Validate (Ctrl+Shift+V), and
