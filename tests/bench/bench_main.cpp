@@ -18,6 +18,9 @@ void register_catalog_bench(CLI::App& app);  // bench_catalog.cpp
 void register_grpo_bench(CLI::App& app);  // bench_grpo.cpp
 void register_residency_bench(CLI::App& app);  // bench_residency.cpp
 void register_service_bench(CLI::App& app);  // bench_service.cpp
+#ifdef SPINDLE_BENCH_STUDIO
+void register_studio_bench(CLI::App& app);  // bench_studio.cpp (needs the Studio's spindle_ui)
+#endif
 }
 
 namespace {
@@ -38,6 +41,9 @@ int main(int argc, char** argv) {
   spindle::bench::register_grpo_bench(app);  // runs from its own callback
   spindle::bench::register_residency_bench(app);  // runs from its own callback
   spindle::bench::register_service_bench(app);  // runs from its own callback
+#ifdef SPINDLE_BENCH_STUDIO
+  spindle::bench::register_studio_bench(app);  // runs from its own callback
+#endif
 
   spindle::bench::EngineBenchOptions engine_opts;
   std::string shared;

@@ -1,5 +1,6 @@
 #include "spindle/ui/imgui_widget.h"
 
+#include <QFile>
 #include <QKeyEvent>
 #include <QMouseEvent>
 #include <QOpenGLContext>
@@ -19,6 +20,7 @@ int key_index(int qt_key) {
   return qt_key & 0xff;
 }
 
+// Every ImGuiKey must be mapped: ImGui 1.86 asserts (aborts) on an unmapped navigation key.
 void map_keys(ImGuiIO& io) {
   io.KeyMap[ImGuiKey_Tab] = key_index(Qt::Key_Tab);
   io.KeyMap[ImGuiKey_LeftArrow] = key_index(Qt::Key_Left);
@@ -33,6 +35,9 @@ void map_keys(ImGuiIO& io) {
   io.KeyMap[ImGuiKey_Backspace] = key_index(Qt::Key_Backspace);
   io.KeyMap[ImGuiKey_Enter] = key_index(Qt::Key_Return);
   io.KeyMap[ImGuiKey_Escape] = key_index(Qt::Key_Escape);
+  io.KeyMap[ImGuiKey_Insert] = key_index(Qt::Key_Insert);
+  io.KeyMap[ImGuiKey_Space] = key_index(Qt::Key_Space);
+  io.KeyMap[ImGuiKey_KeyPadEnter] = key_index(Qt::Key_Enter);
   io.KeyMap[ImGuiKey_A] = 'A';
   io.KeyMap[ImGuiKey_C] = 'C';
   io.KeyMap[ImGuiKey_V] = 'V';
@@ -55,6 +60,11 @@ ImGuiWidget::ImGuiWidget(QWidget* parent) : QOpenGLWidget(parent) {
   io.IniFilename = nullptr;  // no imgui.ini in the user's working directory
   io.ConfigFlags |= ImGuiConfigFlags_NavEnableKeyboard;
   map_keys(io);
+  // A proportional UI font when the system has one (Debian's fonts-dejavu-core); ImGui's
+  // built-in 13 px bitmap font otherwise.
+  for (const char* path : {"/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf"}) {
+    if (QFile::exists(path) && io.Fonts->AddFontFromFileTTF(path, 15.0f)) break;
+  }
   setDarkStyle(true);
 }
 

@@ -70,6 +70,35 @@ void draw_slot_grid(const QVector<SlotCell>& cells) {
   ImGui::NewLine();
 }
 
+// tokens/s over the last ResidencyModel::kHistory samples: a filled line scaled to its peak,
+// with the current value and the peak written above it.
+void draw_sparkline(const QVector<float>& h, double now) {
+  const float peak = h.isEmpty() ? 0.0f : *std::max_element(h.begin(), h.end());
+  text(QStringLiteral("Sampled tokens/s  %1   (peak %2 over the last %3 samples)")
+           .arg(now, 0, 'f', 1)
+           .arg(peak, 0, 'f', 1)
+           .arg(h.size()));
+  const ImVec2 a = ImGui::GetCursorScreenPos();
+  const ImVec2 size(ImGui::GetContentRegionAvail().x, 90.0f);
+  const ImVec2 b(a.x + size.x, a.y + size.y);
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  dl->AddRectFilled(a, b, ImGui::GetColorU32(ImGuiCol_FrameBg), 3.0f);
+  const float top = std::max(1.0f, peak * 1.15f);
+  const int n = int(h.size());
+  if (n >= 2) {
+    const float dx = size.x / float(ResidencyModel::kHistory - 1);
+    const float x0 = b.x - dx * float(n - 1);
+    const ImU32 line = IM_COL32(90, 170, 255, 255), fill = IM_COL32(90, 170, 255, 60);
+    for (int i = 1; i < n; ++i) {
+      const ImVec2 p0(x0 + dx * float(i - 1), b.y - size.y * h[i - 1] / top);
+      const ImVec2 p1(x0 + dx * float(i), b.y - size.y * h[i] / top);
+      dl->AddQuadFilled(ImVec2(p0.x, b.y), p0, p1, ImVec2(p1.x, b.y), fill);
+      dl->AddLine(p0, p1, line, 2.0f);
+    }
+  }
+  ImGui::Dummy(size);
+}
+
 }  // namespace
 
 ResidencyPanel::ResidencyPanel(ResidencyModel* model, QWidget* parent)
@@ -122,12 +151,7 @@ void ResidencyPanel::drawFrame() {
   text(QStringLiteral("Serving slots"));
   draw_slot_grid(model_->slotCells());
   ImGui::Separator();
-  const QVector<float>& h = model_->tokensHistory();
-  const float peak = h.isEmpty() ? 1.0f : std::max(1.0f, *std::max_element(h.begin(), h.end()));
-  const std::string overlay =
-      QStringLiteral("tokens/s  %1 (peak %2)").arg(s.tokens_per_s, 0, 'f', 1).arg(peak, 0, 'f', 0).toStdString();
-  ImGui::PlotLines("##tps", h.isEmpty() ? nullptr : h.constData(), int(h.size()), 0,
-                   overlay.c_str(), 0.0f, peak * 1.15f, ImVec2(-1, 90));
+  draw_sparkline(model_->tokensHistory(), s.tokens_per_s);
   ImGui::Separator();
   if (ImGui::BeginTable("placements", 4,
                         ImGuiTableFlags_RowBg | ImGuiTableFlags_Borders | ImGuiTableFlags_ScrollY,

@@ -285,7 +285,13 @@ void Front::on_front_op(const Call& call, const Request& req) {
       }
       send_direct(call, make_ok(call, Empty{}, {}));
     } else {
-      send_direct(call, make_ok(call, status(), {}));
+      // Placements name adapters: a tenant sees its own only (the events' rule); the
+      // aggregate figures are the server's.
+      StatusReply st = status();
+      std::erase_if(st.placements, [&](const PlacementInfo& p) {
+        return !d_.owners.owns(call.tenant, p.revision_id);
+      });
+      send_direct(call, make_ok(call, std::move(st), {}));
     }
   } catch (const std::exception& e) {
     send_direct(call, make_error(call, errc::internal, e.what()));

@@ -62,6 +62,9 @@ class StudioScreenshots : public StudioTest {
       head = c->save_weights(s.session_id, "", json{{"loss", fb.metric("loss:sum")}}.dump()).revision_id;
     }
     c->close_training(s.session_id);
+    SamplingParamsMsg sp;
+    sp.max_tokens = 8;
+    c->sample(s.policy_address + "@latest", tokens, 2, sp);  // a resident adapter for Residency
     c->catalog_fork(s.policy_address + "@" + head, "storyteller-fork");
     c->catalog_tag(s.policy_address, {"demo", "sft"});
     json policy = {{"name", "cat-lover"},
