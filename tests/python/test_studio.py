@@ -61,14 +61,18 @@ def test_sample_stream_equals_sample(service, base_model, temperature, seed):
     assert isinstance(items[-1], types.SampleResponse)
     deltas = items[:-1]
     assert deltas and all(isinstance(d, types.SampleDelta) for d in deltas)
+    text: dict[int, str] = {0: "", 1: ""}
     for d in deltas:
+        assert len(d.pieces) == len(d.tokens)
         tokens[d.sequence] += d.tokens
         logprobs[d.sequence] += d.logprobs
+        text[d.sequence] += "".join(d.pieces)
     got = items[-1]
     assert got == want
     for s in range(2):
         assert tokens[s] == want.sequences[s].tokens
         assert logprobs[s] == want.sequences[s].logprobs
+        assert text[s] == want.sequences[s].text  # no stop: the pieces make the text
     # result() gives the same, and an error ends the stream.
     assert sampler.sample_stream(prompt, 2, params).result() == want
     other = service.create_sampling_client("spindle://somebody-else/p")

@@ -246,8 +246,11 @@ void SampleBatcher::report_progress(Run& run) {
     const engine::Completion& c = s.stream.completion();
     if (c.tokens.size() <= s.reported) continue;
     const size_t k = c.tokens.size() - s.reported;
-    deltas.push_back({int32_t(i), {c.tokens.data() + s.reported, k},
-                      {c.logprobs.data() + s.reported, k}});
+    const int32_t prev = s.reported > 0       ? c.tokens[s.reported - 1]
+                         : job.prompt.empty() ? -1
+                                              : job.prompt.back();
+    deltas.push_back(
+        {int32_t(i), {c.tokens.data() + s.reported, k}, {c.logprobs.data() + s.reported, k}, prev});
     s.reported = c.tokens.size();
   }
   if (deltas.empty()) return;

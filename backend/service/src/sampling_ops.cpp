@@ -2,6 +2,8 @@
 // blob id is the residency key) and submit to the scheduler. Immutable @<full id> resolutions
 // are cached, so a hot revision skips the catalog thread.
 
+#include <algorithm>
+
 #include "catalog_ops.h"
 #include "engine_ops.h"
 #include "spindle/core/error.h"
@@ -56,17 +58,38 @@ scheduler::SampleJob sample_job(const Call& call, const Request& req,
   return job;
 }
 
+// Each token's text as decode renders it after the token before it (SampleDeltaMsg::pieces); a
+// stop token's piece is "", as its text never joins the completion's; all "" without a
+// tokenizer. One table lookup per token: cheap enough for the engine thread.
+std::vector<std::string> delta_pieces(const engine::Tokenizer* tokenizer,
+                                      const scheduler::SampleDelta& delta,
+                                      const std::vector<int32_t>& stop_token_ids) {
+  std::vector<std::string> out(delta.tokens.size());
+  if (!tokenizer) return out;
+  int32_t prev = delta.prev;
+  for (size_t i = 0; i < delta.tokens.size(); ++i) {
+    const int32_t t = delta.tokens[i];
+    if (std::find(stop_token_ids.begin(), stop_token_ids.end(), t) == stop_token_ids.end()) {
+      out[i] = tokenizer->decode({&t, 1}, prev);
+    }
+    prev = t;
+  }
+  return out;
+}
+
 // sample_stream: one non-final message per engine step that produced tokens (engine thread:
 // building it costs what any reply costs), then the final one with exactly sample's sequences.
 void stream_replies(Daemon& d, const Call& call, const std::string& rev,
                     scheduler::SampleJob& job) {
-  job.progress = [&d, call, rev](std::span<const scheduler::SampleDelta> deltas) {
+  job.progress = [&d, call, rev, stops = job.params.stop_token_ids](
+                     std::span<const scheduler::SampleDelta> deltas) {
     SampleStreamReply out;
     out.revision_id = rev;
     Frames frames;
     for (const scheduler::SampleDelta& delta : deltas) {
       out.deltas.push_back({uint32_t(delta.sequence), add_tensor(frames, delta.tokens),
-                            add_tensor(frames, delta.logprobs)});
+                            add_tensor(frames, delta.logprobs),
+                            delta_pieces(d.tokenizer.get(), delta, stops)});
     }
     d.replies->ok(call, std::move(out), std::move(frames));
   };

@@ -22,8 +22,8 @@ DatasetsReply Client::datasets(uint32_t examples) {
 SampleResult Client::sample_stream(
     const std::string& address, std::span<const int32_t> prompt, int32_t num_samples,
     const SamplingParamsMsg& params,
-    const std::function<void(uint32_t, std::span<const int32_t>, std::span<const float>)>&
-        on_delta) {
+    const std::function<void(uint32_t, std::span<const int32_t>, std::span<const float>,
+                             std::span<const std::string>)>& on_delta) {
   Frames frames;
   SampleRequest req;
   req.address = address;
@@ -39,7 +39,14 @@ SampleResult Client::sample_stream(
         return std::pair(read_int32(d.tokens, m.frames, at("deltas", i) + ".tokens"),
                          read_float32(d.logprobs, m.frames, at("deltas", i) + ".logprobs"));
       });
-      if (on_delta) on_delta(d.sequence, tokens, logprobs);
+      if (d.pieces.size() != tokens.size()) {
+        throw ClientError(errc::bad_request,
+                          "sample_stream: " + at("deltas", i) + " has " +
+                              std::to_string(d.pieces.size()) + " pieces for " +
+                              std::to_string(tokens.size()) + " tokens",
+                          m.request_id);
+      }
+      if (on_delta) on_delta(d.sequence, tokens, logprobs, d.pieces);
     }
   };
   Reply r = call_stream(Op::sample_stream, std::move(req), std::move(frames), on_message);

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Iterator
 
 from . import _convert, _wire
 from ._transport import Stream
+from .errors import BAD_REPLY, SpindleError
 from .types import SampleResponse
 from .types._rewards import RewardRow
 from .types._runs import run_status
@@ -37,8 +38,12 @@ class SampleStream:
             for i, d in enumerate(reply.body.get("deltas", [])):
                 tokens = _wire.read_tensor(d["tokens"], reply.frames, f"deltas[{i}].tokens")
                 logprobs = _wire.read_tensor(d["logprobs"], reply.frames, f"deltas[{i}].logprobs")
+                pieces = [str(p) for p in d.get("pieces", [])]
+                if len(pieces) != len(tokens):
+                    raise SpindleError(BAD_REPLY, f"sample_stream: deltas[{i}] has {len(pieces)} "
+                                       f"pieces for {len(tokens)} tokens")
                 yield SampleDelta(sequence=int(d.get("sequence", 0)), tokens=[int(t) for t in tokens],
-                                  logprobs=[float(x) for x in logprobs])
+                                  logprobs=[float(x) for x in logprobs], pieces=pieces)
 
     def result(self) -> SampleResponse:
         for _ in self:

@@ -35,8 +35,8 @@ class SamplingClient:
 
     def sample_stream(self, prompt: ModelInput, num_samples: int = 1,
                       sampling_params: SamplingParams | None = None) -> "_streams.SampleStream":
-        """sample() that streams: iterate for SampleDelta objects (each sequence's new tokens
-        and logprobs as the daemon produces them), the last item being the final
+        """sample() that streams: iterate for SampleDelta objects (each sequence's new tokens,
+        logprobs and text pieces as the daemon produces them), the last item being the final
         SampleResponse, equal to what sample() returns for the same request and seed."""
         frames = _wire.FrameBuilder()
         body = {"address": self.model_path, "prompt": _convert.prompt_ref(prompt, frames),

@@ -3,7 +3,9 @@
 // daemon's plugin folder after start (listed, and a reward_test with it works on every worker);
 // datasets lists arith, gsm8k and countdown with examples; sample_stream's deltas concatenate to
 // its final sequences, which equal `sample` with the same seed (greedy and seeded, 2 samples),
-// through the raw wire and through the C++ client's helpers in both encodings.
+// through the raw wire and through the C++ client's helpers in both encodings; each delta has a
+// text piece per token, and the pieces concatenate to the final text (after BOS too; a stop
+// token's piece is "", a stop string cuts the text inside the pieces).
 
 #include <nlohmann/json.hpp>
 
@@ -169,51 +171,141 @@ std::vector<Seq> read_sequences(const std::vector<SequenceMsg>& m, const Frames&
   return out;
 }
 
-void check_stream_equals_sample(RawClient& c, float temperature, uint64_t seed) {
-  SCOPED_TRACE("temperature " + std::to_string(temperature));
-  const std::vector<int32_t> prompt = {1, 403, 407, 261};
+// Streams `params` from `prompt` (2 samples), checks the deltas against the final sequences and
+// those against `sample`; returns each sequence's concatenated pieces (one piece per token)
+// and its final message's sequences.
+struct Streamed {
+  std::vector<Seq> final;
+  std::vector<std::vector<std::string>> pieces;
+};
+Streamed check_stream_equals_sample(RawClient& c, const std::vector<int32_t>& prompt,
+                                    const SamplingParamsMsg& params) {
   Frames f1, f2;
-  const SampleRequest req = sample_request("stories260K", prompt, f1, 24, temperature, seed, 2);
-  sample_request("stories260K", prompt, f2, 24, temperature, seed, 2);
+  SampleRequest req = sample_request("stories260K", prompt, f1, 0, 0.0f, 0, 2);
+  req.sampling_params = params;
+  sample_request("stories260K", prompt, f2, 0, 0.0f, 0, 2);
   const auto plain = c.ok<SampleReply>(Op::sample, req, f1);
   const std::vector<Seq> want = read_sequences(plain.sequences, c.last_frames);
 
+  Streamed out;
   const uint64_t id = c.send(Op::sample_stream, req, f2);
   const std::vector<Reply> msgs = read_stream(c, id);
-  ASSERT_GE(msgs.size(), 2u);
+  EXPECT_GE(msgs.size(), 2u);
+  if (msgs.size() < 2) return out;
   std::vector<Seq> concat(2);
+  out.pieces.resize(2);
   for (size_t i = 0; i + 1 < msgs.size(); ++i) {
-    ASSERT_TRUE(msgs[i].ok);
+    EXPECT_TRUE(msgs[i].ok);
     const auto& m = std::get<SampleStreamReply>(msgs[i].body);
     EXPECT_FALSE(m.final);
     EXPECT_TRUE(m.sequences.empty());
-    ASSERT_FALSE(m.deltas.empty());
+    EXPECT_FALSE(m.deltas.empty());
     for (const auto& d : m.deltas) {
-      ASSERT_LT(d.sequence, 2u);
+      EXPECT_LT(d.sequence, 2u);
+      if (d.sequence >= 2) continue;
       const auto t = read_int32(d.tokens, msgs[i].frames, "tokens");
       const auto l = read_float32(d.logprobs, msgs[i].frames, "logprobs");
-      ASSERT_FALSE(t.empty());
-      ASSERT_EQ(t.size(), l.size());
+      EXPECT_FALSE(t.empty());
+      EXPECT_EQ(t.size(), l.size());
+      EXPECT_EQ(d.pieces.size(), t.size()) << "message " << i << " sequence " << d.sequence;
       concat[d.sequence].tokens.insert(concat[d.sequence].tokens.end(), t.begin(), t.end());
       concat[d.sequence].logprobs.insert(concat[d.sequence].logprobs.end(), l.begin(), l.end());
+      auto& p = out.pieces[d.sequence];
+      p.insert(p.end(), d.pieces.begin(), d.pieces.end());
     }
   }
-  ASSERT_TRUE(msgs.back().ok) << msgs.back().error.message;
+  EXPECT_TRUE(msgs.back().ok) << msgs.back().error.message;
   const auto& fin = std::get<SampleStreamReply>(msgs.back().body);
   EXPECT_TRUE(fin.final);
   EXPECT_TRUE(fin.deltas.empty());
-  const std::vector<Seq> got = read_sequences(fin.sequences, msgs.back().frames);
-  EXPECT_EQ(got, want);
-  for (size_t s = 0; s < 2; ++s) {
-    EXPECT_EQ(concat[s].tokens, got[s].tokens) << "sequence " << s;
-    EXPECT_EQ(concat[s].logprobs, got[s].logprobs) << "sequence " << s;
+  out.final = read_sequences(fin.sequences, msgs.back().frames);
+  EXPECT_EQ(out.final, want);
+  EXPECT_EQ(out.final.size(), 2u);
+  for (size_t s = 0; s < out.final.size() && s < 2; ++s) {
+    EXPECT_EQ(concat[s].tokens, out.final[s].tokens) << "sequence " << s;
+    EXPECT_EQ(concat[s].logprobs, out.final[s].logprobs) << "sequence " << s;
   }
+  return out;
+}
+
+std::string joined(const std::vector<std::string>& pieces) {
+  std::string out;
+  for (const auto& p : pieces) out += p;
+  return out;
+}
+
+SamplingParamsMsg params(int32_t max_tokens, float temperature, uint64_t seed) {
+  SamplingParamsMsg p;
+  p.max_tokens = max_tokens;
+  p.temperature = temperature;
+  p.seed = seed;
+  return p;
 }
 
 TEST_F(StudioOps, SampleStreamEqualsSample) {
   RawClient alice(daemon_->ipc(), kTokenA);
-  check_stream_equals_sample(alice, 0.0f, 0);
-  check_stream_equals_sample(alice, 0.9f, 1234);
+  const std::vector<int32_t> prompt = {1, 403, 407, 261};
+  for (auto [temperature, seed] : {std::pair(0.0f, uint64_t(0)), std::pair(0.9f, uint64_t(1234))}) {
+    SCOPED_TRACE("temperature " + std::to_string(temperature));
+    const Streamed got = check_stream_equals_sample(alice, prompt, params(24, temperature, seed));
+    // No stop token or string: the pieces concatenate to exactly the final text.
+    for (size_t s = 0; s < got.final.size(); ++s) {
+      EXPECT_EQ(joined(got.pieces[s]), got.final[s].text) << "sequence " << s;
+    }
+  }
+}
+
+// The pieces render each token as decode does after the token before it, so they concatenate to
+// the final text exactly — the llama2.c rule that drops the first piece's leading space after
+// BOS included (a prompt of BOS alone) — with two documented exceptions: a stop token's piece is
+// "" (its text is not part of `text`) and a stop string cuts `text` where it starts (the pieces
+// are whole tokens, so they go on with the stop string).
+TEST_F(StudioOps, SampleStreamPiecesConcatenateToTheText) {
+  RawClient alice(daemon_->ipc(), kTokenA);
+  const std::vector<int32_t> bos = {1};
+  const Streamed plain = check_stream_equals_sample(alice, bos, params(32, 0.0f, 0));
+  ASSERT_EQ(plain.final.size(), 2u);
+  const Seq& greedy = plain.final[0];
+  const std::vector<std::string>& pieces = plain.pieces[0];
+  ASSERT_EQ(pieces.size(), greedy.tokens.size());
+  ASSERT_GE(pieces.size(), 8u);
+  EXPECT_EQ(joined(pieces), greedy.text);
+  EXPECT_FALSE(greedy.text.starts_with(' ')) << "leading space after BOS kept: " << greedy.text;
+  EXPECT_NE(greedy.text.find(' '), std::string::npos) << greedy.text;  // later pieces keep theirs
+
+  // A stop token: the greedy sequence's 6th token ends it at its first occurrence, piece "".
+  {
+    SCOPED_TRACE("stop token");
+    const int32_t stop = greedy.tokens[5];
+    const size_t end =
+        size_t(std::find(greedy.tokens.begin(), greedy.tokens.end(), stop) - greedy.tokens.begin());
+    SamplingParamsMsg p = params(32, 0.0f, 0);
+    p.stop_token_ids = {stop};
+    const Streamed got = check_stream_equals_sample(alice, bos, p);
+    ASSERT_EQ(got.final.size(), 2u);
+    EXPECT_EQ(got.final[0].stop_reason, "stop");
+    ASSERT_EQ(got.pieces[0].size(), end + 1);
+    EXPECT_EQ(got.pieces[0].back(), "");
+    EXPECT_EQ(joined(got.pieces[0]), got.final[0].text);
+    EXPECT_EQ(std::vector(got.pieces[0].begin(), got.pieces[0].end() - 1),
+              std::vector(pieces.begin(), pieces.begin() + std::ptrdiff_t(end)));
+  }
+  // A stop string inside the 5th piece: the text stops before it, the pieces include it.
+  {
+    SCOPED_TRACE("stop string");
+    std::string before;
+    for (size_t i = 0; i < 4; ++i) before += pieces[i];
+    ASSERT_FALSE(pieces[4].empty());
+    const std::string stop = pieces[4];
+    SamplingParamsMsg p = params(32, 0.0f, 0);
+    p.stop_strings = {stop};
+    const Streamed got = check_stream_equals_sample(alice, bos, p);
+    ASSERT_EQ(got.final.size(), 2u);
+    EXPECT_EQ(got.final[0].stop_reason, "stop");
+    const std::string all = joined(got.pieces[0]);
+    EXPECT_TRUE(all.starts_with(got.final[0].text + stop)) << all << " | " << got.final[0].text;
+    EXPECT_LE(got.final[0].text.size(), before.size());
+  }
 }
 
 TEST_F(StudioOps, ClientSampleStreamHelper) {
@@ -228,14 +320,18 @@ TEST_F(StudioOps, ClientSampleStreamHelper) {
     const SampleResult want = c.sample("stories260K", prompt, 2, p);
     std::vector<std::vector<int32_t>> tokens(2);
     std::vector<std::vector<float>> logprobs(2);
+    std::vector<std::string> text(2);
     size_t calls = 0;
-    const SampleResult got = c.sample_stream(
-        "stories260K", prompt, 2, p,
-        [&](uint32_t s, std::span<const int32_t> t, std::span<const float> l) {
-          ++calls;
-          tokens.at(s).insert(tokens[s].end(), t.begin(), t.end());
-          logprobs.at(s).insert(logprobs[s].end(), l.begin(), l.end());
-        });
+    const SampleResult got =
+        c.sample_stream("stories260K", prompt, 2, p,
+                        [&](uint32_t s, std::span<const int32_t> t, std::span<const float> l,
+                            std::span<const std::string> pieces) {
+                          ++calls;
+                          EXPECT_EQ(pieces.size(), t.size());
+                          tokens.at(s).insert(tokens[s].end(), t.begin(), t.end());
+                          logprobs.at(s).insert(logprobs[s].end(), l.begin(), l.end());
+                          for (const auto& piece : pieces) text.at(s) += piece;
+                        });
     EXPECT_GT(calls, 2u);
     ASSERT_EQ(got.sequences.size(), 2u);
     EXPECT_EQ(got.revision_id, want.revision_id);
@@ -246,6 +342,7 @@ TEST_F(StudioOps, ClientSampleStreamHelper) {
       EXPECT_EQ(got.sequences[s].stop_reason, want.sequences[s].stop_reason);
       EXPECT_EQ(tokens[s], want.sequences[s].tokens);
       EXPECT_EQ(logprobs[s], want.sequences[s].logprobs);
+      EXPECT_EQ(text[s], want.sequences[s].text);  // no stop: the pieces make the text
     }
     // Errors end the stream: another tenant's address.
     try {

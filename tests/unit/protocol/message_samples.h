@@ -314,8 +314,10 @@ inline Reply sample_reply(Op op, Encoding encoding = Encoding::binary) {
       SampleStreamReply b;
       b.final = true;
       b.revision_id = std::string(64, 'd');
-      b.deltas.push_back({1, add_tensor(f, std::span<const int32_t>(tokens.data(), 2)),
-                          add_tensor(f, std::span<const float>(lps.data(), 2))});
+      b.deltas.push_back({1,
+                          add_tensor(f, std::span<const int32_t>(tokens.data(), 2)),
+                          add_tensor(f, std::span<const float>(lps.data(), 2)),
+                          {"Once", " ✓"}});
       SequenceMsg m;
       m.tokens = add_tensor(f, std::span<const int32_t>(tokens));
       m.logprobs = add_tensor(f, std::span<const float>(lps));

@@ -1,6 +1,6 @@
 // The Studio's messages (messages_studio.h) beyond the every-op round trips: the stream rule
-// (is_final_reply, is_stream_op), a non-final stream message in both encodings, validation of
-// the new request bodies.
+// (is_final_reply, is_stream_op), a non-final stream message in both encodings, text pieces
+// that split a character, validation of the new request bodies.
 
 #include <gtest/gtest.h>
 
@@ -51,6 +51,27 @@ TEST(StudioMessages, NonFinalMessagesRoundTrip) {
     const Reply cb = decode_reply(encode_parts(closed));
     EXPECT_EQ(std::get<EventReply>(cb.body).topic, "closed");
     EXPECT_TRUE(is_final_reply(cb));
+  }
+}
+
+// A byte-level BPE token may end inside a UTF-8 character: its piece travels as raw bytes in
+// binary (the pieces still concatenate to the character) and as U+FFFD per byte in JSON.
+TEST(StudioMessages, SplitCharacterPieces) {
+  for (Encoding enc : {Encoding::binary, Encoding::json}) {
+    Reply r = sample_reply(Op::sample_stream, enc);
+    auto& body = std::get<SampleStreamReply>(r.body);
+    body.final = false;
+    body.sequences.clear();
+    body.deltas[0].pieces = {" \xe2\x9c", "\x93"};  // " ✓" split after two of its bytes
+    const Reply back = decode_reply(encode_parts(r));
+    const auto& pieces = std::get<SampleStreamReply>(back.body).deltas.at(0).pieces;
+    ASSERT_EQ(pieces.size(), 2u);
+    if (enc == Encoding::binary) {
+      EXPECT_EQ(pieces[0] + pieces[1], " ✓");
+    } else {
+      EXPECT_EQ(pieces[0], " \xef\xbf\xbd\xef\xbf\xbd");
+      EXPECT_EQ(pieces[1], "\xef\xbf\xbd");
+    }
   }
 }
 

@@ -1,6 +1,7 @@
 // SampleJob::progress (streaming): across a concurrent mix of jobs, every job's deltas
 // concatenate to exactly its completions, come in sequence order with at least one token each,
-// and all arrive before done; a job that fails gets no further progress call.
+// name the token before their first one (prev), and all arrive before done; a job that fails gets
+// no further progress call.
 
 #include <gtest/gtest.h>
 
@@ -46,7 +47,8 @@ TEST(SchedulerProgress, DeltasConcatenateToTheCompletions) {
     r.tokens.resize(size_t(job.num_samples));
     r.logprobs.resize(size_t(job.num_samples));
     SampleJob submitted = job;
-    submitted.progress = [&r](std::span<const SampleDelta> deltas) {
+    submitted.progress = [&r,
+                          prompt_last = job.prompt.back()](std::span<const SampleDelta> deltas) {
       std::lock_guard lock(r.mutex);
       ++r.calls;
       if (r.done) r.after_done = true;
@@ -56,6 +58,8 @@ TEST(SchedulerProgress, DeltasConcatenateToTheCompletions) {
           r.order_ok = false;
         }
         last = d.sequence;
+        const auto& so_far = r.tokens.at(size_t(d.sequence));
+        if (d.prev != (so_far.empty() ? prompt_last : so_far.back())) r.order_ok = false;
         r.tokens.at(size_t(d.sequence)).insert(r.tokens[size_t(d.sequence)].end(),
                                                d.tokens.begin(), d.tokens.end());
         r.logprobs.at(size_t(d.sequence)).insert(r.logprobs[size_t(d.sequence)].end(),

@@ -65,19 +65,30 @@ struct DatasetsReply {
 // ---- streaming sample ----------------------------------------------------------------------
 
 /// New tokens of one sequence since the previous message of the stream.
+///
+/// `pieces[i]` is the text of `tokens[i]` as the base's tokenizer decodes that token on its own
+/// after the token before it (the previous token of the sequence, or the prompt's last token
+/// for the first one: llama2.c drops a piece's leading space after BOS, as its decode does).
+/// A stop token's piece is "" (stop_token_ids; its text is never part of `text`), and every
+/// piece is "" when the base has no tokenizer. Byte-level BPE pieces may split a multi-byte
+/// character: the binary encoding carries the raw bytes (concatenating them rebuilds the
+/// character), the JSON encoding shows U+FFFD per invalid byte. The final sequence's `text` is
+/// the concatenation of its pieces, cut where a stop string starts.
 struct SampleDeltaMsg {
   bool operator==(const SampleDeltaMsg&) const = default;
-  uint32_t sequence = 0;  // index among the request's num_samples
-  TensorRef tokens;       // int32 [k], k >= 1
-  TensorRef logprobs;     // float32 [k]
+  uint32_t sequence = 0;            // index among the request's num_samples
+  TensorRef tokens;                 // int32 [k], k >= 1
+  TensorRef logprobs;               // float32 [k]
+  std::vector<std::string> pieces;  // [k], see above
   template <class A> void serialize(A& ar, uint32_t) {
-    ar(CEREAL_NVP(sequence), CEREAL_NVP(tokens), CEREAL_NVP(logprobs));
+    ar(CEREAL_NVP(sequence), CEREAL_NVP(tokens), CEREAL_NVP(logprobs), CEREAL_NVP(pieces));
   }
 };
 /// op "sample_stream" (body SampleRequest): zero or more messages with `final` false and
 /// `deltas` (at most one per sequence and message, in sequence order), then one with `final`
 /// true whose `sequences` are exactly what `sample` returns for the same request (and whose
-/// `deltas` are empty). Concatenating a sequence's deltas gives its final `tokens`/`logprobs`.
+/// `deltas` are empty). Concatenating a sequence's deltas gives its final `tokens`/`logprobs`
+/// (and its pieces the final `text`, up to a stop string).
 struct SampleStreamReply {
   bool operator==(const SampleStreamReply&) const = default;
   bool final = false;

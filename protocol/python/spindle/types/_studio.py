@@ -35,10 +35,15 @@ class DatasetInfo:
 
 @dataclass
 class SampleDelta:
-    """New tokens of one sequence (index among num_samples) of a sample_stream."""
+    """New tokens of one sequence (index among num_samples) of a sample_stream. pieces[i] is
+    the text of tokens[i] as the base's tokenizer decodes it after the token before it (a stop
+    token's is "", all are "" when the base has no tokenizer; a piece that ends inside a UTF-8
+    character shows U+FFFD per byte, as the SDK reads the JSON encoding). A sequence's pieces
+    concatenate to its final text, cut where a stop string starts."""
     sequence: int = 0
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    pieces: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -76,6 +76,9 @@ struct SampleDelta {
   int32_t sequence = 0;              // index among the job's num_samples
   std::span<const int32_t> tokens;   // k >= 1
   std::span<const float> logprobs;   // k
+  // The token before tokens[0]: the sequence's previous token, or the prompt's last one for
+  // its first delta (what a tokenizer's decode needs as `prev` to render tokens[0]).
+  int32_t prev = -1;
 };
 
 struct SampleJob {

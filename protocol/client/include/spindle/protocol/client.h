@@ -185,14 +185,15 @@ class Client {
   RewardPluginsReply plugin_rescan();
   /// The server's built-in prompt datasets with `examples` (0..20) first train rows each.
   DatasetsReply datasets(uint32_t examples = 3);
-  /// sample() that streams: `on_delta` gets each sequence's new tokens and logprobs as the
-  /// server produces them; blocks until the final message and returns exactly what sample()
-  /// returns for the same request.
-  SampleResult sample_stream(const std::string& address, std::span<const int32_t> prompt,
-                             int32_t num_samples, const SamplingParamsMsg& params,
-                             const std::function<void(uint32_t sequence,
-                                                      std::span<const int32_t> tokens,
-                                                      std::span<const float> logprobs)>& on_delta);
+  /// sample() that streams: `on_delta` gets each sequence's new tokens, logprobs and text
+  /// pieces (one per token, SampleDeltaMsg::pieces) as the server produces them; blocks until
+  /// the final message and returns exactly what sample() returns for the same request.
+  SampleResult sample_stream(
+      const std::string& address, std::span<const int32_t> prompt, int32_t num_samples,
+      const SamplingParamsMsg& params,
+      const std::function<void(uint32_t sequence, std::span<const int32_t> tokens,
+                               std::span<const float> logprobs,
+                               std::span<const std::string> pieces)>& on_delta);
 
   /// Builds the request body and frames of a forward/forward_backward call (exposed for tests
   /// and for callers using send()).
