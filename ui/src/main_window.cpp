@@ -224,9 +224,7 @@ void MainWindow::showView(int index) {
 void MainWindow::setDarkTheme(bool dark) {
   dark_ = dark;
   apply_theme(dark);
-  for (StudioView* v : views_) {
-    if (v == residency_) residency_->panel()->setDarkStyle(dark);
-  }
+  if (residency_ && residency_->panel()) residency_->panel()->setDarkStyle(dark);
   QSettings().setValue("theme/dark", dark);
 }
 

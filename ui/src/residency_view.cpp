@@ -1,5 +1,8 @@
 #include "spindle/ui/residency_view.h"
 
+#include <QGuiApplication>
+#include <QLabel>
+#include <QOpenGLContext>
 #include <QTimer>
 #include <QVBoxLayout>
 
@@ -101,6 +104,13 @@ void draw_sparkline(const QVector<float>& h, double now) {
 
 }  // namespace
 
+bool opengl_available() {
+  const QString platform = QGuiApplication::platformName();
+  if (platform == "offscreen" || platform == "minimal") return false;
+  QOpenGLContext probe;
+  return probe.create();
+}
+
 ResidencyPanel::ResidencyPanel(ResidencyModel* model, QWidget* parent)
     : ImGuiWidget(parent), model_(model) {
   setMinimumSize(480, 360);
@@ -182,10 +192,20 @@ void ResidencyPanel::drawFrame() {
 ResidencyView::ResidencyView(Connection* connection, QWidget* parent)
     : StudioView(connection, parent),
       model_(new ResidencyModel(connection, this)),
-      panel_(new ResidencyPanel(model_, this)) {
+      panel_(opengl_available() ? new ResidencyPanel(model_, this) : nullptr) {
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(0, 0, 0, 0);
-  layout->addWidget(panel_);
+  if (panel_) {
+    layout->addWidget(panel_);
+  } else {
+    auto* note = new QLabel(tr("The residency panel draws with OpenGL, which this display (Qt platform "
+                               "'%1') does not offer; the figures are in the status bar.")
+                                .arg(QGuiApplication::platformName()),
+                            this);
+    note->setWordWrap(true);
+    note->setAlignment(Qt::AlignCenter);
+    layout->addWidget(note);
+  }
   connect(model_, &ResidencyModel::error, this, &StudioView::statusMessage);
 }
 
@@ -207,8 +227,10 @@ void ResidencyView::prepareScreenshot() {
   wait->setInterval(50);
   connect(wait, &QTimer::timeout, this, [this, wait] {
     // Status arrived and the panel drew a few frames with it (the sparkline needs samples).
-    if ((model_->hasStatus() && model_->tokensHistory().size() >= 3 && panel_->framesDrawn() > 10) ||
-        !model_->lastError().isEmpty() || (model_->hasStatus() && !panel_->hasGl())) {
+    const bool drawn = panel_ && panel_->framesDrawn() > 10;
+    const bool no_gl = !panel_ || !panel_->hasGl();
+    if ((model_->hasStatus() && model_->tokensHistory().size() >= 3 && drawn) ||
+        !model_->lastError().isEmpty() || (model_->hasStatus() && no_gl)) {
       wait->deleteLater();
       emit readyForScreenshot();
     }

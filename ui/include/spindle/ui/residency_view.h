@@ -11,6 +11,10 @@ namespace spindle::ui {
 
 class ResidencyModel;
 
+// Whether this display can create an OpenGL context (false on Qt's offscreen and minimal
+// platforms, where a QOpenGLWidget in a shown window crashes Qt 6.4's backing-store flush).
+bool opengl_available();
+
 class ResidencyPanel : public ImGuiWidget {
   Q_OBJECT
  public:
@@ -33,7 +37,7 @@ class ResidencyView : public StudioView {
   void prepareScreenshot() override;
 
   ResidencyModel* model() const { return model_; }
-  ResidencyPanel* panel() const { return panel_; }
+  ResidencyPanel* panel() const { return panel_; }  // null without OpenGL (a note instead)
 
  protected:
   void showEvent(QShowEvent* e) override;
