@@ -104,8 +104,8 @@ PlaygroundColumnWidget::PlaygroundColumnWidget(PlaygroundModel* model, int colum
   text_->setAcceptRichText(false);
   text_->setPlaceholderText(tr("The completion appears here (the prompt in grey)"));
   top->addWidget(text_, 3);
-  auto* legend = new QLabel(tr("Tokens by id, shaded by p = exp(logprob) (darker = more "
-                               "likely); hover one for its logprob"),
+  auto* legend = new QLabel(tr("Tokens as their text (· = space), shaded by p = exp(logprob) "
+                               "(darker = more likely); hover one for its id and logprob"),
                             this);
   legend->setWordWrap(true);
   legend->setForegroundRole(QPalette::PlaceholderText);
@@ -224,15 +224,11 @@ void PlaygroundColumnWidget::refresh() {
     state += tr(" · %n token(s)", nullptr, int(s.tokens.size()));
     if (s.final) state += tr(" · stop: %1").arg(s.stop_reason);
     if (!c.revision_id.isEmpty()) state += tr(" · revision %1").arg(c.revision_id.left(12));
-    const QString text = s.final ? s.text
-                                 : (s.tokens.empty() ? QString()
-                                                     : tr("(streaming — the decoded text "
-                                                          "arrives with the last token)"));
-    showText(text);
-    strip_->setTokens(s.tokens, s.logprobs);
+    showText(s.text);  // the streamed pieces, then the server's final text
+    strip_->setTokens(s.tokens, s.logprobs, s.pieces);
   } else {
     showText({});
-    strip_->setTokens({}, {});
+    strip_->setTokens({}, {}, {});
   }
   state_->setPalette(pal);
   state_->setText(state);

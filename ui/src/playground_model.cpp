@@ -154,6 +154,11 @@ void PlaygroundModel::onStreamReply(int id, quint64 request, const Reply& r) {
     const auto logprobs = read_float32(d.logprobs, r.frames, "deltas.logprobs");
     seq.tokens.insert(seq.tokens.end(), tokens.begin(), tokens.end());
     seq.logprobs.insert(seq.logprobs.end(), logprobs.begin(), logprobs.end());
+    seq.pieces.insert(seq.pieces.end(), d.pieces.begin(), d.pieces.end());
+    seq.pieces.resize(seq.tokens.size());  // the server sends one per token; stay aligned
+    std::string text;
+    for (const std::string& piece : seq.pieces) text += piece;
+    seq.text = QString::fromStdString(text);
     ++seq.messages;
   }
   if (m.final) {
@@ -164,6 +169,7 @@ void PlaygroundModel::onStreamReply(int id, quint64 request, const Reply& r) {
       PlaygroundSequence& seq = c.sequences[i];
       seq.tokens = read_int32(s.tokens, r.frames, "sequences.tokens");
       seq.logprobs = read_float32(s.logprobs, r.frames, "sequences.logprobs");
+      seq.pieces.resize(seq.tokens.size());  // the streamed ones (the final carries none)
       seq.text = QString::fromStdString(s.text);
       seq.stop_reason = QString::fromStdString(s.stop_reason);
       seq.final = true;

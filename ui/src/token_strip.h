@@ -1,9 +1,9 @@
 #pragma once
-// A flow of token chips for one sequence: each chip shows the token id, its background is the
+// A flow of token chips for one sequence: each chip shows the token's text piece (whitespace
+// made visible: '·' for a space, \n, \t; bytes of a character split across tokens as \xNN; a
+// token with no text, such as a stop token, as its id in brackets), its background is the
 // palette's highlight colour with alpha from exp(logprob) (likely tokens dark, surprising ones
-// faint), and hovering shows a tooltip with id, logprob and probability. The protocol sends no
-// per-token text (playground_model.h), so the chip text is the id; the sequence's decoded text
-// is shown next to the strip by the column once it arrives.
+// faint), and hovering shows "id N · 'piece' · logprob X · p Y".
 //
 // The widget lays chips out left to right, wrapping at its width (heightForWidth), and only
 // paints: no state but the tokens it was given.
@@ -11,6 +11,7 @@
 #include <QWidget>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace spindle::ui {
@@ -19,12 +20,18 @@ class TokenStrip : public QWidget {
   Q_OBJECT
  public:
   explicit TokenStrip(QWidget* parent = nullptr);
-  void setTokens(std::vector<int32_t> tokens, std::vector<float> logprobs);
+  // `pieces` are raw bytes, one per token (missing ones count as "").
+  void setTokens(std::vector<int32_t> tokens, std::vector<float> logprobs,
+                 std::vector<std::string> pieces);
   int tokenCount() const { return int(tokens_.size()); }
-  // The tooltip text of chip `i` (tests read it).
+  // The chip text and tooltip text of chip `i` (tests read them).
+  QString chipText(int i) const;
   QString tokenToolTip(int i) const;
   // Alpha (0..255) of the chip background for a logprob.
   static int shadeAlpha(float logprob);
+  // A piece as text: valid UTF-8 decoded, other bytes as \xNN, \n \r \t escaped; with
+  // `visible_spaces` a space shows as '·'.
+  static QString displayPiece(const std::string& piece, bool visible_spaces);
 
   bool hasHeightForWidth() const override { return true; }
   int heightForWidth(int width) const override;
@@ -38,6 +45,7 @@ class TokenStrip : public QWidget {
   std::vector<QRect> layoutChips(int width) const;
   std::vector<int32_t> tokens_;
   std::vector<float> logprobs_;
+  std::vector<std::string> pieces_;
 };
 
 }  // namespace spindle::ui

@@ -1,6 +1,8 @@
 // The Playground against a real spindled: columns of completions equal the blocking client's
 // `sample` with the same prompt tokens, seeds and parameters (tokens, logprobs, text), tokens
-// arrive over several stream messages, errors show in their column, and the view renders.
+// arrive over several stream messages with one text piece each (concatenating to the text,
+// shown while streaming), chips show the pieces and tooltips name id, piece and logprob, errors
+// show in their column, and the view renders.
 
 #include <QApplication>
 #include <QImage>
@@ -8,6 +10,7 @@
 #include <QSignalSpy>
 #include <QTest>
 
+#include <cctype>
 #include <cmath>
 #include <set>
 
@@ -102,6 +105,22 @@ TEST_F(PlaygroundTest, TwoColumnsEqualBlockingSampleAndStreamTokens) {
   EXPECT_EQ(model->column(1).address.toStdString(), policy);
   model->setParams(1, params(11));
 
+  // While streaming, every sequence has one piece per token and shows their concatenation.
+  int streamed_updates = 0, misaligned = 0;
+  const auto watch =
+      QObject::connect(model, &ui::PlaygroundModel::columnChanged, model, [&](int index) {
+        for (const ui::PlaygroundSequence& seq : model->column(index).sequences) {
+          if (seq.final || seq.tokens.empty()) continue;
+          std::string joined;
+          for (const auto& piece : seq.pieces) joined += piece;
+          if (seq.pieces.size() != seq.tokens.size() ||
+              seq.text != QString::fromStdString(joined)) {
+            ++misaligned;
+          }
+          if (!seq.text.isEmpty()) ++streamed_updates;
+        }
+      });
+
   const QString prompt = QStringLiteral("Once upon a time, a little girl");
   view.setPrompt(prompt);
   view.runAction()->trigger();
@@ -129,6 +148,12 @@ TEST_F(PlaygroundTest, TwoColumnsEqualBlockingSampleAndStreamTokens) {
         EXPECT_NEAR(got.logprobs[k], want.logprobs[k], 1e-4) << "column " << c << " token " << k;
       }
       EXPECT_EQ(got.text.toStdString(), want.text) << "column " << c << " sample " << s;
+      // The blocking reply has no pieces; the streamed ones concatenate to its text exactly
+      // (no stop strings or stop tokens here; PROTOCOL.md "Streaming sample").
+      ASSERT_EQ(got.pieces.size(), want.tokens.size());
+      std::string joined;
+      for (const auto& piece : got.pieces) joined += piece;
+      EXPECT_EQ(joined, want.text) << "column " << c << " sample " << s;
       EXPECT_EQ(got.stop_reason.toStdString(), want.stop_reason);
       // Streamed: one message per engine step, so a sequence of several tokens came in several.
       if (want.tokens.size() >= 2) EXPECT_GT(got.messages, 1) << "column " << c << " sample " << s;
@@ -137,6 +162,9 @@ TEST_F(PlaygroundTest, TwoColumnsEqualBlockingSampleAndStreamTokens) {
     first_logprobs.push_back(col.sequences[0].logprobs);
   }
   EXPECT_NE(first_logprobs[0], first_logprobs[1]) << "the trained policy samples like the base";
+  QObject::disconnect(watch);
+  EXPECT_EQ(misaligned, 0);
+  EXPECT_GT(streamed_updates, 0) << "no text was shown before the final message";
 
   // The widgets show what the model holds: text of the browsed sample and one chip per token.
   const auto columns = view.columnWidgets();
@@ -151,9 +179,33 @@ TEST_F(PlaygroundTest, TwoColumnsEqualBlockingSampleAndStreamTokens) {
   }
   const auto& seq0 = model->column(0).sequences[0];
   columns[0]->showSample(0);
-  const QString tip = columns[0]->tokenStrip()->tokenToolTip(0);
-  EXPECT_TRUE(tip.contains(QString::number(seq0.tokens[0]))) << tip.toStdString();
-  EXPECT_TRUE(tip.contains(QString::number(seq0.logprobs[0], 'f', 4))) << tip.toStdString();
+  const ui::TokenStrip* strip = columns[0]->tokenStrip();
+  // A token whose piece is a word after a space (stories text is ASCII): the tooltip quotes the
+  // piece as is, the chip shows the space as '·'.
+  size_t k = 0;
+  while (k < seq0.pieces.size() && !(seq0.pieces[k].size() > 1 && seq0.pieces[k][0] == ' ' &&
+                                     std::isalpha(static_cast<unsigned char>(seq0.pieces[k][1])))) {
+    ++k;
+  }
+  ASSERT_LT(k, seq0.pieces.size()) << "no ' word' piece in " << seq0.text.toStdString();
+  const QString piece = QString::fromStdString(seq0.pieces[k]);
+  const QString tip = strip->tokenToolTip(int(k));
+  EXPECT_TRUE(tip.startsWith(QStringLiteral("id %1 · ").arg(seq0.tokens[k]))) << tip.toStdString();
+  EXPECT_TRUE(tip.contains("'" + piece + "'")) << tip.toStdString();
+  EXPECT_TRUE(tip.contains(QString::number(seq0.logprobs[k], 'f', 4))) << tip.toStdString();
+  EXPECT_TRUE(tip.contains(QString::number(std::exp(double(seq0.logprobs[k])), 'f', 4)))
+      << tip.toStdString();
+  EXPECT_EQ(strip->chipText(int(k)), QChar(0x00B7) + piece.mid(1));
+  // Whitespace and split characters stay visible on chips; a token without text shows its id.
+  EXPECT_EQ(ui::TokenStrip::displayPiece(" a\n", /*visible_spaces=*/true),
+            QString(QChar(0x00B7)) + "a\\n");
+  EXPECT_EQ(ui::TokenStrip::displayPiece("\xe2\x9c", /*visible_spaces=*/false),
+            QStringLiteral("\\xE2\\x9C"));
+  EXPECT_EQ(ui::TokenStrip::displayPiece("✓", /*visible_spaces=*/false), QStringLiteral("✓"));
+  ui::TokenStrip stop_strip;
+  stop_strip.setTokens({7, 2}, {-0.5f, -1.0f}, {"hi", ""});
+  EXPECT_EQ(stop_strip.chipText(1), QStringLiteral("[2]"));
+  EXPECT_TRUE(stop_strip.tokenToolTip(1).startsWith(QStringLiteral("id 2 · '' · ")));
   EXPECT_GT(ui::TokenStrip::shadeAlpha(-0.01f), ui::TokenStrip::shadeAlpha(-5.0f));
 }
 

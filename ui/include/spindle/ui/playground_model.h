@@ -7,11 +7,13 @@
 // their sequence as they come, and the final message replaces every sequence with exactly what
 // `sample` would have returned (tokens, logprobs, text, stop_reason).
 //
-// Token text: the protocol sends decoded text per *sequence* (final message only), never per
-// token, and has no detokenize op. Tokenizing prefixes to recover pieces would cost one request
-// per token, so the Playground does not pretend: a token is shown by its id and logprob (shaded
-// by exp(logprob)) while and after it streams, and the sequence's real text is shown once the
-// final message brings it (PlaygroundSequence::text stays empty until then).
+// Token text: every stream delta carries each token's text piece (SampleDeltaMsg::pieces, as
+// the base's tokenizer renders the token after the one before it), kept per token in
+// PlaygroundSequence::pieces as raw bytes; the final message carries none, so the streamed
+// pieces stay. While streaming, `text` is the pieces so far decoded as one UTF-8 string (a
+// character split across tokens joins up); the final message replaces it with the server's
+// text, which equals the concatenated pieces except that a stop string cuts it (a stop token's
+// piece is "").
 //
 // Threading: GUI thread only. Replies arrive through Connection (queued); a reply of an older
 // run (run() again, a column removed) is ignored, matched by the column's request number.
@@ -21,6 +23,7 @@
 #include <QStringList>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "spindle/protocol/wire.h"
@@ -42,8 +45,9 @@ struct PlaygroundParams {
 
 struct PlaygroundSequence {
   std::vector<int32_t> tokens;
-  std::vector<float> logprobs;  // raw log-softmax of each sampled token
-  QString text;                 // decoded completion; "" until final
+  std::vector<float> logprobs;      // raw log-softmax of each sampled token
+  std::vector<std::string> pieces;  // each token's text, raw bytes (may split a character)
+  QString text;                     // the pieces so far while streaming; the server's once final
   QString stop_reason;          // "stop" | "length" once final
   bool final = false;
   int messages = 0;             // stream messages that carried tokens of this sequence
