@@ -41,9 +41,9 @@ void CatalogModel::tagRows(const QList<int>& rows, const QStringList& add,
                            const QStringList& remove) {
   clearError();
   for (int row : rows) {
-    if (row < 0 || row >= rows_.size()) continue;
+    if (row < 0 || row >= int(rows_.size())) continue;
     TagRequest q;
-    q.address = rows_[row].address;
+    q.address = rows_[size_t(row)].address;
     q.add = to_std(add);
     q.remove = to_std(remove);
     connection_->post(this, Op::catalog_tag, q, [this](const Reply& r) {
@@ -63,11 +63,11 @@ void CatalogModel::tagRows(const QList<int>& rows, const QStringList& add,
 
 void CatalogModel::forkRow(int row, const QString& name) {
   clearError();
-  if (row < 0 || row >= rows_.size()) return;
+  if (row < 0 || row >= int(rows_.size())) return;
   ForkRequest q;
-  q.address = rows_[row].address + "@latest";
+  q.address = rows_[size_t(row)].address + "@latest";
   q.name = name.trimmed().toStdString();
-  const QString from = QString::fromStdString(rows_[row].name);
+  const QString from = QString::fromStdString(rows_[size_t(row)].name);
   connection_->post(this, Op::catalog_fork, q, [this, from](const Reply& r) {
     if (!r.ok) return setError(r);
     const auto& p = std::get<PolicyReply>(r.body).policy;
@@ -78,10 +78,10 @@ void CatalogModel::forkRow(int row, const QString& name) {
 
 void CatalogModel::rollbackRow(int row, const QString& revision_address) {
   clearError();
-  if (row < 0 || row >= rows_.size()) return;
+  if (row < 0 || row >= int(rows_.size())) return;
   AddressRequest q;
   const QString a = revision_address.trimmed();
-  q.address = a.startsWith("spindle://") ? a.toStdString() : rows_[row].address + "@" + a.toStdString();
+  q.address = a.startsWith("spindle://") ? a.toStdString() : rows_[size_t(row)].address + "@" + a.toStdString();
   connection_->post(this, Op::catalog_rollback, q, [this](const Reply& r) {
     if (!r.ok) return setError(r);
     const auto& p = std::get<PolicyReply>(r.body).policy;
@@ -103,11 +103,11 @@ void CatalogModel::deleteRows(const QList<int>& rows) {
   // Highest row first, so each recorded row is the position to put it back at when the
   // stack is unwound in reverse (undoDelete).
   for (int row : sorted) {
-    if (row < 0 || row >= rows_.size()) continue;
-    const QString address = QString::fromStdString(rows_[row].address);
+    if (row < 0 || row >= int(rows_.size())) continue;
+    const QString address = QString::fromStdString(rows_[size_t(row)].address);
     beginRemoveRows({}, row, row);
-    pending_delete_.push_back({rows_[row], row});
-    rows_.remove(row);
+    pending_delete_.push_back({rows_[size_t(row)], row});
+    rows_.erase(rows_.begin() + row);
     loaded_.remove(address);
     hidden_addresses_.insert(address);
     endRemoveRows();
@@ -128,7 +128,7 @@ void CatalogModel::undoDelete() {
     if (loaded_.contains(address)) continue;  // a page brought it back meanwhile (cannot: hidden)
     const int at = std::min(it->row, int(rows_.size()));
     beginInsertRows({}, at, at);
-    rows_.insert(at, it->policy);
+    rows_.insert(rows_.begin() + at, it->policy);
     loaded_.insert(address);
     endInsertRows();
   }
@@ -194,8 +194,8 @@ void CatalogModel::importPeft(const QString& dir, const QString& name, const QSt
 
 void CatalogModel::exportPeft(int row, const QString& dir) {
   clearError();
-  if (row < 0 || row >= rows_.size()) return;
-  AddressRequest q{rows_[row].address + "@latest"};
+  if (row < 0 || row >= int(rows_.size())) return;
+  AddressRequest q{rows_[size_t(row)].address + "@latest"};
   connection_->post(this, Op::export_peft, q, [this, dir](const Reply& r) {
     if (!r.ok) return setError(r);
     const auto& e = std::get<ExportPeftReply>(r.body);

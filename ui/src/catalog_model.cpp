@@ -70,8 +70,8 @@ int CatalogModel::columnCount(const QModelIndex& parent) const {
 }
 
 QVariant CatalogModel::data(const QModelIndex& index, int role) const {
-  if (!index.isValid() || index.row() >= rows_.size()) return {};
-  const PolicyInfo& p = rows_[index.row()];
+  if (!index.isValid() || index.row() >= int(rows_.size())) return {};
+  const PolicyInfo& p = rows_[size_t(index.row())];
   switch (role) {
     case Qt::DisplayRole:
       switch (index.column()) {
@@ -185,7 +185,7 @@ void CatalogModel::onPage(quint64 generation, const Reply& reply, bool search) {
   if (!fresh.isEmpty()) {
     beginInsertRows({}, rowCount(), rowCount() + int(fresh.size()) - 1);
     for (const PolicyInfo& p : fresh) loaded_.insert(QString::fromStdString(p.address));
-    rows_ += fresh;
+    rows_.insert(rows_.end(), std::make_move_iterator(fresh.begin()), std::make_move_iterator(fresh.end()));
     endInsertRows();
     // Search results keep their relevance order unless the user picked a column to sort by.
     if (!isNameOrder()) applySort();
@@ -235,20 +235,20 @@ void CatalogModel::search(const QString& text) {
 
 int CatalogModel::rowOfName(const QString& name) const {
   const std::string n = name.toStdString();
-  for (int i = 0; i < rows_.size(); ++i)
-    if (rows_[i].name == n) return i;
+  for (int i = 0; i < int(rows_.size()); ++i)
+    if (rows_[size_t(i)].name == n) return i;
   return -1;
 }
 
 int CatalogModel::rowOfAddress(const QString& address) const {
   const std::string a = address.toStdString();
-  for (int i = 0; i < rows_.size(); ++i)
-    if (rows_[i].address == a) return i;
+  for (int i = 0; i < int(rows_.size()); ++i)
+    if (rows_[size_t(i)].address == a) return i;
   return -1;
 }
 
 QString CatalogModel::addressAt(int row) const {
-  return row >= 0 && row < rows_.size() ? QString::fromStdString(rows_[row].address) : QString();
+  return row >= 0 && row < int(rows_.size()) ? QString::fromStdString(rows_[size_t(row)].address) : QString();
 }
 
 void CatalogModel::setColumnHidden(int column, bool hidden) {
@@ -291,7 +291,7 @@ void CatalogModel::applySort() {
   std::stable_sort(rows_.begin(), rows_.end(),
                    [this](const PolicyInfo& a, const PolicyInfo& b) { return lessThan(a, b); });
   QHash<QString, int> where;
-  for (int i = 0; i < rows_.size(); ++i) where.insert(QString::fromStdString(rows_[i].address), i);
+  for (int i = 0; i < int(rows_.size()); ++i) where.insert(QString::fromStdString(rows_[size_t(i)].address), i);
   QModelIndexList after;
   for (int k = 0; k < before.size(); ++k) {
     const int row = where.value(addresses[k], -1);
@@ -306,16 +306,16 @@ void CatalogModel::insertNew(const PolicyInfo& p) {
   if (loaded_.contains(address)) return replacePolicy(p);
   if (!passes(p) || isSearch()) return;
   // In name order a row past the last loaded one arrives with a later page: leave it to it.
-  if (!at_end_ && !rows_.isEmpty() && p.name > rows_.back().name) return;
+  if (!at_end_ && !rows_.empty() && p.name > rows_.back().name) return;
   int at = int(rows_.size());
-  for (int i = 0; i < rows_.size(); ++i) {
-    if (isNameOrder() ? p.name < rows_[i].name : lessThan(p, rows_[i])) {
+  for (int i = 0; i < int(rows_.size()); ++i) {
+    if (isNameOrder() ? p.name < rows_[size_t(i)].name : lessThan(p, rows_[size_t(i)])) {
       at = i;
       break;
     }
   }
   beginInsertRows({}, at, at);
-  rows_.insert(at, p);
+  rows_.insert(rows_.begin() + at, p);
   loaded_.insert(address);
   endInsertRows();
 }
@@ -323,7 +323,7 @@ void CatalogModel::insertNew(const PolicyInfo& p) {
 void CatalogModel::replacePolicy(const PolicyInfo& p) {
   const int row = rowOfAddress(QString::fromStdString(p.address));
   if (row < 0) return;
-  rows_[row] = p;
+  rows_[size_t(row)] = p;
   emit dataChanged(index(row, 0), index(row, ColumnCount - 1));
 }
 

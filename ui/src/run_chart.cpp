@@ -1,5 +1,7 @@
 #include "spindle/ui/run_chart.h"
 
+#include <vector>
+
 #include <QChart>
 #include <QChartView>
 #include <QComboBox>
@@ -71,12 +73,18 @@ RunChart::RunChart(MetricsModel* primary, MetricsModel* compare, QWidget* parent
   connect(metric_, &QComboBox::currentIndexChanged, this, &RunChart::redraw);
   connect(compare_box_, &QComboBox::currentIndexChanged, this,
           [this] { emit compareRunChosen(compare_box_->currentData().toString()); });
+  // Streamed points redraw at most every kRedrawMs (a run can send 50 events/s; a chart
+  // refreshed 10 times a second reads as live and keeps the GUI thread free); a metric or
+  // compare choice redraws at once.
+  redraw_timer_.setSingleShot(true);
+  redraw_timer_.setInterval(kRedrawMs);
+  connect(&redraw_timer_, &QTimer::timeout, this, [this] {
+    updateMetrics();
+    redraw();
+  });
   for (MetricsModel* m : {primary_, compare_}) {
-    connect(m, &MetricsModel::rowsAdded, this, [this] {
-      updateMetrics();
-      redraw();
-    });
-    connect(m, &MetricsModel::runUpdated, this, &RunChart::redraw);
+    connect(m, &MetricsModel::rowsAdded, this, &RunChart::scheduleRedraw);
+    connect(m, &MetricsModel::runUpdated, this, &RunChart::scheduleRedraw);
   }
   applyPalette();
   updateMetrics();
@@ -118,41 +126,73 @@ void RunChart::updateMetrics() {
 
 int RunChart::seriesCount() const { return int(chart_->series().size()); }
 
+void RunChart::scheduleRedraw() {
+  if (!redraw_timer_.isActive()) redraw_timer_.start();
+}
+
+void RunChart::flushRedraw() {
+  if (!redraw_timer_.isActive()) return;
+  redraw_timer_.stop();
+  updateMetrics();
+  redraw();
+}
+
 void RunChart::redraw() {
-  chart_->removeAllSeries();
+  redraw_timer_.stop();
   const QString key = metric();
   double x0 = 0, x1 = 1, y0 = 0, y1 = 0;
   bool any = false;
-  auto add = [&](MetricsModel* model, bool dashed) {
+  // The series the chart should show, in order; existing QLineSeries are reused when the list
+  // is unchanged (replace() of their points), which is what keeps a streaming redraw cheap.
+  struct Want {
+    QString name;
+    QList<QPointF> points;
+    int colour;
+    bool dashed;
+  };
+  std::vector<Want> want;
+  for (MetricsModel* model : {primary_, compare_}) {
+    if (model->runId().isEmpty()) continue;
+    const bool dashed = model == compare_;
     const QStringList policies = model->policies();
     for (int i = 0; i < policies.size(); ++i) {
-      const QList<QPointF> points = model->series(policies[i], key);
+      want.push_back({dashed ? QString("%1 (%2)").arg(policies[i], model->runId().left(8)) : policies[i],
+                      model->series(policies[i], key), i, dashed});
+    }
+  }
+  QList<QAbstractSeries*> have = chart_->series();
+  bool same = have.size() == qsizetype(want.size());
+  for (size_t i = 0; same && i < want.size(); ++i) same = have[qsizetype(i)]->name() == want[i].name;
+  if (!same) {
+    chart_->removeAllSeries();
+    for (const Want& w : want) {
       auto* s = new QLineSeries(chart_);
-      s->setName(dashed ? QString("%1 (%2)").arg(policies[i], model->runId().left(8))
-                        : policies[i]);
-      QPen pen(series_colour(i), 2);
-      if (dashed) pen.setStyle(Qt::DashLine);
+      s->setName(w.name);
+      QPen pen(series_colour(w.colour), 2);
+      if (w.dashed) pen.setStyle(Qt::DashLine);
       s->setPen(pen);
-      s->setPointsVisible(points.size() < 60);
-      s->replace(points);
       chart_->addSeries(s);
       s->attachAxis(x_);
       s->attachAxis(y_);
-      for (const QPointF& p : points) {
-        if (!any) {
-          y0 = y1 = p.y();
-          x1 = std::max(x1, p.x());
-          any = true;
-        }
-        x0 = std::min(x0, p.x());
-        x1 = std::max(x1, p.x());
-        y0 = std::min(y0, p.y());
-        y1 = std::max(y1, p.y());
-      }
     }
-  };
-  if (!primary_->runId().isEmpty()) add(primary_, /*dashed=*/false);
-  if (!compare_->runId().isEmpty()) add(compare_, /*dashed=*/true);
+    have = chart_->series();
+  }
+  for (size_t i = 0; i < want.size(); ++i) {
+    auto* s = static_cast<QLineSeries*>(have[qsizetype(i)]);
+    s->setPointsVisible(want[i].points.size() < 60);
+    s->replace(want[i].points);
+    for (const QPointF& p : want[i].points) {
+      if (!any) {
+        y0 = y1 = p.y();
+        x1 = std::max(x1, p.x());
+        any = true;
+      }
+      x0 = std::min(x0, p.x());
+      x1 = std::max(x1, p.x());
+      y0 = std::min(y0, p.y());
+      y1 = std::max(y1, p.y());
+    }
+  }
   const double pad = y1 > y0 ? (y1 - y0) * 0.08 : std::max(std::abs(y0) * 0.1, 0.5);
   // Integer step ticks (1, 2, 5, 10, ... apart) on a range padded so the last point isn't cut.
   double interval = 1;

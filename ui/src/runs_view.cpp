@@ -129,6 +129,7 @@ RunsView::RunsView(Connection* connection, QWidget* parent)
   connect(metrics_, &MetricsModel::rowsAdded, this, [this] {
     if (!screenshot_pending_ || !metrics_->loaded()) return;
     screenshot_pending_ = false;
+    chart_->flushRedraw();
     emit readyForScreenshot();
   });
   connect(metrics_, &MetricsModel::loadFailed, this, [this] {
@@ -179,11 +180,13 @@ void RunsView::prepareScreenshot() {
   connect(runs_, &RunsModel::refreshed, once, [this, once] {
     once->deleteLater();
     if (runs_->rowCount() == 0) {
+      chart_->flushRedraw();
       emit readyForScreenshot();
       return;
     }
     const QString id = QString::fromStdString(runs_->runAt(0).id);
     if (shownRun() == id && metrics_->loaded()) {
+      chart_->flushRedraw();
       emit readyForScreenshot();
       return;
     }
@@ -247,6 +250,7 @@ void RunsView::forkShown() {
 }
 
 bool RunsView::exportChartPng(const QString& path) const {
+  chart_->flushRedraw();  // the newest points, not the last 10 Hz frame
   return chart_->chartView()->grab().save(path, "PNG");
 }
 

@@ -5,6 +5,7 @@
 // Colours come from a fixed qualitative palette; background, grid and labels from the widget's
 // palette (dark and light themes).
 
+#include <QTimer>
 #include <QWidget>
 
 class QChart;
@@ -30,6 +31,10 @@ class RunChart : public QWidget {
   // Runs the compare selector offers (id, label), "" = none.
   void setCompareChoices(const QList<QPair<QString, QString>>& runs);
   int seriesCount() const;
+  // Streamed points are drawn at most every kRedrawMs; flushRedraw() draws a pending update now
+  // (tests, exports).
+  static constexpr int kRedrawMs = 100;
+  void flushRedraw();
 
  signals:
   void compareRunChosen(QString run_id);  // "" = none
@@ -40,6 +45,7 @@ class RunChart : public QWidget {
  private:
   void updateMetrics();
   void redraw();
+  void scheduleRedraw();
   void applyPalette();
 
   MetricsModel* primary_;
@@ -51,6 +57,7 @@ class RunChart : public QWidget {
   QComboBox* metric_;
   QComboBox* compare_box_;
   QLabel* empty_;
+  QTimer redraw_timer_;
 };
 
 }  // namespace spindle::ui
