@@ -108,7 +108,7 @@ void CatalogModel::deleteRows(const QList<int>& rows) {
     beginRemoveRows({}, row, row);
     pending_delete_.push_back({rows_[size_t(row)], row});
     rows_.erase(rows_.begin() + row);
-    loaded_.remove(address);
+    inserted_.remove(address);
     hidden_addresses_.insert(address);
     endRemoveRows();
     ++hidden;
@@ -125,11 +125,11 @@ void CatalogModel::undoDelete() {
   for (auto it = pending_delete_.crbegin(); it != pending_delete_.crend(); ++it) {
     const QString address = QString::fromStdString(it->policy.address);
     hidden_addresses_.remove(address);
-    if (loaded_.contains(address)) continue;  // a page brought it back meanwhile (cannot: hidden)
+    if (rowOfAddress(address) >= 0) continue;  // a page brought it back meanwhile (cannot: hidden)
     const int at = std::min(it->row, int(rows_.size()));
     beginInsertRows({}, at, at);
     rows_.insert(rows_.begin() + at, it->policy);
-    loaded_.insert(address);
+    inserted_.insert(address);
     endInsertRows();
   }
   pending_delete_.clear();

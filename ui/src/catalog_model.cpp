@@ -173,7 +173,7 @@ void CatalogModel::onPage(quint64 generation, const Reply& reply, bool search) {
   QVector<PolicyInfo> fresh;
   for (const PolicyInfo& p : page.policies) {
     const QString address = QString::fromStdString(p.address);
-    if (!passes(p) || hidden_addresses_.contains(address) || loaded_.contains(address)) continue;
+    if (!passes(p) || hidden_addresses_.contains(address) || inserted_.contains(address)) continue;
     fresh.push_back(p);
   }
   if (search) {
@@ -184,7 +184,6 @@ void CatalogModel::onPage(quint64 generation, const Reply& reply, bool search) {
   }
   if (!fresh.isEmpty()) {
     beginInsertRows({}, rowCount(), rowCount() + int(fresh.size()) - 1);
-    for (const PolicyInfo& p : fresh) loaded_.insert(QString::fromStdString(p.address));
     rows_.insert(rows_.end(), std::make_move_iterator(fresh.begin()), std::make_move_iterator(fresh.end()));
     endInsertRows();
     // Search results keep their relevance order unless the user picked a column to sort by.
@@ -210,7 +209,7 @@ void CatalogModel::reset() {
   ++generation_;
   beginResetModel();
   rows_.clear();
-  loaded_.clear();
+  inserted_.clear();
   cursor_.clear();
   at_end_ = false;
   in_flight_ = false;
@@ -303,7 +302,7 @@ void CatalogModel::applySort() {
 
 void CatalogModel::insertNew(const PolicyInfo& p) {
   const QString address = QString::fromStdString(p.address);
-  if (loaded_.contains(address)) return replacePolicy(p);
+  if (rowOfAddress(address) >= 0) return replacePolicy(p);
   if (!passes(p) || isSearch()) return;
   // In name order a row past the last loaded one arrives with a later page: leave it to it.
   if (!at_end_ && !rows_.empty() && p.name > rows_.back().name) return;
@@ -316,7 +315,7 @@ void CatalogModel::insertNew(const PolicyInfo& p) {
   }
   beginInsertRows({}, at, at);
   rows_.insert(rows_.begin() + at, p);
-  loaded_.insert(address);
+  inserted_.insert(address);
   endInsertRows();
 }
 

@@ -18,6 +18,10 @@ void apply_theme(bool dark) {
     QApplication::setPalette(QApplication::style()->standardPalette());
     return;
   }
+  QApplication::setPalette(dark_palette());
+}
+
+QPalette dark_palette() {
   QPalette p;
   const QColor window(37, 39, 43), base(27, 29, 32), text(222, 224, 228), mid(60, 63, 68);
   const QColor accent(64, 132, 214);
@@ -43,7 +47,7 @@ void apply_theme(bool dark) {
   p.setColor(QPalette::Disabled, QPalette::Text, QColor(120, 123, 128));
   p.setColor(QPalette::Disabled, QPalette::WindowText, QColor(120, 123, 128));
   p.setColor(QPalette::Disabled, QPalette::ButtonText, QColor(120, 123, 128));
-  QApplication::setPalette(p);
+  return p;
 }
 
 bool theme_is_dark() { return g_dark; }

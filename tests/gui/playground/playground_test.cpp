@@ -15,6 +15,7 @@
 #include <set>
 
 #include "studio_fixture.h"
+#include "spindle/ui/theme.h"
 #include "spindle/ui/playground_model.h"
 #include "spindle/ui/playground_view.h"
 #include "../../../ui/src/playground_column.h"
@@ -23,22 +24,6 @@
 namespace spindle::testing {
 namespace {
 
-// The same view in a dark palette (a second PNG), to check nothing hard-codes light colours.
-inline QPalette dark_palette() {
-  QPalette p;
-  p.setColor(QPalette::Window, QColor(37, 37, 38));
-  p.setColor(QPalette::WindowText, QColor(220, 220, 220));
-  p.setColor(QPalette::Base, QColor(30, 30, 30));
-  p.setColor(QPalette::AlternateBase, QColor(45, 45, 48));
-  p.setColor(QPalette::Text, QColor(220, 220, 220));
-  p.setColor(QPalette::Button, QColor(50, 50, 52));
-  p.setColor(QPalette::ButtonText, QColor(220, 220, 220));
-  p.setColor(QPalette::Highlight, QColor(38, 120, 200));
-  p.setColor(QPalette::HighlightedText, QColor(255, 255, 255));
-  p.setColor(QPalette::PlaceholderText, QColor(140, 140, 140));
-  p.setColor(QPalette::Mid, QColor(70, 70, 70));
-  return p;
-}
 
 using protocol::SamplingParamsMsg;
 
@@ -267,7 +252,7 @@ TEST_F(PlaygroundTest, ScreenshotWithRealCompletions) {
   const QImage image = view.grab().toImage();
   const char* dir = std::getenv("SPINDLE_SCREENSHOT_DIR");
   image.save(QString::fromUtf8(dir ? dir : "/tmp") + "/playground.png");
-  QApplication::setPalette(dark_palette());
+  QApplication::setPalette(ui::dark_palette());  // the Studio's own dark theme
   QApplication::processEvents();
   const QImage dark = view.grab().toImage();
   dark.save(QString::fromUtf8(dir ? dir : "/tmp") + "/playground_dark.png");

@@ -13,6 +13,7 @@
 #include <set>
 
 #include "studio_fixture.h"
+#include "spindle/ui/theme.h"
 #include "spindle/ui/reward_designer_model.h"
 #include "spindle/ui/reward_designer_view.h"
 #include "../../../ui/src/reward_histogram.h"
@@ -20,22 +21,6 @@
 namespace spindle::testing {
 namespace {
 
-// The same view in a dark palette (a second PNG), to check nothing hard-codes light colours.
-inline QPalette dark_palette() {
-  QPalette p;
-  p.setColor(QPalette::Window, QColor(37, 37, 38));
-  p.setColor(QPalette::WindowText, QColor(220, 220, 220));
-  p.setColor(QPalette::Base, QColor(30, 30, 30));
-  p.setColor(QPalette::AlternateBase, QColor(45, 45, 48));
-  p.setColor(QPalette::Text, QColor(220, 220, 220));
-  p.setColor(QPalette::Button, QColor(50, 50, 52));
-  p.setColor(QPalette::ButtonText, QColor(220, 220, 220));
-  p.setColor(QPalette::Highlight, QColor(38, 120, 200));
-  p.setColor(QPalette::HighlightedText, QColor(255, 255, 255));
-  p.setColor(QPalette::PlaceholderText, QColor(140, 140, 140));
-  p.setColor(QPalette::Mid, QColor(70, 70, 70));
-  return p;
-}
 
 using nlohmann::json;
 
@@ -243,7 +228,7 @@ TEST_F(RewardDesignerTest, ScreenshotWithRealScores) {
   const QImage image = view.grab().toImage();
   const char* dir = std::getenv("SPINDLE_SCREENSHOT_DIR");
   image.save(QString::fromUtf8(dir ? dir : "/tmp") + "/rewards.png");
-  QApplication::setPalette(dark_palette());
+  QApplication::setPalette(ui::dark_palette());  // the Studio's own dark theme
   QApplication::processEvents();
   const QImage dark = view.grab().toImage();
   dark.save(QString::fromUtf8(dir ? dir : "/tmp") + "/rewards_dark.png");

@@ -160,7 +160,10 @@ class CatalogModel : public QAbstractTableModel {
   // A deque: appending a page never moves the rows already loaded (a QVector of 10^6
   // PolicyInfo reallocating cost a 230 ms GUI stall in `spindle-bench studio`).
   std::deque<protocol::PolicyInfo> rows_;
-  QSet<QString> loaded_;  // addresses in rows_ (a page never adds a row twice)
+  // Addresses of rows this model inserted itself (a fork, an import, an undone delete): keyset
+  // pages never overlap, so only these can arrive again with a later page. (A set of every
+  // loaded address rehashing at 10^6 rows stalled the GUI thread.)
+  QSet<QString> inserted_;
   CatalogFilter filter_;
   QString search_text_;
   std::string cursor_;
