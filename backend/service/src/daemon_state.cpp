@@ -95,6 +95,13 @@ bool AdapterOwners::owns(const std::string& tenant, const std::string& blob) con
          std::find(it->second.begin(), it->second.end(), tenant) != it->second.end();
 }
 
+protocol::StatusReply AdapterOwners::for_tenant(protocol::StatusReply status,
+                                                const std::string& tenant) const {
+  std::erase_if(status.placements,
+                [&](const protocol::PlacementInfo& p) { return !owns(tenant, p.revision_id); });
+  return status;
+}
+
 void CatalogWorker::start(const std::filesystem::path& data_dir) {
   std::promise<void> opened;
   auto ready = opened.get_future();

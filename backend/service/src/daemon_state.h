@@ -94,6 +94,9 @@ class AdapterOwners {
  public:
   void note(const std::string& blob, const std::string& tenant);
   bool owns(const std::string& tenant, const std::string& blob) const;
+  // `status` with only `tenant`'s placements (the counters stay the server's): what the `status`
+  // op answers and what a `residency` event carries.
+  protocol::StatusReply for_tenant(protocol::StatusReply status, const std::string& tenant) const;
 
  private:
   mutable std::mutex mutex_;

@@ -89,10 +89,7 @@ void EventHub::on_metrics(const std::string& header) {
 void EventHub::on_status(const StatusReply& status) {
   std::erase_if(subs_, [&](Subscription& s) {
     if (!s.residency) return false;
-    StatusReply mine = status;
-    std::erase_if(mine.placements, [&](const PlacementInfo& p) {
-      return !d_.owners.owns(s.call.tenant, p.revision_id);
-    });
+    StatusReply mine = d_.owners.for_tenant(status, s.call.tenant);
     std::string key = placements_key(mine);
     if (s.residency_key == key) return false;
     EventReply e;

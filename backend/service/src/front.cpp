@@ -287,11 +287,7 @@ void Front::on_front_op(const Call& call, const Request& req) {
     } else {
       // Placements name adapters: a tenant sees its own only (the events' rule); the
       // aggregate figures are the server's.
-      StatusReply st = status();
-      std::erase_if(st.placements, [&](const PlacementInfo& p) {
-        return !d_.owners.owns(call.tenant, p.revision_id);
-      });
-      send_direct(call, make_ok(call, std::move(st), {}));
+      send_direct(call, make_ok(call, d_.owners.for_tenant(status(), call.tenant), {}));
     }
   } catch (const std::exception& e) {
     send_direct(call, make_error(call, errc::internal, e.what()));
