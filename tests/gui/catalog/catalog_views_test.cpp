@@ -20,31 +20,13 @@
 #include "spindle/ui/lineage_model.h"
 #include "spindle/ui/policy_view.h"
 #include "spindle/ui/theme.h"
+#include "gui_images.h"
 #include "studio_fixture.h"
 
 namespace spindle::testing {
 namespace {
 
 class CatalogViewsTest : public StudioTest {};
-
-double variance(const QImage& image) {
-  const QImage g = image.convertToFormat(QImage::Format_Grayscale8);
-  double sum = 0, sq = 0;
-  const double n = double(g.width()) * g.height();
-  for (int y = 0; y < g.height(); ++y) {
-    const uchar* row = g.constScanLine(y);
-    for (int x = 0; x < g.width(); ++x) {
-      sum += row[x];
-      sq += double(row[x]) * row[x];
-    }
-  }
-  return sq / n - (sum / n) * (sum / n);
-}
-
-QString shot_dir(QTemporaryDir& tmp) {
-  const char* d = std::getenv("SPINDLE_SCREENSHOT_DIR");
-  return d && *d ? QString(d) : tmp.path();
-}
 
 TEST_F(CatalogViewsTest, CatalogAndPolicyViewsRenderRealData) {
   auto c = client();
@@ -58,8 +40,7 @@ TEST_F(CatalogViewsTest, CatalogAndPolicyViewsRenderRealData) {
   c->close_training(s.session_id);
 
   auto conn = open_connection();
-  QTemporaryDir tmp;
-  const QString dir = shot_dir(tmp);
+  const QString dir = screenshot_dir();
 
   ui::CatalogView catalog(conn.get());
   catalog.resize(1280, 560);
@@ -71,7 +52,7 @@ TEST_F(CatalogViewsTest, CatalogAndPolicyViewsRenderRealData) {
   EXPECT_EQ(catalog.table()->model()->rowCount(), catalog.model()->rowCount());
   const QImage ci = catalog.grab().toImage();
   EXPECT_TRUE(ci.save(dir + "/catalog.png"));
-  EXPECT_GT(variance(ci), 50.0);
+  EXPECT_GT(pixel_variance(ci), 50.0);
 
   // Double-click / Enter opens the policy: the Policy view shows it.
   QSignalSpy open(&catalog, &ui::StudioView::openPolicy);
@@ -109,7 +90,7 @@ TEST_F(CatalogViewsTest, CatalogAndPolicyViewsRenderRealData) {
   EXPECT_EQ(play.at(0).at(0).toString().toStdString(), p.address + "@" + p.revisions[2]);
   const QImage pi = policy.grab().toImage();
   EXPECT_TRUE(pi.save(dir + "/policy.png"));
-  EXPECT_GT(variance(pi), 50.0);
+  EXPECT_GT(pixel_variance(pi), 50.0);
 
   // The dark theme (the Studio's default): both still render, the graph redrawn in its colours.
   ui::apply_theme(/*dark=*/true);
@@ -117,8 +98,8 @@ TEST_F(CatalogViewsTest, CatalogAndPolicyViewsRenderRealData) {
   const QImage cd = catalog.grab().toImage(), pd = policy.grab().toImage();
   EXPECT_TRUE(cd.save(dir + "/catalog_dark.png"));
   EXPECT_TRUE(pd.save(dir + "/policy_dark.png"));
-  EXPECT_GT(variance(cd), 50.0);
-  EXPECT_GT(variance(pd), 50.0);
+  EXPECT_GT(pixel_variance(cd), 50.0);
+  EXPECT_GT(pixel_variance(pd), 50.0);
   EXPECT_EQ(policy.scene()->backgroundBrush().color(), QApplication::palette().color(QPalette::Base));
   ui::apply_theme(/*dark=*/false);
 

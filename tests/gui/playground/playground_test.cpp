@@ -14,6 +14,7 @@
 #include <cmath>
 #include <set>
 
+#include "gui_images.h"
 #include "studio_fixture.h"
 #include "spindle/ui/theme.h"
 #include "spindle/ui/playground_model.h"
@@ -250,20 +251,15 @@ TEST_F(PlaygroundTest, ScreenshotWithRealCompletions) {
   view.show();
   QApplication::processEvents();  // pending layout requests
   const QImage image = view.grab().toImage();
-  const char* dir = std::getenv("SPINDLE_SCREENSHOT_DIR");
-  image.save(QString::fromUtf8(dir ? dir : "/tmp") + "/playground.png");
+  image.save(screenshot_dir() + "/playground.png");
   QApplication::setPalette(ui::dark_palette());  // the Studio's own dark theme
   QApplication::processEvents();
   const QImage dark = view.grab().toImage();
-  dark.save(QString::fromUtf8(dir ? dir : "/tmp") + "/playground_dark.png");
+  dark.save(screenshot_dir() + "/playground_dark.png");
   QApplication::setPalette(QPalette());
   EXPECT_NE(dark.pixel(5, 5), image.pixel(5, 5)) << "the palette did not apply";
   // Not blank: the pixels vary.
-  std::set<QRgb> colours;
-  for (int y = 0; y < image.height(); y += 7) {
-    for (int x = 0; x < image.width(); x += 7) colours.insert(image.pixel(x, y));
-  }
-  EXPECT_GT(colours.size(), 8u);
+  EXPECT_GT(sampled_colours(image), 8u);
   for (int i = 0; i < view.model()->columnCount(); ++i) {
     EXPECT_EQ(view.model()->column(i).state, ui::PlaygroundColumn::State::done);
   }

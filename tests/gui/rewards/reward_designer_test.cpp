@@ -12,6 +12,7 @@
 #include <fstream>
 #include <set>
 
+#include "gui_images.h"
 #include "studio_fixture.h"
 #include "spindle/ui/theme.h"
 #include "spindle/ui/reward_designer_model.h"
@@ -226,19 +227,14 @@ TEST_F(RewardDesignerTest, ScreenshotWithRealScores) {
   view.show();
   QApplication::processEvents();
   const QImage image = view.grab().toImage();
-  const char* dir = std::getenv("SPINDLE_SCREENSHOT_DIR");
-  image.save(QString::fromUtf8(dir ? dir : "/tmp") + "/rewards.png");
+  image.save(screenshot_dir() + "/rewards.png");
   QApplication::setPalette(ui::dark_palette());  // the Studio's own dark theme
   QApplication::processEvents();
   const QImage dark = view.grab().toImage();
-  dark.save(QString::fromUtf8(dir ? dir : "/tmp") + "/rewards_dark.png");
+  dark.save(screenshot_dir() + "/rewards_dark.png");
   QApplication::setPalette(QPalette());
   EXPECT_NE(dark.pixel(5, 5), image.pixel(5, 5)) << "the palette did not apply";
-  std::set<QRgb> colours;
-  for (int y = 0; y < image.height(); y += 7) {
-    for (int x = 0; x < image.width(); x += 7) colours.insert(image.pixel(x, y));
-  }
-  EXPECT_GT(colours.size(), 8u);
+  EXPECT_GT(sampled_colours(image), 8u);
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // RunsView: the screenshot state (the newest run's curves; the empty state for a tenant with no
 // runs), the field highlight in the form widget, and the PNG/CSV exports. Renders the view to
-// $SPINDLE_GUI_SHOTS/runs.png (or the temp dir) to look at.
+// $SPINDLE_SCREENSHOT_DIR/runs.png (or the temp dir) to look at.
 
 #include <QAction>
 #include <QChartView>
@@ -12,6 +12,7 @@
 #include <QSignalSpy>
 #include <QTemporaryDir>
 
+#include "gui_images.h"
 #include "runs_test_util.h"
 #include "spindle/ui/metrics_model.h"
 #include "spindle/ui/runs_model.h"
@@ -23,25 +24,6 @@ namespace {
 
 using ui::RunConfigForm;
 using ui::RunsView;
-
-// Not blank: the grey levels vary.
-double pixel_variance(const QImage& image) {
-  const QImage g = image.convertToFormat(QImage::Format_Grayscale8);
-  double sum = 0, sq = 0;
-  const double n = double(g.width()) * g.height();
-  for (int y = 0; y < g.height(); ++y)
-    for (int x = 0; x < g.width(); ++x) {
-      const double v = g.pixelColor(x, y).value();
-      sum += v;
-      sq += v * v;
-    }
-  return sq / n - (sum / n) * (sum / n);
-}
-
-QString shot_dir() {
-  const QByteArray env = qgetenv("SPINDLE_GUI_SHOTS");
-  return env.isEmpty() ? QDir::tempPath() : QString::fromUtf8(env);
-}
 
 class RunsViewTest : public StudioTest {};
 
@@ -82,7 +64,7 @@ TEST_F(RunsViewTest, ScreenshotShowsTheNewestRunsCurves) {
   QTest::qWait(0);
   const QImage image = view.grab().toImage();
   EXPECT_GT(pixel_variance(image), 50.0);
-  image.save(QDir(shot_dir()).filePath("runs.png"));
+  image.save(QDir(screenshot_dir()).filePath("runs.png"));
   QTemporaryDir dir;
   ASSERT_TRUE(view.exportChartPng(dir.filePath("chart.png")));
   const QImage chart(dir.filePath("chart.png"));
@@ -125,7 +107,7 @@ TEST_F(RunsViewTest, FormWidgetHighlightsTheRefusedField) {
   EXPECT_FALSE(other->property("fieldError").toBool());
   view.show();
   QTest::qWait(0);
-  view.grab().save(QDir(shot_dir()).filePath("runs_form_error.png"));
+  view.grab().save(QDir(screenshot_dir()).filePath("runs_form_error.png"));
   // Editing the field in the widget clears the highlight.
   editor->setText("4");
   emit editor->editingFinished();

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "gui_images.h"
 #include "studio_fixture.h"
 
 namespace spindle::testing {
@@ -17,26 +18,6 @@ namespace {
 
 using namespace protocol;
 using json = nlohmann::json;
-
-// Mean per-channel variance of the image's pixels (0 for a flat image).
-double pixel_variance(const QImage& image) {
-  const QImage img = image.convertToFormat(QImage::Format_RGB32);
-  double sum[3] = {0, 0, 0}, sq[3] = {0, 0, 0};
-  const int64_t n = int64_t(img.width()) * img.height();
-  for (int y = 0; y < img.height(); ++y) {
-    const QRgb* row = reinterpret_cast<const QRgb*>(img.constScanLine(y));
-    for (int x = 0; x < img.width(); ++x) {
-      const double c[3] = {double(qRed(row[x])), double(qGreen(row[x])), double(qBlue(row[x]))};
-      for (int k = 0; k < 3; ++k) {
-        sum[k] += c[k];
-        sq[k] += c[k] * c[k];
-      }
-    }
-  }
-  double v = 0;
-  for (int k = 0; k < 3; ++k) v += sq[k] / double(n) - (sum[k] / double(n)) * (sum[k] / double(n));
-  return v / 3.0;
-}
 
 class StudioScreenshots : public StudioTest {
  protected:
