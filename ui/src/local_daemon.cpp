@@ -1,5 +1,7 @@
 #include "spindle/ui/local_daemon.h"
 
+#include "spindle/protocol/data_dir.h"
+
 #include <QCoreApplication>
 #include <QDir>
 #include <QFile>
@@ -20,12 +22,9 @@ protocol::ClientOptions LocalDaemon::options() const {
 
 LocalDaemon local_daemon(const QString& explicit_dir) {
   LocalDaemon d;
-  d.data_dir = explicit_dir;
-  if (d.data_dir.isEmpty()) d.data_dir = qEnvironmentVariable("SPINDLE_DATA_DIR");
-  if (d.data_dir.isEmpty() && !qEnvironmentVariable("XDG_DATA_HOME").isEmpty())
-    d.data_dir = qEnvironmentVariable("XDG_DATA_HOME") + "/spindle";
-  if (d.data_dir.isEmpty()) d.data_dir = QDir::homePath() + "/.local/share/spindle";
-  d.data_dir = QFileInfo(d.data_dir).absoluteFilePath();
+  std::filesystem::path dir = protocol::default_data_dir(explicit_dir.toStdString());
+  if (dir.empty()) dir = (QDir::homePath() + "/.local/share/spindle").toStdString();
+  d.data_dir = QFileInfo(QString::fromStdString(dir.string())).absoluteFilePath();
   d.endpoint = "ipc://" + d.data_dir + "/spindled.sock";
   d.token_file = d.data_dir + "/token";
   QFile f(d.token_file);

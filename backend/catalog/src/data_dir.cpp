@@ -5,19 +5,15 @@
 #include <cstdlib>
 
 #include "spindle/core/error.h"
+#include "spindle/protocol/data_dir.h"
 
 namespace spindle::catalog {
 
 std::filesystem::path resolve_data_dir(const std::filesystem::path& explicit_dir) {
-  if (!explicit_dir.empty()) return explicit_dir;
-  if (const char* d = std::getenv("SPINDLE_DATA_DIR"); d && *d) return d;
-  if (const char* x = std::getenv("XDG_DATA_HOME"); x && *x) {
-    return std::filesystem::path(x) / "spindle";
-  }
-  const char* home = std::getenv("HOME");
-  SPINDLE_CHECK(home && *home, invalid_argument,
+  std::filesystem::path d = protocol::default_data_dir(explicit_dir);
+  SPINDLE_CHECK(!d.empty(), invalid_argument,
                 "no data directory: pass --data-dir or set SPINDLE_DATA_DIR (HOME is unset)");
-  return std::filesystem::path(home) / ".local" / "share" / "spindle";
+  return d;
 }
 
 }  // namespace spindle::catalog

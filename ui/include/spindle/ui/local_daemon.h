@@ -1,6 +1,5 @@
 #pragma once
-// The local daemon of a data directory (the CLI's rule, app/spindle/remote.h): data dir =
-// explicit, else $SPINDLE_DATA_DIR, else $XDG_DATA_HOME/spindle, else ~/.local/share/spindle;
+// The local daemon of a data directory (protocol::default_data_dir, the CLI's rule);
 // endpoint ipc://<data dir>/spindled.sock; token from the file <data dir>/token that spindled
 // writes on first start. And DaemonLauncher: starts `spindled` as a child process for the
 // Studio and reports its start-up output line by line (the embedded base build's progress

@@ -1,6 +1,6 @@
 #pragma once
-// The data directory rule shared by the CLI, spindled and the SDKs: an explicit directory when
-// given, else $SPINDLE_DATA_DIR, else $XDG_DATA_HOME/spindle, else ~/.local/share/spindle.
+// The data directory rule (protocol::default_data_dir, shared with the Studio and the client
+// library), with this layer's error policy.
 
 #include <filesystem>
 
