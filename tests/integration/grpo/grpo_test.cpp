@@ -225,8 +225,13 @@ TEST(Grpo, ArithmeticHeldOutAccuracyRises) {
   std::printf("arith held-out exact match: %.3f -> %.3f (mean of steps 40-60), last %.3f\n",
               before, after, *h.back().eval_accuracy);
   // Measured on nine bases (held-out 0.21-0.51): +0.03 to +0.17, +0.10 on average; three bases
-  // built with these flags (0.21-0.235) gained +0.07, +0.09 and +0.14.
-  EXPECT_GT(after, before + 0.05);
+  // built with these flags (0.21-0.235) gained +0.07, +0.09 and +0.14. The base comes from
+  // `make-base --minutes 5`, so it changes with the machine's speed: on 2026-12-01 three CI
+  // rehearsals built bases of 0.535, 0.470 and 0.510 that gained +0.04, +0.10 and +0.04, and the
+  // former bound of +0.05 failed two of them. +0.03 sits below the smallest gain measured and
+  // above what the same 200 problems give without training; a make-base bounded by steps rather
+  // than minutes would make the base, and this bound, exact.
+  EXPECT_GT(after, before + 0.03);
 }
 
 }  // namespace
