@@ -84,6 +84,12 @@ void run_status(const RemoteOptions& o, bool as_json) {
                      {"training_sessions", st.training_sessions},
                      {"requests", {{"served", st.requests_served}, {"failed", st.requests_failed}}},
                      {"tokens_per_s", st.tokens_per_s},
+                     {"device",
+                      {{"device", st.device}, {"name", st.device_name}, {"dtype", st.dtype},
+                       {"base_bytes", st.base_bytes}, {"kv_bytes", st.kv_bytes},
+                       {"serving_pool_bytes", st.serving_pool_bytes},
+                       {"training_pool_bytes", st.training_pool_bytes},
+                       {"free_bytes", st.device_free_bytes}, {"total_bytes", st.device_total_bytes}}},
                      {"residency",
                       {{"device_slots", st.device_slots}, {"device_slots_used", st.device_slots_used},
                        {"host_cache_bytes", st.host_cache_bytes},
@@ -104,6 +110,15 @@ void run_status(const RemoteOptions& o, bool as_json) {
                                   b.id, b.arch, b.n_layers, b.dim, b.vocab_size, b.max_seq_len)
                           .c_str());
   }
+  const auto mib = [](uint64_t b) { return double(b) / 1048576.0; };
+  std::printf("%s", fmt::format("device       {} — {}, base in {}: base {:.1f} MiB, KV {:.1f} MiB, "
+                                "slots {:.1f} MiB serving + {:.1f} MiB training; {:.0f} of {:.0f} "
+                                "MiB free\n",
+                                st.device, st.device_name, st.dtype, mib(st.base_bytes),
+                                mib(st.kv_bytes), mib(st.serving_pool_bytes),
+                                mib(st.training_pool_bytes), mib(st.device_free_bytes),
+                                mib(st.device_total_bytes))
+                        .c_str());
   std::printf("%s", fmt::format("queue        {} in flight, {} parked on cold adapters, {} "
                                 "sequences decoding, {:.1f} tokens/s\n",
                                 st.queue_depth, st.parked, st.running_sequences, st.tokens_per_s)

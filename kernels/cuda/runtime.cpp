@@ -6,12 +6,28 @@
 
 namespace spindle::kernels::cuda {
 
-void check(cudaError_t status, const char* what) {
+namespace {
+
+// "kernels/cuda/gemm.cu" from an absolute path: the part from the project's top folder on.
+std::string_view project_path(const char* file) {
+  const std::string_view f(file == nullptr ? "?" : file);
+  for (const std::string_view top : {"/kernels/", "/backend/", "/tests/", "/app/"}) {
+    const size_t at = f.rfind(top);
+    if (at != std::string_view::npos) return f.substr(at + 1);
+  }
+  return f;
+}
+
+}  // namespace
+
+void check(cudaError_t status, const char* what, const char* file, int line) {
   if (status != cudaSuccess) {
     // The failure is also recorded as the thread's last error; clear it so a later check_launch
     // does not blame an unrelated kernel for it.
     (void)cudaGetLastError();
-    throw CudaError(std::string(what) + ": " + cudaGetErrorString(status));
+    throw CudaError(std::string(what) + " at " + std::string(project_path(file)) + ":" +
+                        std::to_string(line) + ": " + cudaGetErrorString(status),
+                    status);
   }
 }
 

@@ -31,6 +31,9 @@ inline double median(std::vector<double> v) {
 // Qwen3-0.6B's shape (hidden 1024, 16 heads / 8 KV heads of 128, intermediate 3072, vocab
 // 151936, tied embeddings); `n_layers` is 28 for the real shape, fewer for --quick.
 engine::ModelConfig qwen3_0_6b_config(int64_t n_layers);
+// Qwen3-4B's shape (dim 2560, hidden 9728, 32 heads, 8 KV heads, head_dim 128, untied
+// embeddings) with `n_layers` layers (36 in the real model).
+engine::ModelConfig qwen3_4b_config(int64_t n_layers);
 
 // Weights uniform in small ranges (projections ±1/√d_in, norms in [0.9, 1.1], embedding ±0.5) so
 // activations stay finite and far from denormals. Filled with xorshift in parallel (OpenMP);

@@ -227,7 +227,7 @@ ModeResult run_mode(const GrpoBenchOptions& o, const std::string& mode, int k, i
       << " --base " << grpo::base_kind_name(o.base) << " --model \"" << o.model.string()
       << "\" --steps " << o.steps << " --group " << o.group << " --prompts " << o.prompts
       << " --max-tokens " << o.max_tokens << " --rank " << o.rank << " --seed " << o.seed
-      << " --repeats " << o.repeats;
+      << " --repeats " << o.repeats << " --device " << o.device;
   FILE* p = ::popen(cmd.str().c_str(), "r");
   SPINDLE_CHECK(p != nullptr, io, "cannot start {}", cmd.str());
   char line[512];
@@ -360,6 +360,8 @@ void register_grpo_bench(CLI::App& app) {
         ->check(CLI::Range(1, 256));
     c->add_option("--rank", o->rank, "LoRA rank")->check(CLI::Range(1, 32));
     c->add_option("--seed", o->seed, "run seed");
+    c->add_option("--device", o->device, "where the workers' engines run: cpu, cuda, cuda:N "
+                  "(peak memory is the host's VmHWM either way)")->capture_default_str();
     c->add_option("--repeats", o->repeats, "timed repetitions per mode (median reported)")
         ->check(CLI::Range(1, 100));
   }

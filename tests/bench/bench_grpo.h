@@ -43,6 +43,7 @@ struct GrpoBenchOptions {
   int32_t rank = 8;
   uint64_t seed = 3;
   bool quick = false;
+  std::string device = "cpu";  // LocalEngineOptions::device of every worker
 };
 
 // Fills every run-shape field still 0 with the base's default (and --quick's smaller ones).

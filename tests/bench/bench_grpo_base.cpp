@@ -117,8 +117,11 @@ TempQwen3Base::~TempQwen3Base() {
 
 rl::LocalEngineOptions engine_options(const GrpoBenchOptions& o, int max_policies) {
   // Training slots for the largest K of the bench (at least 8, LocalEngine's default).
-  rl::LocalEngineOptions e{.training_slots = std::max(8, max_policies), .max_rank = 32,
-                           .token_budget = 2048, .kv_blocks = 4096};
+  rl::LocalEngineOptions e{.device = o.device,
+                           .training_slots = std::max(8, max_policies),
+                           .max_rank = 32,
+                           .token_budget = 2048,
+                           .kv_blocks = 4096};
   if (o.base == BaseKind::qwen3_shape) {
     // A qwen3-shape KV block costs 256 KiB per layer: size the cache to what the largest run
     // holds (stories260K keeps LocalEngine's default, which costs it little).

@@ -64,6 +64,18 @@ engine::ModelConfig qwen3_0_6b_config(int64_t n_layers) {
   return c;
 }
 
+engine::ModelConfig qwen3_4b_config(int64_t n_layers) {
+  engine::ModelConfig c = qwen3_0_6b_config(n_layers);
+  c.dim = 2560;
+  c.hidden_dim = 9728;
+  c.n_heads = 32;
+  c.n_kv_heads = 8;
+  c.tie_embeddings = false;
+  c.name = "random Qwen3-4B shape";
+  c.validate(c.name);
+  return c;
+}
+
 engine::ModelWeights fast_random_weights(const engine::ModelConfig& c, uint64_t seed) {
   uint64_t next = seed;
   auto fill = [&](Shape shape, float lo, float hi) { return uniform(std::move(shape), lo, hi, ++next); };

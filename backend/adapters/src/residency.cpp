@@ -16,7 +16,7 @@ const char* residency_tier_name(ResidencyTier tier) {
   return "?";
 }
 
-ResidencyManager::ResidencyManager(engine::LoraSlotPool& pool, HostCache& cache, Loader& loader)
+ResidencyManager::ResidencyManager(engine::SlotPool& pool, HostCache& cache, Loader& loader)
     : pool_(pool), cache_(cache), loader_(loader), slots_(size_t(pool.max_slots())) {}
 
 std::optional<int32_t> ResidencyManager::claim_slot() {

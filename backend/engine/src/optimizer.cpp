@@ -204,4 +204,16 @@ AdamW AdamW::deserialize(std::string bytes, const std::string& source) {
   return opt;
 }
 
+AdamW AdamW::restore(int64_t step, std::map<std::string, std::pair<Tensor, Tensor>> moments) {
+  SPINDLE_CHECK(step >= 0, invalid_argument, "AdamW::restore: step {} is negative", step);
+  for (const auto& [name, mv] : moments) {
+    SPINDLE_CHECK(mv.first.shape() == mv.second.shape(), invalid_argument,
+                  "AdamW::restore: moments of '{}' differ in shape", name);
+  }
+  AdamW opt;
+  opt.step_ = step;
+  opt.moments_ = std::move(moments);
+  return opt;
+}
+
 }  // namespace spindle::engine

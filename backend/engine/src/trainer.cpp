@@ -4,6 +4,9 @@
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <set>
+
+#include <fmt/ranges.h>
 
 #include "spindle/core/error.h"
 
@@ -136,6 +139,41 @@ ForwardBackwardOutput score_chunked(const Model& model, ForwardState& st, const 
 
 }  // namespace
 
+std::string lora_param_name(int64_t layer, LoraTarget target, int which) {
+  return lora_module_key(layer, target) + (which == 0 ? ".lora_A.weight" : ".lora_B.weight");
+}
+
+void validate_lora_optimizer(const AdamW& optimizer, const LoraWeights& adapter,
+                             const std::string& source) {
+  const auto& moments = optimizer.moments();
+  if (moments.empty()) return;
+  std::set<std::string> names;
+  for (size_t l = 0; l < adapter.modules.size(); ++l) {
+    for (LoraTarget t : kAllLoraTargets) {
+      const LoraPair& p = adapter.modules[l][size_t(t)];
+      if (p.empty()) continue;
+      for (int which = 0; which < 2; ++which) {
+        const std::string name = lora_param_name(int64_t(l), t, which);
+        const Tensor& param = which == 0 ? p.A : p.B;
+        const auto it = moments.find(name);
+        SPINDLE_CHECK(it != moments.end(), invalid_argument,
+                      "{}: the optimizer state has no moments for '{}' (it belongs to another "
+                      "adapter)", source, name);
+        SPINDLE_CHECK(it->second.first.shape() == param.shape(), invalid_argument,
+                      "{}: optimizer moments of '{}' are shaped [{}], the adapter's tensor [{}]",
+                      source, name, fmt::join(it->second.first.shape(), ", "),
+                      fmt::join(param.shape(), ", "));
+        names.insert(name);
+      }
+    }
+  }
+  for (const auto& [name, mv] : moments) {
+    SPINDLE_CHECK(names.count(name) != 0, invalid_argument,
+                  "{}: the optimizer state has moments for '{}', which the adapter does not adapt",
+                  source, name);
+  }
+}
+
 void validate_train_batch(std::span<const TrainDatum> batch, LossFn fn, const LossConfig& config,
                           const ModelConfig& mc) {
   SPINDLE_CHECK(!batch.empty(), invalid_argument, "training batch is empty");
@@ -195,6 +233,7 @@ const LoraTrainer::State& LoraTrainer::state(int32_t slot) const {
 }
 
 void LoraTrainer::attach(int32_t slot, LoraWeights weights, AdamW optimizer) {
+  validate_lora_optimizer(optimizer, weights, "attach");
   pool_.load(slot, weights);  // validates shapes, rank and targets
   State s{std::move(weights), {}, std::move(optimizer)};
   s.grads = zeros_like(s.weights);
@@ -247,9 +286,8 @@ OptimStepResult LoraTrainer::optim_step(int32_t slot, const AdamParams& params) 
       LoraPair& p = s.weights.modules[l][size_t(t)];
       if (p.empty()) continue;
       const LoraPair& g = s.grads.modules[l][size_t(t)];
-      const std::string key = lora_module_key(int64_t(l), t);
-      refs.push_back({key + ".lora_A.weight", &p.A, &g.A});
-      refs.push_back({key + ".lora_B.weight", &p.B, &g.B});
+      refs.push_back({lora_param_name(int64_t(l), t, 0), &p.A, &g.A});
+      refs.push_back({lora_param_name(int64_t(l), t, 1), &p.B, &g.B});
     }
   }
   const OptimStepResult r = s.adam.step(refs, params);

@@ -7,8 +7,9 @@ namespace spindle::gpu {
 namespace cuda = kernels::cuda;
 
 DeviceKvCache::DeviceKvCache(const engine::ModelConfig& config, engine::KvCacheOptions options,
-                             Precision precision)
-    : config_(config), blocks_(config.max_seq_len, options), precision_(precision) {
+                             Precision precision, engine::Device device)
+    : config_(config), blocks_(config.max_seq_len, options), precision_(precision),
+      device_(device) {
   const int64_t rows = blocks_.n_blocks() * blocks_.block_size();
   for (int64_t l = 0; l < config_.n_layers; ++l) {
     k_.emplace_back(rows, config_.kv_dim(), precision_);

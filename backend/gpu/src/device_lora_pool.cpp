@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "spindle/core/error.h"
+#include "spindle/gpu/device_errors.h"
 
 namespace spindle::gpu {
 
@@ -11,8 +12,9 @@ namespace cuda = kernels::cuda;
 using engine::kAllLoraTargets;
 using engine::LoraTarget;
 
-DeviceLoraPool::DeviceLoraPool(const engine::ModelConfig& config, engine::LoraPoolOptions options)
-    : config_(config), options_(std::move(options)) {
+DeviceLoraPool::DeviceLoraPool(const engine::ModelConfig& config, engine::LoraPoolOptions options,
+                               engine::Device device)
+    : config_(config), options_(std::move(options)), device_(device) {
   engine::validate_lora_pool_options(options_);
   const int64_t S = options_.max_slots, R = options_.max_rank;
   modules_.resize(size_t(config_.n_layers));
@@ -108,6 +110,15 @@ void DeviceLoraPool::upload_tables_and_record(int32_t slot, size_t offset) {
 }
 
 void DeviceLoraPool::load(int32_t slot, const engine::LoraWeights& adapter) {
+  device_call(device_, fmt::format("loading an adapter of rank {} into slot {}", adapter.rank, slot),
+              [&] { load_now(slot, adapter); });
+}
+
+void DeviceLoraPool::clear(int32_t slot) {
+  device_call(device_, fmt::format("clearing slot {}", slot), [&] { clear_now(slot); });
+}
+
+void DeviceLoraPool::load_now(int32_t slot, const engine::LoraWeights& adapter) {
   check_slot(slot);
   engine::validate_lora_load(adapter, slot, config_, options_.max_rank,
                              [&](int64_t l, LoraTarget t) { return module(l, t) != nullptr; });
@@ -144,7 +155,7 @@ void DeviceLoraPool::load(int32_t slot, const engine::LoraWeights& adapter) {
   occupied_[size_t(slot)] = true;
 }
 
-void DeviceLoraPool::evict(int32_t slot) {
+void DeviceLoraPool::clear_now(int32_t slot) {
   check_slot(slot);
   wait_staging_free();
   const int64_t S = options_.max_slots;

@@ -1,7 +1,9 @@
 #include "spindle/gpu/trainer.h"
 
 #include <algorithm>
+#include <map>
 #include <numeric>
+#include <string>
 
 #include "backward.h"
 #include "spindle/core/error.h"
@@ -16,6 +18,27 @@ using engine::LossFn;
 using engine::TrainDatum;
 
 constexpr int64_t kTrainBlock = 16;
+
+// One adapter-shaped moment (A-shaped [r, d_in] when which == 0, B-shaped [d_out, r] when 1)
+// into its slot's padded device layout ([max_rank, d_in] / [d_out, max_rank], zero beyond r),
+// on `stream`; waits for the copy (attach is rare, and the staging vector dies here).
+void upload_moment(const Tensor& moment, int which, int64_t max_rank, int64_t d_in,
+                   int64_t d_out, float* dst, cudaStream_t stream) {
+  const int64_t n = which == 0 ? max_rank * d_in : d_out * max_rank;
+  std::vector<float> packed(size_t(n), 0.0f);
+  if (which == 0) {
+    std::copy(moment.data(), moment.data() + moment.numel(), packed.begin());
+  } else {
+    const int64_t r = moment.dim(1);
+    for (int64_t o = 0; o < d_out; ++o) {
+      std::copy(moment.data() + o * r, moment.data() + (o + 1) * r, packed.begin() + o * max_rank);
+    }
+  }
+  cuda::check(cudaMemcpyAsync(dst, packed.data(), size_t(n) * sizeof(float),
+                              cudaMemcpyHostToDevice, stream),
+              "cudaMemcpyAsync H2D (AdamW moments)");
+  cuda::check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (AdamW moments)");
+}
 
 template <class T>
 void download_into(const cuda::DeviceBuffer<T>& src, std::vector<T>& dst, int64_t n,
@@ -69,8 +92,10 @@ const DeviceTrainer::State& DeviceTrainer::state(int32_t slot) const {
   return const_cast<DeviceTrainer*>(this)->state(slot);
 }
 
-void DeviceTrainer::attach(int32_t slot, const engine::LoraWeights& weights) {
+void DeviceTrainer::attach(int32_t slot, const engine::LoraWeights& weights,
+                           const engine::AdamW& optimizer) {
   const cudaStream_t s = model_.stream();
+  engine::validate_lora_optimizer(optimizer, weights, "attach");
   pool_.load(slot, weights);  // validates shapes, rank and targets; queued on the loader stream
   pool_.wait_loaded(slot, s);
   grads_.zero_slot(slot, s);  // drop stale sums a previous occupant left
@@ -99,11 +124,17 @@ void DeviceTrainer::attach(int32_t slot, const engine::LoraWeights& weights) {
         st->moments.emplace_back(size_t(n));
         st->moments.back().zero(s);
         float* v = st->moments.back().data();
+        if (!optimizer.moments().empty()) {
+          const auto& mv = optimizer.moments().at(engine::lora_param_name(int64_t(l), t, which));
+          upload_moment(mv.first, which, R, view->d_in, view->d_out, m, s);
+          upload_moment(mv.second, which, R, view->d_in, view->d_out, v, s);
+        }
         st->tensors.push_back({param, grad, m, v, n});
         st->max_count = std::max(st->max_count, n);
       }
     }
   }
+  st->step = optimizer.step_count();
   upload_table(st->tensors, st->d_tensors, s);
   st->adam_scratch =
       cuda::DeviceBuffer<unsigned char>(cuda::adamw_scratch_bytes(int64_t(st->tensors.size())));
@@ -300,6 +331,27 @@ engine::LoraWeights DeviceTrainer::download(int32_t slot, bool gradients) const 
                                                          view->d_in, view->d_out, model_.stream());
   }
   return w;
+}
+
+engine::AdamW DeviceTrainer::optimizer(int32_t slot) const {
+  const State& st = state(slot);
+  if (st.step == 0) return engine::AdamW();  // AdamW's moments exist from the first step on
+  std::map<std::string, std::pair<Tensor, Tensor>> moments;
+  const int64_t R = pool_.max_rank();
+  for (size_t k = 0; k < st.modules.size(); ++k) {
+    const auto [l, t] = st.modules[k];
+    const auto view = pool_.view(l, t);
+    // moments[4k .. 4k+3] = m_A, v_A, m_B, v_B, each one slot's padded block (slot 0 layout).
+    engine::LoraPair m = download_slot_pair(st.moments[4 * k].data(), st.moments[4 * k + 2].data(),
+                                            0, R, st.rank, view->d_in, view->d_out,
+                                            model_.stream());
+    engine::LoraPair v = download_slot_pair(st.moments[4 * k + 1].data(),
+                                            st.moments[4 * k + 3].data(), 0, R, st.rank,
+                                            view->d_in, view->d_out, model_.stream());
+    moments.emplace(engine::lora_param_name(l, t, 0), std::pair{std::move(m.A), std::move(v.A)});
+    moments.emplace(engine::lora_param_name(l, t, 1), std::pair{std::move(m.B), std::move(v.B)});
+  }
+  return engine::AdamW::restore(st.step, std::move(moments));
 }
 
 engine::LoraWeights DeviceTrainer::weights(int32_t slot) const {

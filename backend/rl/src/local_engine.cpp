@@ -2,6 +2,7 @@
 
 #include "spindle/core/error.h"
 #include "spindle/engine/loader.h"
+#include "spindle/execution/select.h"
 
 namespace spindle::rl {
 
@@ -21,10 +22,10 @@ scheduler::EngineStackOptions stack_options(const LocalEngineOptions& o) {
 
 LocalEngine::LocalEngine(const std::filesystem::path& model_path, LocalEngineOptions o)
     : weights_(engine::load_model(model_path)),
-      model_(std::make_unique<engine::Model>(weights_)),
+      backend_(execution::open_backend(weights_, {.device = o.device, .dtype = o.dtype})),
       tokenizer_(engine::load_tokenizer(engine::default_tokenizer_path(model_path))),
       stack_(std::make_unique<scheduler::EngineStack>(
-          *model_, tokenizer_.get(),
+          *backend_, tokenizer_.get(),
           [](const std::string& id) -> adapters::AdapterPtr {
             SPINDLE_THROW(not_found, "no served revision '{}' in a local GRPO engine", id);
           },

@@ -22,7 +22,7 @@ void fail_sample_request(SampleRequest& r, const JobError& error, EngineCounters
   }
 }
 
-void SampleBatcher::set_session_hooks(const engine::LoraSlotPool* training_pool,
+void SampleBatcher::set_session_hooks(const engine::SlotPool* training_pool,
                                       std::function<void(SessionId)> session_done) {
   training_pool_ = training_pool;
   session_done_ = std::move(session_done);
@@ -30,7 +30,7 @@ void SampleBatcher::set_session_hooks(const engine::LoraSlotPool* training_pool,
 
 void SampleBatcher::add(SampleRequestPtr request) {
   SampleRequest& r = *request;
-  const engine::ModelConfig& c = model_.config();
+  const engine::ModelConfig& c = config_;
   try {
     if (r.job_session()) {
       SPINDLE_CHECK(r.adapter_key().empty(), invalid_argument,
@@ -115,7 +115,7 @@ int64_t SampleBatcher::blocks_for(const SampleRequest& r) const {
   const int64_t P = int64_t(r.input().size());
   if (!r.is_sample) return ceil_div(P, B);
   const int64_t cap =
-      std::min(P + int64_t(r.sample.params.max_tokens), model_.config().max_seq_len);
+      std::min(P + int64_t(r.sample.params.max_tokens), config_.max_seq_len);
   return ceil_div(P, B) + int64_t(r.sample.num_samples) * (ceil_div(cap, B) - P / B);
 }
 
@@ -222,7 +222,7 @@ void SampleBatcher::admit(int64_t& budget, std::vector<Row>& main, std::vector<R
     const int64_t P = int64_t(run.req->input().size());
     if (run.req->is_sample) {
       run.kv_cap = std::min(P + int64_t(run.req->sample.params.max_tokens),
-                            model_.config().max_seq_len);
+                            config_.max_seq_len);
     } else {
       run.logprobs.assign(size_t(P), 0.0f);
     }

@@ -9,25 +9,35 @@
 #include "spindle/core/error.h"
 
 namespace spindle::scheduler::detail {
+namespace {
 
-SampleBatcher::SampleBatcher(const engine::Model& model, const engine::Tokenizer* tokenizer,
-                             engine::LoraSlotPool& pool, adapters::ResidencyManager& residency,
+std::unique_ptr<engine::KvPool> make_kv(engine::ExecutionBackend& backend,
+                                        const SchedulerOptions& options) {
+  SPINDLE_CHECK(options.kv_blocks >= 1, invalid_argument,
+                "scheduler kv_blocks must be >= 1, got {}", options.kv_blocks);
+  return backend.make_kv_pool({.block_size = 16, .n_blocks = options.kv_blocks, .max_seqs = 1});
+}
+
+}  // namespace
+
+SampleBatcher::SampleBatcher(engine::ExecutionBackend& backend, const engine::Tokenizer* tokenizer,
+                             engine::SlotPool& pool, adapters::ResidencyManager& residency,
                              const SchedulerOptions& options, EngineCounters& counters,
                              WaitingCount& waiting)
-    : model_(model),
+    : config_(backend.config()),
       tokenizer_(tokenizer),
       pool_(pool),
       residency_(residency),
       options_(options),
       counters_(counters),
       waiting_(waiting),
-      cache_(model.config(), {.block_size = 16, .n_blocks = options.kv_blocks, .max_seqs = 1}) {
+      kv_(make_kv(backend, options)),
+      cache_(*kv_),
+      runner_(backend.make_runner()) {
   SPINDLE_CHECK(options.token_budget >= 1, invalid_argument,
                 "scheduler token_budget must be >= 1, got {}", options.token_budget);
   SPINDLE_CHECK(options.max_running >= 1, invalid_argument,
                 "scheduler max_running must be >= 1, got {}", options.max_running);
-  SPINDLE_CHECK(options.kv_blocks >= 1, invalid_argument,
-                "scheduler kv_blocks must be >= 1, got {}", options.kv_blocks);
 }
 
 SampleBatcher::~SampleBatcher() {
@@ -97,7 +107,7 @@ void SampleBatcher::run_scored(const std::vector<Row>& rows) {
   if (!training.empty()) forward_scored(training, training_pool_);
 }
 
-void SampleBatcher::forward_main(std::vector<Row>& rows, const engine::LoraSlotPool* pool) {
+void SampleBatcher::forward_main(std::vector<Row>& rows, const engine::SlotPool* pool) {
   std::vector<std::pair<int32_t, size_t>> order;
   for (size_t k = 0; k < rows.size(); ++k) order.push_back({rows[k].run->slot, k});
   sort_by_slot(order);
@@ -116,19 +126,20 @@ void SampleBatcher::forward_main(std::vector<Row>& rows, const engine::LoraSlotP
       batch.push_back({run.feed_seq, {input.data() + row.start, size_t(row.n)}, run.slot});
     }
   }
+  engine::LogitsView out;
   try {
-    model_.forward(batch, cache_, pool, state_, {.logits = engine::LogitsFor::last_token});
+    out = runner_->forward(batch, cache_, pool, engine::LogitsFor::last_token);
   } catch (...) {
     const JobError error = current_job_error();
     for (Row& row : rows) fail_run(*row.run, error);
     return;
   }
-  const int64_t vocab = model_.config().vocab_size;
+  const int64_t vocab = config_.vocab_size;
   for (size_t k = 0; k < order.size(); ++k) {
     const Row& row = rows[order[k].second];
     Run& run = *row.run;
     if (run.finished) continue;
-    const float* logits = state_.logits.row(int64_t(k));
+    const float* logits = out.row(int64_t(k));
     try {
       if (row.seq_index >= 0) {
         Seq& s = run.seqs[size_t(row.seq_index)];
@@ -154,12 +165,12 @@ void SampleBatcher::forward_main(std::vector<Row>& rows, const engine::LoraSlotP
 // sample's first token from the prompt's last logits, then drop the prompt's own sequence.
 void SampleBatcher::start_samples(Run& run, const float* logits) {
   const SampleJob& job = run.req->sample;
-  const int64_t vocab = model_.config().vocab_size;
+  const int64_t vocab = config_.vocab_size;
   run.seqs.resize(size_t(job.num_samples));
   for (int32_t n = 0; n < job.num_samples; ++n) {
     Seq& s = run.seqs[size_t(n)];
     s.stream = engine::SampleStream(job.params.seed, n, job.prompt.back(),
-                                    model_.config().max_seq_len);
+                                    config_.max_seq_len);
     if (job.params.max_tokens == 0) {
       s.done = true;
       continue;
@@ -181,7 +192,7 @@ void SampleBatcher::start_samples(Run& run, const float* logits) {
 
 // All-token forward over chunks of compute_logprobs inputs: the row of position i scores
 // token i + 1, so a chunk's last row scores the first token of the next chunk.
-void SampleBatcher::forward_scored(std::vector<Row>& rows, const engine::LoraSlotPool* pool) {
+void SampleBatcher::forward_scored(std::vector<Row>& rows, const engine::SlotPool* pool) {
   std::vector<std::pair<int32_t, size_t>> order;
   for (size_t k = 0; k < rows.size(); ++k) order.push_back({rows[k].run->slot, k});
   sort_by_slot(order);
@@ -191,14 +202,15 @@ void SampleBatcher::forward_scored(std::vector<Row>& rows, const engine::LoraSlo
     const auto& input = row.run->req->input();
     batch.push_back({row.run->feed_seq, {input.data() + row.start, size_t(row.n)}, slot});
   }
+  engine::LogitsView out;
   try {
-    model_.forward(batch, cache_, pool, state_, {.logits = engine::LogitsFor::all_tokens});
+    out = runner_->forward(batch, cache_, pool, engine::LogitsFor::all_tokens);
   } catch (...) {
     const JobError error = current_job_error();
     for (Row& row : rows) fail_run(*row.run, error);
     return;
   }
-  const int64_t vocab = model_.config().vocab_size;
+  const int64_t vocab = config_.vocab_size;
   int64_t out_row = 0;
   for (const auto& [slot, k] : order) {
     const Row& row = rows[k];
@@ -207,7 +219,7 @@ void SampleBatcher::forward_scored(std::vector<Row>& rows, const engine::LoraSlo
     for (int64_t i = row.start; i < row.start + row.n; ++i, ++out_row) {
       if (i + 1 < int64_t(tokens.size())) {
         run.logprobs[size_t(i + 1)] =
-            engine::token_logprob(state_.logits.row(out_row), vocab, tokens[size_t(i + 1)]);
+            engine::token_logprob(out.row(out_row), vocab, tokens[size_t(i + 1)]);
       }
     }
     run.fed += row.n;

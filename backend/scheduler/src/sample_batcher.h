@@ -2,7 +2,7 @@
 // The sampling half of the engine thread: tenant queues, cold-adapter parking, KV-block
 // planning and continuous batching (scheduler.h describes the policy).
 //
-// Per step: take_landed() (resume or fail parked jobs), then one Model::forward (last_token
+// Per step: take_landed() (resume or fail parked jobs), then one BatchRunner::forward (last_token
 // logits) over a decode token of every running sequence plus prompt chunks of admitted sample
 // jobs, and one all-token forward over token chunks of compute_logprobs jobs; together at most
 // token_budget tokens, except that decode rows are never held back.
@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "job_common.h"
-#include "spindle/engine/kv_cache.h"
+#include "spindle/engine/backend.h"
 #include "spindle/engine/sample_stream.h"
 
 namespace spindle::scheduler::detail {
@@ -56,8 +56,8 @@ void fail_sample_request(SampleRequest& request, const JobError& error, EngineCo
 
 class SampleBatcher {
  public:
-  SampleBatcher(const engine::Model& model, const engine::Tokenizer* tokenizer,
-                engine::LoraSlotPool& pool, adapters::ResidencyManager& residency,
+  SampleBatcher(engine::ExecutionBackend& backend, const engine::Tokenizer* tokenizer,
+                engine::SlotPool& pool, adapters::ResidencyManager& residency,
                 const SchedulerOptions& options, EngineCounters& counters,
                 WaitingCount& waiting);
   ~SampleBatcher();  // releases every sequence and slot still held (no callbacks)
@@ -66,7 +66,7 @@ class SampleBatcher {
 
   // Rows of session jobs run over `training_pool`; `session_done` is called (engine thread) once
   // per session job when it finished or failed. Set both before the first session job arrives.
-  void set_session_hooks(const engine::LoraSlotPool* training_pool,
+  void set_session_hooks(const engine::SlotPool* training_pool,
                          std::function<void(SessionId)> session_done);
 
   // Validates and queues under the job's tenant; an invalid job fails through its done.
@@ -80,6 +80,7 @@ class SampleBatcher {
   bool idle() const { return runs_.empty() && rr_.empty() && parked_count_ == 0; }
   size_t parked() const { return parked_count_; }
   uint64_t running_sequences() const;
+  size_t kv_bytes() const { return cache_.bytes(); }
 
  private:
   struct Seq {
@@ -121,25 +122,26 @@ class SampleBatcher {
   void run_scored(const std::vector<Row>& rows);
   static void split_by_pool(const std::vector<Row>& rows, std::vector<Row>& serving,
                             std::vector<Row>& training);
-  void forward_main(std::vector<Row>& rows, const engine::LoraSlotPool* pool);
-  void forward_scored(std::vector<Row>& rows, const engine::LoraSlotPool* pool);
+  void forward_main(std::vector<Row>& rows, const engine::SlotPool* pool);
+  void forward_scored(std::vector<Row>& rows, const engine::SlotPool* pool);
   void start_samples(Run& run, const float* logits);
   void fail_run(Run& run, const JobError& error);
   void report_progress(Run& run);  // the job's progress callback, if it has one
   void finish_runs();
   void release_run(Run& run);
 
-  const engine::Model& model_;
+  const engine::ModelConfig& config_;
   const engine::Tokenizer* tokenizer_;
-  engine::LoraSlotPool& pool_;
-  const engine::LoraSlotPool* training_pool_ = nullptr;
+  engine::SlotPool& pool_;
+  const engine::SlotPool* training_pool_ = nullptr;
   std::function<void(SessionId)> session_done_;
   adapters::ResidencyManager& residency_;
   SchedulerOptions options_;
   EngineCounters& counters_;
   WaitingCount& waiting_;
-  engine::KvCache cache_;
-  engine::ForwardState state_;
+  std::unique_ptr<engine::KvPool> kv_;
+  engine::KvPool& cache_;
+  std::unique_ptr<engine::BatchRunner> runner_;
   std::vector<float> scratch_;
   std::vector<int32_t> decode_tokens_;
 

@@ -22,14 +22,15 @@ using detail::TrainRequestPtr;
 struct Scheduler::Impl {
   using Incoming = std::variant<SampleRequestPtr, TrainRequestPtr, std::unique_ptr<OpenRequest>>;
 
-  Impl(const engine::Model& model, const engine::Tokenizer* tokenizer,
-       engine::LoraSlotPool& serving_pool, adapters::ResidencyManager& residency,
+  Impl(engine::ExecutionBackend& backend, const engine::Tokenizer* tokenizer,
+       engine::SlotPool& serving_pool, adapters::ResidencyManager& residency,
        SchedulerOptions options)
       : options_(options),
+        backend_(backend),
         serving_pool_(serving_pool),
         residency_(residency),
-        batcher_(model, tokenizer, serving_pool, residency, options, counters_, waiting_),
-        training_(model, options, counters_, waiting_) {
+        batcher_(backend, tokenizer, serving_pool, residency, options, counters_, waiting_),
+        training_(backend, options, counters_, waiting_) {
     batcher_.set_session_hooks(&training_.pool(),
                                [this](SessionId id) { training_.sample_done(id); });
     training_.set_dispatch([this](SampleRequestPtr r) { batcher_.add(std::move(r)); });
@@ -93,6 +94,22 @@ struct Scheduler::Impl {
     for (int32_t slot = 0; slot < serving_pool_.max_slots(); ++slot) {
       s.device_slots_used += serving_pool_.occupied(slot) ? 1 : 0;
     }
+    // Free device memory is a driver (or /proc) query: refreshed at most once a second.
+    const auto now = std::chrono::steady_clock::now();
+    if (memory_at_ == std::chrono::steady_clock::time_point{} ||
+        now - memory_at_ >= std::chrono::seconds(1)) {
+      try {
+        memory_ = backend_.memory();
+      } catch (...) {  // a report is best-effort: stats keep the last one
+      }
+      memory_at_ = now;
+    }
+    s.device = backend_.device().name();
+    s.dtype = std::string(dtype_name(backend_.dtype()));
+    s.memory = memory_;
+    s.kv_bytes = batcher_.kv_bytes();
+    s.serving_pool_bytes = serving_pool_.bytes();
+    s.training_pool_bytes = training_.pool().bytes();
     std::lock_guard lock(stats_mutex_);
     stats_ = std::move(s);
   }
@@ -139,7 +156,10 @@ struct Scheduler::Impl {
   }
 
   SchedulerOptions options_;
-  engine::LoraSlotPool& serving_pool_;
+  engine::ExecutionBackend& backend_;
+  engine::SlotPool& serving_pool_;
+  engine::MemoryReport memory_;  // engine thread
+  std::chrono::steady_clock::time_point memory_at_;
   adapters::ResidencyManager& residency_;
   detail::EngineCounters counters_;  // engine thread
   detail::WaitingCount waiting_;
@@ -161,10 +181,10 @@ struct Scheduler::Impl {
   std::thread thread_;
 };
 
-Scheduler::Scheduler(const engine::Model& model, const engine::Tokenizer* tokenizer,
-                     engine::LoraSlotPool& serving_pool, adapters::ResidencyManager& residency,
+Scheduler::Scheduler(engine::ExecutionBackend& backend, const engine::Tokenizer* tokenizer,
+                     engine::SlotPool& serving_pool, adapters::ResidencyManager& residency,
                      SchedulerOptions options)
-    : impl_(std::make_unique<Impl>(model, tokenizer, serving_pool, residency, options)) {
+    : impl_(std::make_unique<Impl>(backend, tokenizer, serving_pool, residency, options)) {
   impl_->publish();
   impl_->thread_ = std::thread([this] { impl_->loop(); });
 }

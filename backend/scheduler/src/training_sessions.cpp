@@ -62,24 +62,19 @@ engine::LossMetrics job_metrics(std::span<const engine::TrainDatum> data,
   return m;
 }
 
-std::shared_ptr<const engine::AdamW> copy_optimizer(const engine::AdamW& adam) {
-  if (adam.moments().empty()) return std::make_shared<const engine::AdamW>();
-  return std::make_shared<const engine::AdamW>(
-      engine::AdamW::deserialize(adam.serialize(), "optimizer snapshot"));
-}
-
 }  // namespace
 
-TrainingSessions::TrainingSessions(const engine::Model& model, const SchedulerOptions& options,
-                                   EngineCounters& counters, WaitingCount& waiting)
-    : model_(model),
+TrainingSessions::TrainingSessions(engine::ExecutionBackend& backend,
+                                   const SchedulerOptions& options, EngineCounters& counters,
+                                   WaitingCount& waiting)
+    : config_(backend.config()),
       tokens_per_pass_(options.train_tokens_per_pass > 0 ? options.train_tokens_per_pass
                                                          : std::max<int64_t>(options.token_budget, 1)),
       counters_(counters),
       waiting_(waiting),
-      pool_(model.config(),
-            {.max_slots = options.training_slots, .max_rank = options.training_max_rank}),
-      trainer_(model, pool_),
+      pool_(backend.make_slot_pool(
+          {.max_slots = options.training_slots, .max_rank = options.training_max_rank})),
+      trainer_(backend.make_trainer(*pool_)),
       slot_used_(size_t(std::max(options.training_slots, 0)), false) {}
 
 void TrainingSessions::open(OpenRequest r) {
@@ -94,8 +89,8 @@ void TrainingSessions::open(OpenRequest r) {
   }
   const int32_t slot = int32_t(free - slot_used_.begin());
   try {
-    r.weights.validate(model_.config(), "session adapter");
-    trainer_.attach(slot, std::move(r.weights), std::move(r.optimizer));
+    r.weights.validate(config_, "session adapter");
+    trainer_->attach(slot, std::move(r.weights), std::move(r.optimizer));
   } catch (...) {
     finish_err(r.done, current_job_error(), counters_);
     return;
@@ -145,28 +140,30 @@ bool TrainingSessions::run_single(Session& s, TrainRequest& r) {
   try {
     switch (r.kind) {
       case TrainRequest::Kind::optim_step:
-        finish_ok(r.step_done, trainer_.optim_step(s.slot, r.adam), counters_);
+        finish_ok(r.step_done, trainer_->optim_step(s.slot, r.adam), counters_);
         break;
       case TrainRequest::Kind::snapshot: {
         SessionSnapshot snap;
-        snap.weights = std::make_shared<const engine::LoraWeights>(trainer_.weights(s.slot).clone());
-        if (r.with_optimizer) snap.optimizer = copy_optimizer(trainer_.optimizer(s.slot));
-        snap.step = trainer_.optimizer(s.slot).step_count();
+        snap.weights = std::make_shared<const engine::LoraWeights>(trainer_->weights(s.slot));
+        if (r.with_optimizer) {
+          snap.optimizer = std::make_shared<const engine::AdamW>(trainer_->optimizer(s.slot));
+        }
+        snap.step = trainer_->step_count(s.slot);
         finish_ok(r.snapshot_done, std::move(snap), counters_);
         break;
       }
       case TrainRequest::Kind::load: {
         // attach() replaces the slot's weights, gradients and optimizer; it validates (and
         // loads the pool) before changing anything, so a refused load leaves the session as is.
-        r.weights.validate(model_.config(), "load_state adapter");
+        r.weights.validate(config_, "load_state adapter");
         const int64_t step = r.optimizer.step_count();
-        trainer_.attach(s.slot, std::move(r.weights), std::move(r.optimizer));
+        trainer_->attach(s.slot, std::move(r.weights), std::move(r.optimizer));
         finish_ok(r.load_done, step, counters_);
         break;
       }
       case TrainRequest::Kind::close:
-        trainer_.detach(s.slot);
-        pool_.clear(s.slot);
+        trainer_->detach(s.slot);
+        pool_->clear(s.slot);
         slot_used_[size_t(s.slot)] = false;
         finish_ok(r.close_done, true, counters_);
         return false;
@@ -235,7 +232,7 @@ void TrainingSessions::run_group(const std::vector<SessionId>& ids) {
     s.jobs.pop_front();
     waiting_.leave(r->waiting);
     try {
-      validate_job(*r, model_.config());
+      validate_job(*r, config_);
     } catch (...) {
       fail(*r, current_job_error());
       continue;
@@ -277,8 +274,8 @@ void TrainingSessions::run_merged(const std::vector<TrainRequest*>& jobs,
       ++counters_.train_calls;
       const auto chunk = batch.subspan(begin, end - begin);
       engine::ForwardBackwardOutput out = key.backward
-                                              ? trainer_.forward_backward(chunk, key.fn, key.config)
-                                              : trainer_.forward(chunk, key.fn, key.config);
+                                              ? trainer_->forward_backward(chunk, key.fn, key.config)
+                                              : trainer_->forward(chunk, key.fn, key.config);
       for (auto& lp : out.logprobs) all.logprobs.push_back(std::move(lp));
       all.metrics.add(out.metrics);
       begin = end;

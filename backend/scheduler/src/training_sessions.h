@@ -62,7 +62,7 @@ struct OpenRequest {
 
 class TrainingSessions {
  public:
-  TrainingSessions(const engine::Model& model, const SchedulerOptions& options,
+  TrainingSessions(engine::ExecutionBackend& backend, const SchedulerOptions& options,
                    EngineCounters& counters, WaitingCount& waiting);
 
   // `dispatch` receives session sample jobs that reached their session's head (engine thread;
@@ -72,7 +72,7 @@ class TrainingSessions {
   }
   // A dispatched job of session `id` ended (success or failure).
   void sample_done(SessionId id);
-  const engine::LoraSlotPool& pool() const { return pool_; }
+  const engine::SlotPool& pool() const { return *pool_; }
 
   void open(OpenRequest request);
   // Queues a job on its session; a job for an unknown or closing session fails (not_found).
@@ -97,12 +97,12 @@ class TrainingSessions {
   void run_group(const std::vector<SessionId>& ids);
   void run_merged(const std::vector<TrainRequest*>& jobs, const std::vector<int32_t>& slots);
 
-  const engine::Model& model_;
+  const engine::ModelConfig& config_;
   int64_t tokens_per_pass_;  // trainer call cap (SchedulerOptions::train_tokens_per_pass)
   EngineCounters& counters_;
   WaitingCount& waiting_;
-  engine::LoraSlotPool pool_;
-  engine::LoraTrainer trainer_;
+  std::unique_ptr<engine::SlotPool> pool_;
+  std::unique_ptr<engine::Trainer> trainer_;
   std::vector<bool> slot_used_;
   std::map<SessionId, Session> sessions_;
   SessionId next_id_ = 1;

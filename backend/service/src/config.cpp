@@ -23,6 +23,10 @@ void for_each_field(ServiceConfig& c, F&& f) {
              "built by `spindle make-base` when missing)", c.model);
   f("tokenizer", "tokenizer file (default: found beside the model)", c.tokenizer);
   f("base-id", "catalog id of the base (default: the model file or directory stem)", c.base_id);
+  f("device", "where the engine runs: auto (the first GPU when one exists, else the CPU), cpu, "
+              "cuda or cuda:N", c.device);
+  f("dtype", "the resident base's element type on the device: auto (bf16 on a GPU, f32 on the "
+             "CPU), bf16 or f32", c.dtype);
   f("ipc", "local endpoint (default: ipc://<data-dir>/spindled.sock)", c.ipc);
   f("tcp", "also listen on tcp://HOST:PORT (CURVE encrypted, allow-listed clients only)", c.tcp);
   f("pub", "event endpoint (default: ipc://<data-dir>/spindled-events.sock)", c.pub);

@@ -17,6 +17,7 @@
 #include "setup.h"
 #include "spindle/core/error.h"
 #include "spindle/engine/loader.h"
+#include "spindle/execution/select.h"
 #include "zap.h"
 
 namespace spindle::service {
@@ -81,7 +82,13 @@ int serve(Daemon& d) {
   // The base, its tokenizer and its catalog entry.
   d.model_path = resolve_model(c, d.paths, log);
   d.weights = engine::load_model(d.model_path);
-  d.model = std::make_unique<engine::Model>(d.weights);
+  d.backend = execution::open_backend(d.weights, {.device = c.device, .dtype = c.dtype});
+  {
+    const engine::MemoryReport m = d.backend->memory();
+    log.info("engine on {} ({}): base {} resident in {}, {:.1f} MiB", d.backend->device().name(),
+             m.device_name, d.model_path.filename().string(), dtype_name(d.backend->dtype()),
+             double(m.base_bytes) / double(1 << 20));
+  }
   try {
     const fs::path tok = c.tokenizer.empty() ? engine::default_tokenizer_path(d.model_path)
                                              : fs::path(c.tokenizer);
@@ -108,7 +115,7 @@ int serve(Daemon& d) {
   eo.scheduler.training_max_rank = int32_t(c.limits.max_rank);
   eo.scheduler.kv_blocks = c.kv_blocks;
   d.engine = std::make_unique<scheduler::EngineStack>(
-      *d.model, d.tokenizer.get(), adapters::blob_store_load_fn(*d.blobs, d.weights.config), eo);
+      *d.backend, d.tokenizer.get(), adapters::blob_store_load_fn(*d.blobs, d.weights.config), eo);
   d.scheduler = &d.engine->scheduler();
   d.host_cache = &d.engine->host_cache();
   d.loader = &d.engine->loader();

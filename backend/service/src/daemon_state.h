@@ -26,7 +26,7 @@
 #include "spindle/adapters/loader.h"
 #include "spindle/adapters/residency.h"
 #include "spindle/catalog/catalog.h"
-#include "spindle/engine/model.h"
+#include "spindle/engine/backend.h"
 #include "spindle/engine/tokenizer.h"
 #include "spindle/engine/weights.h"
 #include "spindle/scheduler/engine_stack.h"
@@ -139,7 +139,7 @@ struct Daemon {
   std::string base_id;
   std::filesystem::path model_path;
   engine::ModelWeights weights;
-  std::unique_ptr<engine::Model> model;
+  std::unique_ptr<engine::ExecutionBackend> backend;  // the engine on --device
   std::unique_ptr<engine::Tokenizer> tokenizer;
 
   // Residency tiers and the scheduler (the engine thread).

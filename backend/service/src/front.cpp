@@ -324,6 +324,15 @@ StatusReply Front::status() const {
   for (const auto& p : st.placements) {
     s.placements.push_back({p.revision_id, adapters::residency_tier_name(p.tier), p.slot, p.in_use});
   }
+  s.device = st.device;
+  s.device_name = st.memory.device_name;
+  s.dtype = st.dtype;
+  s.base_bytes = st.memory.base_bytes;
+  s.kv_bytes = st.kv_bytes;
+  s.serving_pool_bytes = st.serving_pool_bytes;
+  s.training_pool_bytes = st.training_pool_bytes;
+  s.device_free_bytes = st.memory.free_bytes;
+  s.device_total_bytes = st.memory.total_bytes;
   return s;
 }
 

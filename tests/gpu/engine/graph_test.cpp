@@ -126,7 +126,7 @@ void check_graph_decode(Precision p) {
       ASSERT_FALSE(::testing::Test::HasFatalFailure());
     }
     if (step == 32) {  // slot 2 evicted and reloaded with another adapter, same addresses
-      pool.evict(2);
+      pool.clear(2);
       pool.load(2, adapters[3]);
     }
     std::vector<BatchSequence> be, bg;

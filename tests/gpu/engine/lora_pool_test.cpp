@@ -60,7 +60,7 @@ TEST(GpuLoraPool, LoadOnLoaderStreamWhileAnotherSlotRunsThenEvict) {
                          1e-4f, "slot 1 forward right after its load"));
 
   // Evict: the slot is free and forwards refuse it; a new adapter of another rank replaces it.
-  pool.evict(1);
+  pool.clear(1);
   EXPECT_FALSE(pool.occupied(1));
   EXPECT_EQ(pool.rank(1), 0);
   EXPECT_EQ(pool.first_free(), 1);
@@ -101,7 +101,7 @@ TEST(GpuLoraPool, BadSlotsAndMisfitAdaptersAreRefused) {
   expect_error([&] { pool.load(-1, ok); }, ErrorCode::invalid_argument,
                "LoRA slot -1 out of range [0, 3)");
   expect_error([&] { (void)pool.occupied(7); }, ErrorCode::invalid_argument, "out of range");
-  expect_error([&] { pool.evict(99); }, ErrorCode::invalid_argument, "out of range");
+  expect_error([&] { pool.clear(99); }, ErrorCode::invalid_argument, "out of range");
   expect_error([&] { (void)pool.rank(-4); }, ErrorCode::invalid_argument, "out of range");
   expect_error([&] { pool.load(0, LoraWeights::random(c, 16, 8.0f, qv, 2, 0.1f, 0.1f)); },
                ErrorCode::invalid_argument, "exceeds the slot pool's max_rank 8");

@@ -21,7 +21,7 @@ TEST(SchedulerLifecycle, RefusesBeyondMaxQueuedAndStopWithoutDrainFailsTheRest) 
   auto env = testing::tiny_env();
   env->add_adapter("x", 2, 1);
   env->source.hold("x");
-  Scheduler sched(env->model, nullptr, env->pool, env->residency, {.max_queued = 3});
+  Scheduler sched(*env->backend, nullptr, env->pool, env->residency, {.max_queued = 3});
   std::vector<SampleWaiter> w(3);
   for (int i = 0; i < 3; ++i) {
     SampleJob j = base_job(10 + i);
@@ -52,7 +52,7 @@ TEST(SchedulerLifecycle, RefusesBeyondMaxQueuedAndStopWithoutDrainFailsTheRest) 
 TEST(SchedulerLifecycle, StopWithDrainCompletesEveryAdmittedJob) {
   auto env = testing::tiny_env();
   env->add_adapter("y", 4, 2);  // cold, but its load is not held
-  Scheduler sched(env->model, nullptr, env->pool, env->residency, {.token_budget = 8});
+  Scheduler sched(*env->backend, nullptr, env->pool, env->residency, {.token_budget = 8});
   std::vector<SampleJob> jobs;
   std::vector<SampleWaiter> w(12);
   for (int i = 0; i < 12; ++i) {
@@ -78,7 +78,7 @@ TEST(SchedulerLifecycle, StopWithDrainCompletesEveryAdmittedJob) {
 
 TEST(SchedulerLifecycle, InvalidJobsFailThroughDoneAndThrowingCallbacksAreContained) {
   auto env = testing::tiny_env();
-  Scheduler sched(env->model, nullptr, env->pool, env->residency, {.kv_blocks = 8});
+  Scheduler sched(*env->backend, nullptr, env->pool, env->residency, {.kv_blocks = 8});
   auto expect_invalid = [&](SampleJob j, ErrorCode code) {
     SampleWaiter w;
     j.done = w.callback();

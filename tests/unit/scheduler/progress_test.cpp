@@ -27,7 +27,7 @@ struct Recorded {
 TEST(SchedulerProgress, DeltasConcatenateToTheCompletions) {
   auto env = testing::tiny_env();
   env->add_adapter("a", 4, 1, /*warm=*/true);
-  Scheduler sched(env->model, nullptr, env->pool, env->residency,
+  Scheduler sched(*env->backend, nullptr, env->pool, env->residency,
                   {.token_budget = 16, .max_running = 16, .kv_blocks = 128});
   constexpr int kJobs = 6;
   std::vector<SampleJob> jobs(kJobs);
@@ -95,7 +95,7 @@ TEST(SchedulerProgress, DeltasConcatenateToTheCompletions) {
 
 TEST(SchedulerProgress, InvalidJobGetsNoProgress) {
   auto env = testing::tiny_env();
-  Scheduler sched(env->model, nullptr, env->pool, env->residency);
+  Scheduler sched(*env->backend, nullptr, env->pool, env->residency);
   SampleJob job;
   job.tenant = "t";
   job.prompt = {};  // invalid: fails through done

@@ -29,7 +29,7 @@ TEST(SchedulerResidency, ColdAdapterParksWhileWarmWorkCompletes) {
   env->add_adapter("x", 4, 1);               // cold: its load is held back below
   env->add_adapter("y", 8, 2, /*warm=*/true);
   env->source.hold("x");
-  Scheduler sched(env->model, nullptr, env->pool, env->residency);
+  Scheduler sched(*env->backend, nullptr, env->pool, env->residency);
 
   const SampleJob jx = job_for("x", {1, 5, 9}, 12, 4);
   SampleWaiter wx;
@@ -71,7 +71,7 @@ TEST(SchedulerResidency, ColdAdapterParksWhileWarmWorkCompletes) {
 TEST(SchedulerResidency, FailedLoadFailsOnlyItsJobsWithTheLoadError) {
   auto env = testing::tiny_env();
   env->add_adapter("y", 2, 2, true);
-  Scheduler sched(env->model, nullptr, env->pool, env->residency);
+  Scheduler sched(*env->backend, nullptr, env->pool, env->residency);
   SampleWaiter bad1, bad2, good;
   SampleJob j1 = job_for("missing", {1, 3}, 5), j2 = job_for("missing", {1, 4}, 5);
   const SampleJob jg = job_for("y", {1, 3}, 10);
@@ -104,7 +104,7 @@ TEST(SchedulerResidency, EvictionNeverTakesASlotInUse) {
   env->add_adapter("a", 8, 1, true);
   env->add_adapter("b", 4, 2, true);
   env->add_adapter("c", 2, 3, true);
-  Scheduler sched(env->model, nullptr, env->pool, env->residency);
+  Scheduler sched(*env->backend, nullptr, env->pool, env->residency);
   // Long sequences for a and b hold both slots while c's job arrives.
   std::vector<SampleJob> jobs = {job_for("a", {1, 5}, 50, 1), job_for("b", {1, 6}, 30, 2),
                                  job_for("c", {1, 7}, 20, 3), job_for("a", {1, 8}, 10, 4)};
@@ -148,7 +148,7 @@ TEST(SchedulerResidency, EvictionNeverTakesASlotInUse) {
 TEST(SchedulerResidency, AdmissionIsRoundRobinAcrossTenants) {
   auto env = testing::tiny_env();
   // Budget 6: each step admits about one new prompt of four tokens.
-  Scheduler sched(env->model, nullptr, env->pool, env->residency,
+  Scheduler sched(*env->backend, nullptr, env->pool, env->residency,
                   {.token_budget = 6, .max_running = 4});
   std::atomic<int> finished{0};
   std::vector<int> position_a(50, -1);

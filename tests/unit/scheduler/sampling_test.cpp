@@ -47,7 +47,7 @@ TEST(SchedulerSampling, ConcurrentMixEqualsGeneratorAlone) {
   env->add_adapter("c", 4, 3);
   const std::vector<std::string> keys = {"a", "", "b", "c"};
   // A small budget forces chunked prefill and many admissions into running batches.
-  Scheduler sched(env->model, nullptr, env->pool, env->residency,
+  Scheduler sched(*env->backend, nullptr, env->pool, env->residency,
                   {.token_budget = 24, .max_running = 16, .kv_blocks = 128});
   constexpr int kThreads = 4, kPerThread = 8;
   std::vector<SampleJob> jobs;
@@ -88,7 +88,7 @@ TEST(SchedulerSampling, TightKvCacheDelaysAdmissionButNeverFailsARunningSequence
   auto env = testing::tiny_env();
   env->add_adapter("a", 4, 5, true);
   // 10 blocks of 16 tokens: one 3-sample request of up to 40 tokens needs up to 9.
-  Scheduler sched(env->model, nullptr, env->pool, env->residency,
+  Scheduler sched(*env->backend, nullptr, env->pool, env->residency,
                   {.token_budget = 64, .kv_blocks = 10});
   std::vector<SampleJob> jobs;
   std::vector<SampleWaiter> waiters(8);
@@ -123,7 +123,7 @@ TEST(SchedulerSampling, ComputeLogprobsMatchesReferenceAndSampledLogprobs) {
   auto env = testing::tiny_env();
   const engine::LoraWeights& adapter = env->add_adapter("a", 4, 9, true);
   // Budget 7: a 40-token scoring job runs in chunks across several steps.
-  Scheduler sched(env->model, nullptr, env->pool, env->residency, {.token_budget = 7});
+  Scheduler sched(*env->backend, nullptr, env->pool, env->residency, {.token_budget = 7});
   SampleJob sample;
   sample.adapter_key = "a";
   sample.prompt = {1, 17, 23, 5};
@@ -179,7 +179,7 @@ TEST(SchedulerSampling, Stories260KWithTokenizerAndStopsEqualsGeneratorAlone) {
   Env env(engine::load_llama2c(bin), {.serving_slots = 2, .max_rank = 8});
   const auto tok = engine::load_tokenizer(tok_path);
   env.add_adapter("story-a", 8, 11);
-  Scheduler sched(env.model, tok.get(), env.pool, env.residency, {.token_budget = 48});
+  Scheduler sched(*env.backend, tok.get(), env.pool, env.residency, {.token_budget = 48});
   const char* prompts[] = {"Once upon a time", "Lily had a red ball", "The cat", "One day"};
   std::vector<SampleJob> jobs;
   for (int i = 0; i < 8; ++i) {

@@ -1,8 +1,11 @@
 #pragma once
-// Shared by the scheduler tests: a real engine (small random model or stories260K), a serving
-// pool behind a real HostCache + Loader + ResidencyManager whose load function hands out
-// prepared adapters (optionally held back, or failing), and engine::Generator run alone as the
-// reference a scheduled request must match.
+// Shared by the scheduler tests: a real engine (small random model or stories260K) on the
+// execution backend under test, a serving pool behind a real HostCache + Loader +
+// ResidencyManager whose load function hands out prepared adapters (optionally held back, or
+// failing), and engine::Generator run alone ON THE CPU as the independent reference a scheduled
+// request must match.
+//
+// One test body per behaviour, every backend: device_under_test.h.
 
 #include <gtest/gtest.h>
 
@@ -20,6 +23,7 @@
 #include "spindle/adapters/residency.h"
 #include "spindle/core/error.h"
 #include "spindle/engine/generator.h"
+#include "device_under_test.h"
 #include "spindle/scheduler/scheduler.h"
 
 namespace spindle::scheduler::testing {
@@ -90,8 +94,10 @@ struct Env {
   Env(engine::ModelWeights weights_in, EnvOptions options = {})
       : weights(std::move(weights_in)),
         model(weights),
+        backend(spindle::testing::backend_under_test(weights)),
         pool_options{.max_slots = options.serving_slots, .max_rank = options.max_rank},
-        pool(weights.config, pool_options),
+        pool_ptr(backend->make_slot_pool(pool_options)),
+        pool(*pool_ptr),
         cache(64u << 20),
         loader(cache, [this](const std::string& id) { return source.load(id); },
                {.threads = 2, .thread_nice = 0}),
@@ -128,19 +134,23 @@ struct Env {
   }
 
   engine::ModelWeights weights;
-  engine::Model model;
+  engine::Model model;  // the CPU reference
+  std::unique_ptr<engine::ExecutionBackend> backend;  // under test
   engine::LoraPoolOptions pool_options;
-  engine::LoraSlotPool pool;
+  std::unique_ptr<engine::SlotPool> pool_ptr;
+  engine::SlotPool& pool;  // the serving pool, on the backend's device
   AdapterSource source;
   adapters::HostCache cache;
   adapters::Loader loader;
   adapters::ResidencyManager residency;
 };
 
+// The tiny Qwen3 shape; head_dim 16 off the CPU (the CUDA attention kernels take multiples of
+// 8), 12 on it (head_dim decoupled from dim, as the CPU tests have always run).
 inline std::unique_ptr<Env> tiny_env(EnvOptions options = {}, uint64_t seed = 31) {
-  return std::make_unique<Env>(
-      spindle::testing::random_weights(spindle::testing::tiny_config(engine::Arch::qwen3), seed),
-      options);
+  engine::ModelConfig c = spindle::testing::tiny_config(engine::Arch::qwen3);
+  if (!spindle::testing::testing_cpu()) c.head_dim = 16;
+  return std::make_unique<Env>(spindle::testing::random_weights(c, seed), options);
 }
 
 // A job's outcome as a future: `done` fulfils it.

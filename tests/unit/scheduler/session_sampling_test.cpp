@@ -57,7 +57,7 @@ TEST(SchedulerSessionSampling, SessionSamplesEqualGeneratorAloneAndBatchWithServ
   auto env = testing::tiny_env();
   const engine::ModelConfig& c = env->weights.config;
   env->add_adapter("served", 4, 7, /*warm=*/true);
-  Scheduler sched(env->model, nullptr, env->pool, env->residency, kOptions);
+  Scheduler sched(*env->backend, nullptr, env->pool, env->residency, kOptions);
   const engine::LoraWeights w =
       engine::LoraWeights::random(c, 8, 16.0f, testing::kAllTargets, 11, 0.3f, 0.3f);
   const SessionId id = open(sched, w.clone());
@@ -89,7 +89,7 @@ TEST(SchedulerSessionSampling, SessionSamplesEqualGeneratorAloneAndBatchWithServ
 TEST(SchedulerSessionSampling, SampleQueuedAfterOptimStepSeesNewWeights) {
   auto env = testing::tiny_env();
   const engine::ModelConfig& c = env->weights.config;
-  Scheduler sched(env->model, nullptr, env->pool, env->residency, kOptions);
+  Scheduler sched(*env->backend, nullptr, env->pool, env->residency, kOptions);
   const engine::LoraWeights w =
       engine::LoraWeights::random(c, 8, 16.0f, testing::kAllTargets, 3, 0.3f, 0.3f);
   const SessionId id = open(sched, w.clone());
@@ -126,7 +126,7 @@ TEST(SchedulerSessionSampling, SampleQueuedAfterOptimStepSeesNewWeights) {
 TEST(SchedulerSessionSampling, SessionLogprobsEqualTrainerForward) {
   auto env = testing::tiny_env();
   const engine::ModelConfig& c = env->weights.config;
-  Scheduler sched(env->model, nullptr, env->pool, env->residency, kOptions);
+  Scheduler sched(*env->backend, nullptr, env->pool, env->residency, kOptions);
   const engine::LoraWeights w =
       engine::LoraWeights::random(c, 4, 8.0f, testing::kAllTargets, 9, 0.3f, 0.3f);
   const SessionId id = open(sched, w.clone());
@@ -158,7 +158,7 @@ TEST(SchedulerSessionSampling, SessionLogprobsEqualTrainerForward) {
 
 TEST(SchedulerSessionSampling, MisuseFailsWithTypedErrors) {
   auto env = testing::tiny_env();
-  Scheduler sched(env->model, nullptr, env->pool, env->residency, kOptions);
+  Scheduler sched(*env->backend, nullptr, env->pool, env->residency, kOptions);
   SampleWaiter unknown;
   SampleJob j = sample_job(42, {1, 2}, 0);
   j.done = unknown.callback();

@@ -66,7 +66,7 @@ void check_merged_equals_alone(int64_t tokens_per_pass) {
   const SchedulerOptions options{.training_slots = 3,
                                  .training_max_rank = 8,
                                  .train_tokens_per_pass = tokens_per_pass};
-  Scheduler sched(env->model, nullptr, env->pool, env->residency, options);
+  Scheduler sched(*env->backend, nullptr, env->pool, env->residency, options);
   const int64_t ranks[2] = {4, 8};
   std::vector<engine::LoraWeights> init;
   std::vector<SessionId> ids;
@@ -158,7 +158,7 @@ TEST(SchedulerTraining, ChunkedMergedPassStillEqualsEachSessionAlone) {
 TEST(SchedulerTraining, DifferentLossesDoNotMergeAndOrderHoldsPerSession) {
   auto env = testing::tiny_env();
   const engine::ModelConfig& c = env->weights.config;
-  Scheduler sched(env->model, nullptr, env->pool, env->residency,
+  Scheduler sched(*env->backend, nullptr, env->pool, env->residency,
                   {.training_slots = 2, .training_max_rank = 4});
   const auto w0 = engine::init_lora(c, 4, 8.0f, testing::kAllTargets, 1);
   const SessionId a = open(sched, w0.clone());

@@ -184,7 +184,17 @@ struct StatusReply {
   double host_hit_rate = 0.0;
   double mean_load_wait_ms = 0.0;
   std::vector<PlacementInfo> placements;
-  template <class A> void serialize(A& ar, uint32_t) {
+  // Version 2: where the engine runs (spindled --device) and the device memory it holds.
+  std::string device;       // "cpu", "cuda:0"
+  std::string device_name;  // "NVIDIA H200 (sm_90, 139 GiB)", "cpu (avx512)"
+  std::string dtype;        // the resident base's element type: "F32", "BF16"
+  uint64_t base_bytes = 0;          // resident base weights
+  uint64_t kv_bytes = 0;            // the KV cache pool
+  uint64_t serving_pool_bytes = 0;  // serving adapter slots
+  uint64_t training_pool_bytes = 0; // training slots (weights; gradients and moments beyond)
+  uint64_t device_free_bytes = 0;   // the CPU: MemAvailable
+  uint64_t device_total_bytes = 0;
+  template <class A> void serialize(A& ar, uint32_t version) {
     ar(CEREAL_NVP(server_version), CEREAL_NVP(uptime_s), CEREAL_NVP(queue_depth),
        CEREAL_NVP(parked), CEREAL_NVP(running_sequences), CEREAL_NVP(training_sessions),
        CEREAL_NVP(requests_served), CEREAL_NVP(requests_failed), CEREAL_NVP(tokens_per_s),
@@ -192,6 +202,11 @@ struct StatusReply {
        CEREAL_NVP(host_cache_capacity), CEREAL_NVP(loads_queued), CEREAL_NVP(loads_running),
        CEREAL_NVP(device_hit_rate), CEREAL_NVP(host_hit_rate), CEREAL_NVP(mean_load_wait_ms),
        CEREAL_NVP(placements));
+    if (version >= 2) {
+      ar(CEREAL_NVP(device), CEREAL_NVP(device_name), CEREAL_NVP(dtype), CEREAL_NVP(base_bytes),
+         CEREAL_NVP(kv_bytes), CEREAL_NVP(serving_pool_bytes), CEREAL_NVP(training_pool_bytes),
+         CEREAL_NVP(device_free_bytes), CEREAL_NVP(device_total_bytes));
+    }
   }
 };
 
@@ -441,7 +456,7 @@ CEREAL_CLASS_VERSION(spindle::protocol::BaseInfo, 1);
 CEREAL_CLASS_VERSION(spindle::protocol::LimitsInfo, 1);
 CEREAL_CLASS_VERSION(spindle::protocol::CapabilitiesReply, 2);
 CEREAL_CLASS_VERSION(spindle::protocol::PlacementInfo, 1);
-CEREAL_CLASS_VERSION(spindle::protocol::StatusReply, 1);
+CEREAL_CLASS_VERSION(spindle::protocol::StatusReply, 2);
 CEREAL_CLASS_VERSION(spindle::protocol::CreateTrainingRequest, 1);
 CEREAL_CLASS_VERSION(spindle::protocol::CreateTrainingFromStateRequest, 1);
 CEREAL_CLASS_VERSION(spindle::protocol::TrainingSessionReply, 1);

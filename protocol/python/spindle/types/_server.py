@@ -80,6 +80,16 @@ class ServerStatus:
     host_hit_rate: float = 0.0
     mean_load_wait_ms: float = 0.0
     placements: list[PlacementInfo] = field(default_factory=list)
+    # Where the engine runs (spindled --device) and the device memory it holds.
+    device: str = ""
+    device_name: str = ""
+    dtype: str = ""
+    base_bytes: int = 0
+    kv_bytes: int = 0
+    serving_pool_bytes: int = 0
+    training_pool_bytes: int = 0
+    device_free_bytes: int = 0
+    device_total_bytes: int = 0
 
 
 @dataclass

@@ -1,6 +1,6 @@
 #pragma once
 // Residency manager (DESIGN.md core idea 4): maps revision ids to device slots of an
-// engine::LoraSlotPool, filling them from the host cache, and asking the loader for cold
+// engine::SlotPool, filling them from the host cache, and asking the loader for cold
 // revisions. The batch loop never waits on I/O:
 //
 //   acquire(id) -> slot      resident, or in the host cache (or its load just landed) and a
@@ -63,7 +63,7 @@ struct LandedLoad {
 class ResidencyManager {
  public:
   // pool, cache and loader must outlive the manager.
-  ResidencyManager(engine::LoraSlotPool& pool, HostCache& cache, Loader& loader);
+  ResidencyManager(engine::SlotPool& pool, HostCache& cache, Loader& loader);
 
   // Never blocks. `priority` orders the cold load, if one is started.
   std::optional<int32_t> acquire(const std::string& revision_id,
@@ -90,7 +90,7 @@ class ResidencyManager {
   // A slot that is free, or the LRU one not in use (cleared); nullopt if all are in use.
   std::optional<int32_t> claim_slot();
 
-  engine::LoraSlotPool& pool_;
+  engine::SlotPool& pool_;
   HostCache& cache_;
   Loader& loader_;
   std::vector<Slot> slots_;                              // [pool.max_slots()]

@@ -9,22 +9,25 @@
 #include <vector>
 
 #include "spindle/core/tensor.h"
+#include "spindle/engine/device.h"
 #include "spindle/engine/kv_blocks.h"
 #include "spindle/engine/model_config.h"
 #include "spindle/kernels/attention.h"
 
 namespace spindle::engine {
 
-class KvCache {
+// The CPU implementation of the KvPool interface (device.h).
+class KvCache final : public KvPool {
  public:
   KvCache(const ModelConfig& config, KvCacheOptions options);
 
-  SeqId create() { return blocks_.create(); }
+  Device device() const override { return {}; }
+  SeqId create() override { return blocks_.create(); }
   // A new sequence sharing every block of `parent` (same length, same tokens).
-  SeqId fork(SeqId parent) { return blocks_.fork(parent); }
-  void release(SeqId seq) { blocks_.release(seq); }
+  SeqId fork(SeqId parent) override { return blocks_.fork(parent); }
+  void release(SeqId seq) override { blocks_.release(seq); }
 
-  int64_t length(SeqId seq) const { return blocks_.length(seq); }
+  int64_t length(SeqId seq) const override { return blocks_.length(seq); }
   const std::vector<int32_t>& block_table(SeqId seq) const { return blocks_.block_table(seq); }
 
   // Makes room for n more tokens of `seq`: allocates blocks and un-shares a shared,
@@ -33,14 +36,16 @@ class KvCache {
   // cache is left unchanged).
   void append(SeqId seq, int64_t n, std::vector<int64_t>& slots);
   // Blocks that append(seq, n) would need to take from the free list.
-  int64_t blocks_needed(SeqId seq, int64_t n) const { return blocks_.blocks_needed(seq, n); }
+  int64_t blocks_needed(SeqId seq, int64_t n) const override {
+    return blocks_.blocks_needed(seq, n);
+  }
 
   kernels::PagedKv layer(int64_t l);
-  int64_t block_size() const { return blocks_.block_size(); }
-  int64_t n_blocks() const { return blocks_.n_blocks(); }
-  int64_t free_blocks() const { return blocks_.free_blocks(); }
+  int64_t block_size() const override { return blocks_.block_size(); }
+  int64_t n_blocks() const override { return blocks_.n_blocks(); }
+  int64_t free_blocks() const override { return blocks_.free_blocks(); }
   int64_t live_sequences() const { return blocks_.live_sequences(); }
-  size_t bytes() const { return size_t(k_.size()) * 2 * k_.front().bytes(); }
+  size_t bytes() const override { return size_t(k_.size()) * 2 * k_.front().bytes(); }
 
  private:
   void copy_block(const KvBlockCopy& copy);

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "spindle/core/tensor.h"
+#include "spindle/engine/device.h"
 #include "spindle/engine/model_config.h"
 #include "spindle/kernels/lora.h"
 
@@ -86,23 +87,25 @@ void pack_lora_slot(const LoraPair& pair, int64_t max_rank, float* a, float* b);
 
 // Thread-safety: load/clear must not run concurrently with a forward pass that reads the slot
 // (the residency layer serialises them; eviction never takes a slot an in-flight batch uses).
-class LoraSlotPool {
+// The CPU implementation of the SlotPool interface (backend.h).
+class LoraSlotPool final : public SlotPool {
  public:
   LoraSlotPool(const ModelConfig& config, LoraPoolOptions options);
 
-  int32_t max_slots() const { return options_.max_slots; }
-  int32_t max_rank() const { return options_.max_rank; }
+  Device device() const override { return {}; }
+  int32_t max_slots() const override { return options_.max_slots; }
+  int32_t max_rank() const override { return options_.max_rank; }
   const ModelConfig& config() const { return config_; }
 
   // Copies `adapter` into `slot` (validated first; nothing changes on error).
-  void load(int32_t slot, const LoraWeights& adapter);
-  void clear(int32_t slot);
-  bool occupied(int32_t slot) const;
-  std::optional<int32_t> first_free() const;
+  void load(int32_t slot, const LoraWeights& adapter) override;
+  void clear(int32_t slot) override;
+  bool occupied(int32_t slot) const override;
+  std::optional<int32_t> first_free() const override;
 
   // The SGMV view of one (layer, target); nullopt if the pool has no storage for the target.
   std::optional<kernels::LoraSlots> view(int64_t layer, LoraTarget target) const;
-  size_t bytes() const;
+  size_t bytes() const override;
 
  private:
   struct Module {

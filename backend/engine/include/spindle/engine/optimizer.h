@@ -61,6 +61,9 @@ class AdamW {
   static AdamW load(const std::filesystem::path& file);
   // The same safetensors bytes in memory (a blob); `source` names them in errors.
   std::string serialize() const;
+  // A state from its parts (a copy of another AdamW's, or one a device downloaded): `moments`
+  // by parameter name, (m, v) each shaped like the parameter.
+  static AdamW restore(int64_t step, std::map<std::string, std::pair<Tensor, Tensor>> moments);
   static AdamW deserialize(std::string bytes, const std::string& source);
 
  private:

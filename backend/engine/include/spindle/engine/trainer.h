@@ -17,6 +17,7 @@
 #include <map>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "spindle/engine/loss.h"
@@ -42,6 +43,16 @@ struct TrainDatum {
 void validate_train_batch(std::span<const TrainDatum> batch, LossFn fn, const LossConfig& config,
                           const ModelConfig& model);
 
+// Checks that `optimizer` is the AdamW state of `adapter` (every device keeps it in this layout,
+// engine::AdamW's): no moments (a fresh state), or exactly one (m, v) per adapted tensor, named
+// `<lora_module_key>.lora_A.weight` / `.lora_B.weight` and shaped like it. Throws
+// invalid_argument naming `source` and the first tensor that is missing, extra or misshapen.
+void validate_lora_optimizer(const AdamW& optimizer, const LoraWeights& adapter,
+                             const std::string& source);
+// The AdamW parameter name of one adapted tensor: "<lora_module_key>.lora_A.weight" (which 0)
+// or ".lora_B.weight" (which 1).
+std::string lora_param_name(int64_t layer, LoraTarget target, int which);
+
 struct ForwardBackwardOutput {
   std::vector<std::vector<float>> logprobs;  // per datum, log p(target) per position
   LossMetrics metrics;
@@ -56,7 +67,8 @@ class LoraTrainer {
  public:
   LoraTrainer(const Model& model, LoraSlotPool& pool);
 
-  // Starts training `weights` in `slot` (loaded into the pool), with optimizer state to resume.
+  // Starts training `weights` in `slot` (loaded into the pool), with optimizer state to resume
+  // (validate_lora_optimizer; nothing changes on error).
   void attach(int32_t slot, LoraWeights weights, AdamW optimizer = {});
   void detach(int32_t slot);
   bool attached(int32_t slot) const { return states_.count(slot) != 0; }

@@ -22,20 +22,23 @@ namespace spindle::gpu {
 
 using engine::SeqId;
 
-class DeviceKvCache {
+// The CUDA implementation of engine::KvPool (engine/device.h).
+class DeviceKvCache final : public engine::KvPool {
  public:
   // Same option checks and sizing as engine::KvCache (n_blocks 0: max_seqs full contexts).
+  // The cache lives on the current CUDA device (`device` names it).
   DeviceKvCache(const engine::ModelConfig& config, engine::KvCacheOptions options,
-                Precision precision);
+                Precision precision, engine::Device device = {engine::DeviceKind::cuda, 0});
   DeviceKvCache(const DeviceKvCache&) = delete;
   DeviceKvCache& operator=(const DeviceKvCache&) = delete;
 
-  SeqId create() { return blocks_.create(); }
+  engine::Device device() const override { return device_; }
+  SeqId create() override { return blocks_.create(); }
   // Shares every block of `parent` (same length, same tokens).
-  SeqId fork(SeqId parent) { return blocks_.fork(parent); }
-  void release(SeqId seq) { blocks_.release(seq); }
+  SeqId fork(SeqId parent) override { return blocks_.fork(parent); }
+  void release(SeqId seq) override { blocks_.release(seq); }
 
-  int64_t length(SeqId seq) const { return blocks_.length(seq); }
+  int64_t length(SeqId seq) const override { return blocks_.length(seq); }
   const std::vector<int32_t>& block_table(SeqId seq) const { return blocks_.block_table(seq); }
 
   // As engine::KvCache::append: room for n more tokens of `seq`, flat slots of the new tokens
@@ -43,18 +46,20 @@ class DeviceKvCache {
   // that later writes the new tokens on the same stream sees the copied prefix. Throws resource
   // when blocks run out (the cache is left unchanged).
   void append(SeqId seq, int64_t n, std::vector<int64_t>& slots, cudaStream_t stream);
-  int64_t blocks_needed(SeqId seq, int64_t n) const { return blocks_.blocks_needed(seq, n); }
+  int64_t blocks_needed(SeqId seq, int64_t n) const override {
+    return blocks_.blocks_needed(seq, n);
+  }
 
   // Device view of layer l's K/V; T must match precision() (std::logic_error otherwise).
   template <class T>
   kernels::cuda::DevicePagedKv<T> layer(int64_t l);
 
   Precision precision() const { return precision_; }
-  int64_t block_size() const { return blocks_.block_size(); }
-  int64_t n_blocks() const { return blocks_.n_blocks(); }
-  int64_t free_blocks() const { return blocks_.free_blocks(); }
+  int64_t block_size() const override { return blocks_.block_size(); }
+  int64_t n_blocks() const override { return blocks_.n_blocks(); }
+  int64_t free_blocks() const override { return blocks_.free_blocks(); }
   int64_t live_sequences() const { return blocks_.live_sequences(); }
-  size_t bytes() const;
+  size_t bytes() const override;
 
  private:
   void copy_block(const engine::KvBlockCopy& copy, cudaStream_t stream);
@@ -62,6 +67,7 @@ class DeviceKvCache {
   engine::ModelConfig config_;
   engine::KvBlockTable blocks_;
   Precision precision_;
+  engine::Device device_;
   std::vector<DeviceTensor> k_, v_;  // per layer, [n_blocks·block_size, n_kv_heads·head_dim]
 };
 

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "spindle/engine/loss.h"
+#include "spindle/engine/lora.h"
 #include "spindle/engine/optimizer.h"
 #include "spindle/engine/trainer.h"
 #include "spindle/gpu/device_model.h"
@@ -54,9 +55,12 @@ class DeviceTrainer {
   DeviceTrainer(const DeviceTrainer&) = delete;
   DeviceTrainer& operator=(const DeviceTrainer&) = delete;
 
-  // Starts training `weights` in `slot`: loads it into the pool (validated there), fresh AdamW
-  // state (step 0, zero moments), stale gradients of the slot dropped.
-  void attach(int32_t slot, const engine::LoraWeights& weights);
+  // Starts training `weights` in `slot`: loads it into the pool (validated there), resumes
+  // `optimizer` (engine::validate_lora_optimizer; empty = step 0, zero moments; its moments are
+  // uploaded into the slot's padded layout), stale gradients of the slot dropped. Nothing
+  // changes on a validation error.
+  void attach(int32_t slot, const engine::LoraWeights& weights,
+              const engine::AdamW& optimizer = {});
   void detach(int32_t slot);  // the slot keeps its adapter in the pool
   bool attached(int32_t slot) const { return states_.count(slot) != 0; }
 
@@ -76,6 +80,10 @@ class DeviceTrainer {
   // Gradients accumulated since the last step, adapter-shaped (a download).
   engine::LoraWeights grads(int32_t slot) const;
   int64_t step_count(int32_t slot) const;
+  // The slot's AdamW state downloaded into engine::AdamW's layout (adapter-shaped moments by
+  // parameter name, the step count): bit-exact what attach() was given after no step, and what
+  // a CPU trainer resumes from (engine::LoraTrainer::attach). Empty moments at step 0.
+  engine::AdamW optimizer(int32_t slot) const;
 
  private:
   struct State;

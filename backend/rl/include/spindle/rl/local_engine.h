@@ -6,13 +6,18 @@
 #include <filesystem>
 #include <memory>
 
-#include "spindle/engine/model.h"
+#include <string>
+
+#include "spindle/engine/backend.h"
+#include "spindle/engine/weights.h"
 #include "spindle/engine/tokenizer.h"
 #include "spindle/scheduler/engine_stack.h"
 
 namespace spindle::rl {
 
 struct LocalEngineOptions {
+  std::string device = "auto";  // execution/select.h: auto | cpu | cuda | cuda:N
+  std::string dtype = "auto";   // auto | bf16 | f32
   int32_t training_slots = 8;
   int32_t max_rank = 32;
   int64_t token_budget = 2048;
@@ -30,11 +35,12 @@ class LocalEngine {
 
   const engine::ModelWeights& weights() const { return weights_; }
   const engine::Tokenizer& tokenizer() const { return *tokenizer_; }
+  engine::ExecutionBackend& backend() { return *backend_; }
   scheduler::Scheduler& scheduler() { return stack_->scheduler(); }
 
  private:
   engine::ModelWeights weights_;
-  std::unique_ptr<engine::Model> model_;
+  std::unique_ptr<engine::ExecutionBackend> backend_;
   std::unique_ptr<engine::Tokenizer> tokenizer_;
   std::unique_ptr<scheduler::EngineStack> stack_;
 };

@@ -1,8 +1,8 @@
 #pragma once
 // The serving side of a resident base, built one way for the daemon and for in-process GRPO
 // (rl::LocalEngine): device slots <- host cache <- loader (DESIGN.md core idea 4) and the
-// Scheduler whose engine thread owns them. The base itself (model, tokenizer) is the caller's
-// and must outlive the stack.
+// Scheduler whose engine thread owns them, over an execution backend of any device. The base
+// itself (the backend, the tokenizer) is the caller's and must outlive the stack.
 
 #include <cstddef>
 #include <cstdint>
@@ -11,7 +11,7 @@
 #include "spindle/adapters/host_cache.h"
 #include "spindle/adapters/loader.h"
 #include "spindle/adapters/residency.h"
-#include "spindle/engine/model.h"
+#include "spindle/engine/backend.h"
 #include "spindle/engine/tokenizer.h"
 #include "spindle/scheduler/scheduler.h"
 
@@ -29,8 +29,8 @@ class EngineStack {
  public:
   // `load` feeds cold serving loads (adapters::blob_store_load_fn in the daemon). Starts the
   // scheduler's engine thread.
-  EngineStack(const engine::Model& model, const engine::Tokenizer* tokenizer, adapters::LoadFn load,
-              const EngineStackOptions& options);
+  EngineStack(engine::ExecutionBackend& backend, const engine::Tokenizer* tokenizer,
+              adapters::LoadFn load, const EngineStackOptions& options);
   ~EngineStack();  // stops the scheduler (without draining) before the tiers go
   EngineStack(const EngineStack&) = delete;
   EngineStack& operator=(const EngineStack&) = delete;
@@ -42,7 +42,7 @@ class EngineStack {
  private:
   // Declaration order is destruction order reversed: the scheduler goes first.
   std::unique_ptr<adapters::HostCache> host_cache_;
-  std::unique_ptr<engine::LoraSlotPool> serving_pool_;
+  std::unique_ptr<engine::SlotPool> serving_pool_;
   std::unique_ptr<adapters::Loader> loader_;
   std::unique_ptr<adapters::ResidencyManager> residency_;
   std::unique_ptr<Scheduler> scheduler_;

@@ -3,7 +3,7 @@
 // (KV cache, slot pools, trainer, residency manager) and turns queued jobs from many clients
 // into heterogeneous engine batches.
 //
-// Sampling: continuous batching across adapters. Each engine step runs one Model::forward over
+// Sampling: continuous batching across adapters. Each engine step runs one BatchRunner::forward over
 // every running sequence's next token (decode) plus prompt chunks of newly admitted requests
 // (prefill), at most `token_budget` tokens per step. The num_samples sequences of one request
 // fork the prompt's KV sequence (shared blocks). Admission is fair across tenants (round robin
@@ -15,10 +15,10 @@
 // The engine thread never waits on I/O; a slot is released only after the last sequence using
 // it finished, so eviction never takes a slot that an in-flight batch uses.
 //
-// Training: each training session holds one slot of the training pool (LoraTrainer state:
+// Training: each training session holds one slot of the training pool (Trainer state:
 // master weights, gradients, AdamW). A session's jobs run in the order they were submitted.
 // forward_backward jobs at the head of several sessions' queues with the same loss function
-// and config run as ONE LoraTrainer::forward_backward over all their data (K policies, one
+// and config run as ONE Trainer::forward_backward over all their data (K policies, one
 // pass over the base); optim_step runs per session.
 //
 // Completion callbacks run on the engine thread: they must be quick and must not call back
@@ -36,9 +36,9 @@
 
 #include "spindle/adapters/residency.h"
 #include "spindle/core/error.h"
+#include "spindle/engine/backend.h"
 #include "spindle/engine/generator.h"
 #include "spindle/engine/loss.h"
-#include "spindle/engine/model.h"
 #include "spindle/engine/optimizer.h"
 #include "spindle/engine/sampler.h"
 #include "spindle/engine/tokenizer.h"
@@ -147,21 +147,30 @@ struct SchedulerStats {
   uint64_t engine_steps = 0;
   uint64_t sampled_tokens = 0;
   uint64_t train_passes = 0;          // passes over a (merged) group of forward_backward jobs
-  uint64_t train_calls = 0;           // LoraTrainer calls (a pass is chunked at the cap)
+  uint64_t train_calls = 0;           // Trainer calls (a pass is chunked at the cap)
   uint64_t train_jobs_merged = 0;     // forward_backward jobs that shared a pass with another
   uint64_t session_sample_jobs = 0;   // sample/logprobs jobs run on a session's live weights
   adapters::ResidencyStats residency;
   std::vector<adapters::RevisionPlacement> placements;
   int32_t device_slots = 0;
   int32_t device_slots_used = 0;
+  // Where the engine runs and what it holds there (refreshed at most once a second).
+  std::string device;   // "cpu", "cuda:0"
+  std::string dtype;    // the resident base's: "F32", "BF16"
+  engine::MemoryReport memory;  // base bytes, device free / total
+  size_t kv_bytes = 0;
+  size_t serving_pool_bytes = 0;
+  size_t training_pool_bytes = 0;
 };
 
 class Scheduler {
  public:
-  // model, tokenizer (may be null), serving pool and residency manager must outlive the
-  // scheduler; the residency manager must manage `serving_pool`. Starts the engine thread.
-  Scheduler(const engine::Model& model, const engine::Tokenizer* tokenizer,
-            engine::LoraSlotPool& serving_pool, adapters::ResidencyManager& residency,
+  // backend, tokenizer (may be null), serving pool (made by `backend`) and residency manager
+  // must outlive the scheduler; the residency manager must manage `serving_pool`. The engine
+  // thread, started here, is the one thread that drives the backend from now on: the KV pool,
+  // the runner, the training pool and its trainer are made by it on construction.
+  Scheduler(engine::ExecutionBackend& backend, const engine::Tokenizer* tokenizer,
+            engine::SlotPool& serving_pool, adapters::ResidencyManager& residency,
             SchedulerOptions options = {});
   ~Scheduler();  // stop()
   Scheduler(const Scheduler&) = delete;

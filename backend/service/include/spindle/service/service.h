@@ -40,6 +40,8 @@ struct ServiceConfig {
   std::string model;               // "" = <data_dir>/bases/arith (built by `spindle make-base`)
   std::string tokenizer;           // "" = found beside the model
   std::string base_id;             // "" = the model file/dir stem
+  std::string device = "auto";     // auto | cpu | cuda | cuda:N (execution/select.h)
+  std::string dtype = "auto";      // auto | bf16 | f32: the resident base's on the device
   std::string ipc;                 // "" = ipc://<data_dir>/spindled.sock
   std::string tcp;                 // "" = no TCP; else tcp://HOST:PORT, always CURVE
   std::string pub;                 // "" = ipc://<data_dir>/spindled-events.sock

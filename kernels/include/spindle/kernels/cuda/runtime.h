@@ -28,13 +28,23 @@ namespace spindle::kernels::cuda {
 
 using bf16 = __nv_bfloat16;
 
+// A failed CUDA runtime, cuBLAS or NCCL call: what was called, where, and the library's
+// status (cudaErrorMemoryAllocation is what a backend boundary maps to "resource exhausted").
 class CudaError : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit CudaError(const std::string& message, cudaError_t status = cudaErrorUnknown)
+      : std::runtime_error(message), status_(status) {}
+  cudaError_t status() const { return status_; }
+  bool out_of_memory() const { return status_ == cudaErrorMemoryAllocation; }
+
+ private:
+  cudaError_t status_;
 };
 
-// Throws CudaError("<what>: <cudaGetErrorString(status)>") unless status == cudaSuccess.
-void check(cudaError_t status, const char* what);
+// Throws CudaError("<what> at <file>:<line>: <cudaGetErrorString(status)>") unless status ==
+// cudaSuccess; file and line are the caller's (GCC/EDG builtins, as std::source_location uses).
+void check(cudaError_t status, const char* what, const char* file = __builtin_FILE(),
+           int line = __builtin_LINE());
 // cudaGetLastError after a kernel launch, naming the kernel.
 void check_launch(const char* kernel);
 
@@ -51,7 +61,13 @@ class DeviceBuffer {
   DeviceBuffer() = default;
   explicit DeviceBuffer(size_t count) : count_(count) {
     if (count_ > 0) {
-      check(cudaMalloc(reinterpret_cast<void**>(&ptr_), count_ * sizeof(T)), "cudaMalloc");
+      const cudaError_t status = cudaMalloc(reinterpret_cast<void**>(&ptr_), count_ * sizeof(T));
+      if (status != cudaSuccess) {
+        ptr_ = nullptr;
+        const size_t bytes = count_ * sizeof(T);
+        count_ = 0;
+        check(status, ("cudaMalloc of " + std::to_string(bytes) + " bytes").c_str());
+      }
     }
   }
   ~DeviceBuffer() {
