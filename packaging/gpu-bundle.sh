@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Packs the GPU test executables and the GPU bench into one self-contained folder for a CUDA
+# Packs the GPU test executables (and the device-neutral suites, run on CUDA) and the GPU bench
+# into one self-contained folder for a CUDA
 # machine that has the NVIDIA driver and CUDA 13 runtime libraries but none of Debian's:
 #   BUILD/gpu-bundle/{bin,lib,shared,run.sh} and BUILD/gpu-bundle.tar.xz
 # lib/ holds every non-system, non-CUDA shared library the executables load (from ldd);
@@ -11,8 +12,11 @@ shared=${SPINDLE_SHARED_DIR:-$(cd "$(dirname "$0")/.." && pwd)/../shared}
 dest=$build/gpu-bundle
 rm -rf "$dest" && mkdir -p "$dest/bin" "$dest/lib"
 
+# test_gpu_*: the CUDA engine's own suites. test_backend and test_scheduler: the device-neutral
+# suites (one body per behaviour, every backend), run here with SPINDLE_TEST_DEVICE=cuda.
 mapfile -t exes < <(find "$build/tests" -maxdepth 2 -type f -perm -u+x \
-                      \( -name 'test_gpu_*' -o -name 'spindle-bench-gpu' \) | sort)
+                      \( -name 'test_gpu_*' -o -name 'spindle-bench-gpu' -o -name test_backend \
+                         -o -name test_scheduler \) | sort)
 [[ ${#exes[@]} -gt 0 ]] || { echo "gpu-bundle: no test_gpu_* executables under $build" >&2; exit 1; }
 cp "${exes[@]}" "$dest/bin/"
 cp "$(dirname "$0")/../tests/bench/gpu.sh" "$dest/bin/" 2>/dev/null || true
@@ -42,11 +46,12 @@ export LD_LIBRARY_PATH=$here/lib:/usr/local/cuda/lib64:${nccl:+$(dirname "$nccl"
 export SPINDLE_SHARED_DIR=$here/shared
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
 status=0
-for t in "$here"/bin/test_gpu_*; do
+for t in "$here"/bin/test_gpu_* "$here"/bin/test_backend "$here"/bin/test_scheduler; do
+  [[ -x $t ]] || continue
   name=$(basename "$t")
   echo "=== $name"
-  timeout "${SPINDLE_GPU_TEST_TIMEOUT:-240}" "$t" --gtest_output="xml:$out/$name.xml" \
-    --gtest_brief=1 >"$out/$name.log" 2>&1 || status=1
+  SPINDLE_TEST_DEVICE=cuda timeout "${SPINDLE_GPU_TEST_TIMEOUT:-240}" "$t" \
+    --gtest_output="xml:$out/$name.xml" --gtest_brief=1 >"$out/$name.log" 2>&1 || status=1
   tail -n 40 "$out/$name.log"
 done
 if [[ -x $here/bin/spindle-bench-gpu && ${SPINDLE_GPU_BENCH:-1} == 1 ]]; then

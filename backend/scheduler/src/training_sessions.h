@@ -1,7 +1,7 @@
 #pragma once
 // The training half of the engine thread: sessions in the training pool's slots, each with a
 // FIFO of jobs. A pass runs the non-merging jobs at the heads of the queues (optim_step,
-// snapshot, load, close) and then ONE LoraTrainer call over every session whose head is a
+// snapshot, load, close) and then ONE Trainer call over every session whose head is a
 // forward / forward_backward with the same (loss fn, config, backward): the group of the oldest
 // such head. Each merged job gets its own logprobs and metrics.
 //

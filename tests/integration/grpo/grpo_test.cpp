@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <map>
 
+#include "device_under_test.h"
 #include "shared_fixtures.h"
 #include "spindle/catalog/catalog.h"
 #include "spindle/rl/grpo_run.h"
@@ -88,9 +89,11 @@ double mean_reward(const std::vector<StepMetrics>& h, const std::string& policy,
   return n ? s / n : 0.0;
 }
 
+// The stories runs go on the device under test (device_under_test.h; the "cuda." instance runs
+// them on a GPU in bf16, the base's default dtype there).
 TEST(Grpo, StoriesLearnToMentionACat) {
   SPINDLE_SHARED_OR_SKIP(model, "models/stories260K/stories260K.bin");
-  LocalEngine engine(model);
+  LocalEngine engine(model, {.device = spindle::testing::test_device()});
   RunConfig c = stories_config(24);
   c.policies.push_back(keyword_policy("cat", "cat"));
   GrpoRun run(c, context(engine, "", ""));
@@ -104,7 +107,7 @@ TEST(Grpo, StoriesLearnToMentionACat) {
 
 TEST(Grpo, FourConcurrentPoliciesEachLearnTheirOwnReward) {
   SPINDLE_SHARED_OR_SKIP(model, "models/stories260K/stories260K.bin");
-  LocalEngine engine(model);
+  LocalEngine engine(model, {.device = spindle::testing::test_device()});
   RunConfig c = stories_config(20);
   const std::vector<std::string> words = {"cat", "dog", "ball", "tree"};
   for (const auto& w : words) c.policies.push_back(keyword_policy("likes-" + w, w));
