@@ -1,5 +1,6 @@
 // Connection helpers of the CLI's remote commands (see remote.h).
 
+#include "spindle/protocol/data_dir.h"
 #include "remote.h"
 
 #include <CLI/CLI.hpp>
@@ -50,13 +51,15 @@ std::unique_ptr<protocol::Client> connect_remote(const RemoteOptions& o) {
   if (c.endpoint.empty()) {
     if (const char* e = std::getenv("SPINDLE_ENDPOINT"); e && *e) c.endpoint = e;
   }
-  if (c.endpoint.empty()) c.endpoint = "ipc://" + (catalog::resolve_data_dir(o.data_dir) / "spindled.sock").string();
+  // The user's own daemon, else the system daemon (protocol::client_data_dir).
+  const fs::path dir = protocol::client_data_dir(o.data_dir);
+  if (c.endpoint.empty()) c.endpoint = "ipc://" + (dir / "spindled.sock").string();
   c.token = o.token;
   if (c.token.empty()) {
     if (const char* t = std::getenv("SPINDLE_TOKEN"); t && *t) c.token = t;
   }
   if (c.token.empty()) {
-    const fs::path token_file = catalog::resolve_data_dir(o.data_dir) / "token";
+    const fs::path token_file = dir / "token";
     c.token = first_word_of_file(token_file);
     SPINDLE_CHECK(!c.token.empty(), not_found,
                   "no token: pass --token, set SPINDLE_TOKEN, or run spindled once so it writes {}",

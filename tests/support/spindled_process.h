@@ -76,6 +76,8 @@ class SpindledProcess {
   SpindledProcess(const SpindledProcess&) = delete;
   SpindledProcess& operator=(const SpindledProcess&) = delete;
 
+  pid_t pid() const { return pid_; }
+
   // SIGTERM, then the exit code (-1 when killed by a signal or still running after 60 s).
   int terminate() {
     if (pid_ <= 0) return -1;

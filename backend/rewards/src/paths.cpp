@@ -47,7 +47,12 @@ std::vector<fs::path> default_plugin_dirs() {
     }
   }
   add(SPINDLE_REWARD_PLUGIN_BUILD_DIR);
-  if (fs::path d = exe_dir(); !d.empty()) add(d / ".." / "lib" / "spindle" / "plugins");
+  // An install: <prefix>/bin/.. + lib/<multiarch>/spindle/plugins (relocatable, so a package
+  // unpacked anywhere finds its own plugins), and the pre-multiarch lib/spindle/plugins.
+  if (fs::path d = exe_dir(); !d.empty()) {
+    add((d / ".." / SPINDLE_REWARD_PLUGIN_INSTALL_RELDIR).lexically_normal());
+    add((d / ".." / "lib" / "spindle" / "plugins").lexically_normal());
+  }
   return out;
 }
 

@@ -36,8 +36,13 @@ void for_each_field(ServiceConfig& c, F&& f) {
   f("authorized-clients", "CURVE public keys (Z85, one per line) allowed on --tcp (default: "
                           "<data-dir>/curve/authorized_clients)", c.authorized_clients);
   f("log-level", "trace, debug, info, warn, error or off", c.log_level);
+  f("group-access", "IPC sockets 0660 and the token file 0640: members of the daemon's group may "
+                    "use it (the system service)", c.group_access);
   f("data-root", "built-in datasets of GRPO runs (default: $SPINDLE_SHARED_DIR/data when set, "
                  "else none: runs may use only inline and absolute jsonl datasets)", c.data_root);
+  f("metrics-port", "serve Prometheus metrics on http://<metrics-bind>:PORT/metrics (0: off, "
+                    "-1: any free port, named in the ready line)", c.metrics_port);
+  f("metrics-bind", "address of the metrics endpoint (default: localhost only)", c.metrics_bind);
   f("max-queue", "requests in flight before `overloaded`", c.max_queue);
   f("max-sessions", "training sessions at once", c.max_sessions);
   f("retry-after-ms", "retry delay suggested in `overloaded` replies", c.retry_after_ms);

@@ -12,6 +12,8 @@
 #include <cstdio>
 
 #include "front.h"
+#include "metrics.h"
+#include "metrics_http.h"
 #include "reward_tests.h"
 #include "run_manager.h"
 #include "setup.h"
@@ -27,8 +29,10 @@ namespace fs = std::filesystem;
 namespace {
 
 std::atomic<bool> g_stop{false};
+std::atomic<bool> g_rescan{false};  // SIGHUP: rescan the reward plugins (systemctl reload)
 
 void on_signal(int) { request_stop(); }
+void on_hangup(int) { g_rescan.store(true); }
 
 void install_signal_handlers() {
   struct sigaction sa {};
@@ -36,6 +40,10 @@ void install_signal_handlers() {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
+  struct sigaction hup {};
+  hup.sa_handler = on_hangup;
+  sigemptyset(&hup.sa_mask);
+  sigaction(SIGHUP, &hup, nullptr);
   signal(SIGPIPE, SIG_IGN);
 }
 
@@ -58,8 +66,10 @@ int lock_data_dir(const Paths& paths) {
   return fd;
 }
 
-void bind_ipc(zmq::socket_t& s, const std::string& endpoint) {
-  const mode_t old = ::umask(077);
+// Binds `endpoint`; an ipc:// socket file gets mode 0600, or 0660 with `group` (the system
+// service's --group-access).
+void bind_ipc(zmq::socket_t& s, const std::string& endpoint, bool group) {
+  const mode_t old = ::umask(group ? 007 : 077);
   try {
     s.bind(endpoint);
   } catch (...) {
@@ -69,7 +79,8 @@ void bind_ipc(zmq::socket_t& s, const std::string& endpoint) {
   ::umask(old);
   if (endpoint.starts_with("ipc://")) {
     const std::string file = endpoint.substr(6);
-    SPINDLE_CHECK(::chmod(file.c_str(), 0600) == 0, io, "chmod 0600 {}: {}", file,
+    const mode_t mode = group ? 0660 : 0600;
+    SPINDLE_CHECK(::chmod(file.c_str(), mode) == 0, io, "chmod {:o} {}: {}", mode, file,
                   std::strerror(errno));
   }
 }
@@ -101,6 +112,12 @@ int serve(Daemon& d) {
   d.base_id = c.base_id.empty() ? default_base_id(d.model_path) : c.base_id;
   register_base(d.paths, d.base_id, d.model_path, d.weights.config, log);
   d.tokens = load_or_create_tokens(d.paths, log);
+  if (c.group_access) {  // the local tenant's token, for the daemon's group (tokens.json stays 0600)
+    std::error_code ec;
+    fs::permissions(d.paths.data_dir / "token",
+                    fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read,
+                    fs::perm_options::replace, ec);
+  }
 
   // Residency tiers and the engine thread.
   d.blobs = std::make_unique<adapters::BlobStore>(d.paths.data_dir / "blobs");
@@ -146,7 +163,7 @@ int serve(Daemon& d) {
   std::vector<std::unique_ptr<zmq::socket_t>> routers;
   std::vector<std::string> endpoints;
   routers.push_back(make_router());
-  bind_ipc(*routers.back(), d.paths.ipc);
+  bind_ipc(*routers.back(), d.paths.ipc, c.group_access);
   endpoints.push_back(routers.back()->get(zmq::sockopt::last_endpoint));
   std::unique_ptr<ZapHandler> zap;
   if (!d.paths.tcp.empty()) {
@@ -165,7 +182,16 @@ int serve(Daemon& d) {
   }
   zmq::socket_t pub(*d.context, zmq::socket_type::pub);
   pub.set(zmq::sockopt::linger, 0);
-  bind_ipc(pub, d.paths.pub);
+  bind_ipc(pub, d.paths.pub, c.group_access);
+
+  // The metrics endpoint, after the sockets: its URL follows theirs on the ready line.
+  std::unique_ptr<MetricsServer> metrics;
+  if (c.metrics_port != 0) {
+    metrics = std::make_unique<MetricsServer>(c.metrics_bind, c.metrics_port,
+                                              [&d] { return render_metrics(collect_metrics(d)); });
+    endpoints.push_back(metrics->url());
+    log.info("metrics on {}", metrics->url());
+  }
 
   std::string ready;
   for (const auto& e : endpoints) ready += (ready.empty() ? "" : " ") + e;
@@ -176,10 +202,12 @@ int serve(Daemon& d) {
 
   std::vector<zmq::socket_t*> raw;
   for (auto& r : routers) raw.push_back(r.get());
-  Front(d, raw, pub, pull).run(g_stop);
+  Front(d, raw, pub, pull).run(g_stop, g_rescan);
 
-  // Everything handed off is answered (or the drain timed out): stop the workers, then close
-  // sockets (routers linger to flush replies), then the context.
+  // Everything handed off is answered (or the drain timed out): stop the metrics thread (it
+  // reads the scheduler), the workers, then close sockets (routers linger to flush replies),
+  // then the context.
+  if (metrics) metrics->stop();
   d.runs->stop_all();  // each saves its step in progress, on the still-running scheduler
   d.reward_tests->stop();  // runs what is queued (sampling needs the scheduler and catalog)
   d.scheduler->stop(/*drain=*/false);

@@ -123,6 +123,14 @@ class CatalogWorker {
   std::thread thread_;
 };
 
+// The front thread's own figures, which only it can compute (front.h), mirrored for readers on
+// other threads (the metrics endpoint). Relaxed atomics: each value is exact when stored; the
+// two are not read as one snapshot.
+struct FrontFigures {
+  std::atomic<uint64_t> queue_depth{0};    // requests in flight; stored at every change
+  std::atomic<double> tokens_per_s{0.0};   // sampled tokens/s, the last ~10 s; once a second
+};
+
 class RunManager;
 class RewardTester;
 struct DatasetCache;
@@ -160,6 +168,7 @@ struct Daemon {
   std::unique_ptr<DatasetCache> datasets;  // the datasets op (made in Daemon())
   std::unique_ptr<zmq::context_t> context;
   std::unique_ptr<ReplyChannel> replies;
+  FrontFigures front_figures;  // written by the front thread only
 };
 
 // Wire error for an exception from the catalog, engine or adapters: (code, message).

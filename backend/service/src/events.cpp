@@ -121,14 +121,16 @@ bool EventHub::wants_residency() const {
 }
 
 bool EventHub::send_event(const Subscription& s, EventReply event) {
+  const Reply reply = make_ok(s.call, std::move(event), {});
   std::string header;
   try {
-    header = encode_reply_header(make_ok(s.call, std::move(event), {}));
+    header = encode_reply_header(reply);
   } catch (const std::exception& e) {
     d_.log->error("internal: event for subscription {} not encoded: {}", s.call.request_id,
                   e.what());
     return true;
   }
+  d_.replies->counters.count(reply);  // the subscribe request, once: at its final "closed"
   std::vector<zmq::const_buffer> parts;
   for (const std::string& f : s.call.envelope) parts.push_back(zmq::buffer(f));
   parts.push_back(zmq::buffer(header));

@@ -6,6 +6,7 @@
 #include "engine_ops.h"
 #include "peer_send.h"
 #include "reward_tests.h"
+#include "server_status.h"
 #include "spindle/engine/loss.h"
 #include "spindle/rl/config.h"
 
@@ -72,7 +73,7 @@ bool is_catalog_op(Op op) {
 
 }  // namespace
 
-void Front::run(const std::atomic<bool>& stop) {
+void Front::run(const std::atomic<bool>& stop, std::atomic<bool>& rescan) {
   Clock::time_point deadline{};
   std::vector<zmq::pollitem_t> items;
   for (auto* r : routers_) items.push_back({r->handle(), 0, ZMQ_POLLIN, 0});
@@ -99,6 +100,10 @@ void Front::run(const std::atomic<bool>& stop) {
         if (parts.empty()) break;
         on_request(uint8_t(s), std::move(parts));
       }
+    }
+    if (rescan.exchange(false)) {
+      d_.reward_tests->rescan_plugins();
+      d_.log->info("SIGHUP: reward plugins will be rescanned before the next reward test");
     }
     if (stop.load() && !draining_) {
       draining_ = true;
@@ -129,7 +134,7 @@ void Front::on_reply(std::vector<std::string> parts) {
     d_.log->error("internal: malformed reply on the reply channel dropped");
     return;
   }
-  if (route->final && in_flight_ > 0) --in_flight_;
+  if (route->final && in_flight_ > 0) set_in_flight(in_flight_ - 1);
   std::vector<zmq::const_buffer> out;
   out.reserve(parts.size() - 1);
   for (size_t i = 1; i < parts.size(); ++i) out.push_back(zmq::buffer(parts[i]));
@@ -138,17 +143,23 @@ void Front::on_reply(std::vector<std::string> parts) {
 }
 
 void Front::send_direct(const Call& call, const Reply& reply) {
-  (reply.ok ? d_.replies->served : d_.replies->failed).fetch_add(1);
+  // What goes out: `reply`, or an `internal` error (no frames) when it cannot be encoded.
+  const Reply* sent = &reply;
+  Reply fallback;
   std::string header;
   try {
     header = encode_reply_header(reply);
   } catch (const std::exception& e) {
-    header = encode_reply_header(make_error(call, errc::internal, e.what()));
+    fallback = make_error(call, errc::internal, e.what());
+    header = encode_reply_header(fallback);
+    sent = &fallback;
   }
+  (sent->ok ? d_.replies->served : d_.replies->failed).fetch_add(1);
+  d_.replies->counters.count(*sent);
   std::vector<zmq::const_buffer> out;
   for (const auto& f : call.envelope) out.push_back(zmq::buffer(f));
   out.push_back(zmq::buffer(header));
-  for (const auto& f : reply.frames) out.push_back(zmq::buffer(f));
+  for (const auto& f : sent->frames) out.push_back(zmq::buffer(f));
   const PeerSend r = send_to_peer(*routers_[call.socket], out);
   if (r != PeerSend::sent) {
     d_.log->debug("reply to request {} ({}) dropped: {}", call.request_id, op_name(call.op),
@@ -217,7 +228,7 @@ void Front::on_request(uint8_t socket, std::vector<std::string> parts) {
     return send_direct(call, r);
   }
   // From here on the reply comes back through the reply channel, from whichever thread.
-  ++in_flight_;
+  set_in_flight(in_flight_ + 1);
   if (is_catalog_op(req.op)) {
     dispatch_catalog_op(d_, std::move(call), std::move(req));
   } else if (is_run_op(req.op)) {
@@ -295,45 +306,20 @@ void Front::on_front_op(const Call& call, const Request& req) {
 }
 
 StatusReply Front::status() const {
-  const scheduler::SchedulerStats st = d_.scheduler->stats();
-  const adapters::HostCacheStats hc = d_.host_cache->stats();
-  const adapters::LoaderStats ls = d_.loader->stats();
-  StatusReply s;
-  s.server_version = kServerVersion;
-  s.uptime_s = std::chrono::duration<double>(Clock::now() - d_.started).count();
-  s.queue_depth = in_flight_;
-  s.parked = st.parked;
-  s.running_sequences = st.running_sequences;
-  s.training_sessions = d_.sessions.size();
-  s.requests_served = d_.replies->served.load();
-  s.requests_failed = d_.replies->failed.load();
-  if (throughput_.size() >= 2) {
-    const double dt =
-        std::chrono::duration<double>(throughput_.back().first - throughput_.front().first).count();
-    if (dt > 0) s.tokens_per_s = double(throughput_.back().second - throughput_.front().second) / dt;
-  }
-  s.device_slots = uint32_t(st.device_slots);
-  s.device_slots_used = uint32_t(st.device_slots_used);
-  s.host_cache_bytes = hc.bytes;
-  s.host_cache_capacity = hc.capacity_bytes;
-  s.loads_queued = ls.queue_depth;
-  s.loads_running = ls.running;
-  s.device_hit_rate = st.residency.device_hit_rate();
-  s.host_hit_rate = hc.hit_rate();
-  s.mean_load_wait_ms = ls.mean_wait_ms();
-  for (const auto& p : st.placements) {
-    s.placements.push_back({p.revision_id, adapters::residency_tier_name(p.tier), p.slot, p.in_use});
-  }
-  s.device = st.device;
-  s.device_name = st.memory.device_name;
-  s.dtype = st.dtype;
-  s.base_bytes = st.memory.base_bytes;
-  s.kv_bytes = st.kv_bytes;
-  s.serving_pool_bytes = st.serving_pool_bytes;
-  s.training_pool_bytes = st.training_pool_bytes;
-  s.device_free_bytes = st.memory.free_bytes;
-  s.device_total_bytes = st.memory.total_bytes;
-  return s;
+  return server_status(d_, d_.scheduler->stats(), in_flight_, tokens_per_s());
+}
+
+double Front::tokens_per_s() const {
+  if (throughput_.size() < 2) return 0.0;
+  const double dt =
+      std::chrono::duration<double>(throughput_.back().first - throughput_.front().first).count();
+  if (dt <= 0) return 0.0;
+  return double(throughput_.back().second - throughput_.front().second) / dt;
+}
+
+void Front::set_in_flight(uint64_t n) {
+  in_flight_ = n;
+  d_.front_figures.queue_depth.store(n, std::memory_order_relaxed);
 }
 
 void Front::sample_throughput() {
@@ -341,6 +327,7 @@ void Front::sample_throughput() {
   if (!throughput_.empty() && now - throughput_.back().first < std::chrono::seconds(1)) return;
   throughput_.emplace_back(now, d_.scheduler->stats().sampled_tokens);
   while (throughput_.size() > 11) throughput_.pop_front();
+  d_.front_figures.tokens_per_s.store(tokens_per_s(), std::memory_order_relaxed);
 }
 
 // At most once a second: subscriptions get their tenant's view (events.h); the PUB socket gets

@@ -3,6 +3,8 @@
 // `stop` is set and every request it handed off has been answered (or drain_timeout_s passed).
 // While draining, new requests get `unavailable` and every event subscription is closed.
 // A stream (sample_stream) counts as one request in flight until its final message.
+// It mirrors its requests in flight (at every change) and token rate (once a second) into
+// Daemon::front_figures, the metrics endpoint's view of them (server_status.h).
 
 #include <atomic>
 #include <vector>
@@ -18,7 +20,9 @@ class Front {
  public:
   Front(Daemon& d, std::vector<zmq::socket_t*> routers, zmq::socket_t& pub, zmq::socket_t& pull)
       : d_(d), routers_(routers), pub_(pub), pull_(pull), events_(d, std::move(routers)) {}
-  void run(const std::atomic<bool>& stop);
+  // Serves until `stop`; `rescan` (set by SIGHUP) asks for a reward plugin rescan, as the
+  // plugin_rescan op does, and is cleared when taken.
+  void run(const std::atomic<bool>& stop, std::atomic<bool>& rescan);
 
  private:
   void on_request(uint8_t socket, std::vector<std::string> parts);
@@ -27,15 +31,17 @@ class Front {
   void on_front_op(const Call& call, const protocol::Request& req);
   void refuse(const Call& call, const char* code, const std::string& message, bool log);
   protocol::StatusReply status() const;
+  double tokens_per_s() const;
   void publish_residency();
   void sample_throughput();
+  void set_in_flight(uint64_t n);  // in_flight_ and its mirror in d_.front_figures
 
   Daemon& d_;
   std::vector<zmq::socket_t*> routers_;
   zmq::socket_t& pub_;
   zmq::socket_t& pull_;
   EventHub events_;         // subscribe/unsubscribe (events.h)
-  uint64_t in_flight_ = 0;  // handed-off requests not yet answered (front thread only)
+  uint64_t in_flight_ = 0;  // handed-off requests not yet answered (set_in_flight only)
   bool draining_ = false;
   std::chrono::steady_clock::time_point last_publish_{};
   std::string last_residency_;

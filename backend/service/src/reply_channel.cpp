@@ -84,23 +84,29 @@ void ReplyChannel::overloaded(const Call& call, uint64_t depth, uint64_t limit,
 }
 
 void ReplyChannel::send(const Call& call, const protocol::Reply& reply) {
+  // What goes out: `reply`, or an `internal` error (no frames, final) when it cannot be encoded.
+  const protocol::Reply* sent = &reply;
+  protocol::Reply fallback;
   std::string header;
   try {
     header = protocol::encode_reply_header(reply);
   } catch (const std::exception& e) {
-    header = protocol::encode_reply_header(
-        make_error(call, protocol::errc::internal, std::string("cannot encode reply: ") + e.what()));
+    fallback = make_error(call, protocol::errc::internal,
+                          std::string("cannot encode reply: ") + e.what());
+    header = protocol::encode_reply_header(fallback);
+    sent = &fallback;
   }
-  (reply.ok ? served : failed).fetch_add(1, std::memory_order_relaxed);
+  (sent->ok ? served : failed).fetch_add(1, std::memory_order_relaxed);
+  counters.count(*sent);
   zmq::socket_t& push = push_for(context_, endpoint_);
-  const Route route{call.socket, uint32_t(call.envelope.size()), protocol::is_final_reply(reply)};
+  const Route route{call.socket, uint32_t(call.envelope.size()), protocol::is_final_reply(*sent)};
   push.send(zmq::buffer(encode_route(route)), zmq::send_flags::sndmore);
   for (const auto& f : call.envelope) push.send(zmq::buffer(f), zmq::send_flags::sndmore);
-  const bool more = !reply.frames.empty();
-  push.send(zmq::buffer(header), more ? zmq::send_flags::sndmore : zmq::send_flags::none);
-  for (size_t i = 0; i < reply.frames.size(); ++i) {
-    push.send(zmq::buffer(reply.frames[i]), i + 1 < reply.frames.size() ? zmq::send_flags::sndmore
-                                                                         : zmq::send_flags::none);
+  const protocol::Frames& frames = sent->frames;
+  push.send(zmq::buffer(header), frames.empty() ? zmq::send_flags::none : zmq::send_flags::sndmore);
+  for (size_t i = 0; i < frames.size(); ++i) {
+    push.send(zmq::buffer(frames[i]),
+              i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
   }
 }
 

@@ -17,6 +17,7 @@
 
 #include <zmq.hpp>
 
+#include "reply_counters.h"
 #include "spindle/protocol/wire.h"
 
 namespace spindle::service {
@@ -53,6 +54,8 @@ class ReplyChannel {
   // Replies sent by any path (this channel and the front's direct sends), ok and errors.
   std::atomic<uint64_t> served{0};
   std::atomic<uint64_t> failed{0};
+  // Requests answered by op and code, by the same paths (reply_counters.h).
+  ReplyCounters counters;
 
  private:
   zmq::context_t& context_;

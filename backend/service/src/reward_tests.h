@@ -48,6 +48,9 @@ class RewardTester {
   // Queues a validated reward_test, reward_plugins, plugin_rescan or datasets request; exactly
   // one reply is sent for it.
   void post(Call call, protocol::Request request);
+  // The next reward test of every worker starts a fresh reward host, which rescans the plugin
+  // folders (what a plugin_rescan request does; SIGHUP / systemctl reload).
+  void rescan_plugins() { plugin_generation_.fetch_add(1); }
   void stop();
 
  private:

@@ -78,7 +78,10 @@ class Daemon {
   void kill_now() { process_.kill_now(); }
   const std::string& ipc() const { return process_.endpoints().at(0); }
   const std::string& tcp() const { return process_.endpoints().at(1); }
+  // Every endpoint of the ready line: IPC, TCP (with --tcp), the metrics URL (--metrics-port).
+  const std::vector<std::string>& endpoints() const { return process_.endpoints(); }
   const fs::path& data_dir() const { return process_.data_dir(); }
+  pid_t pid() const { return process_.pid(); }
   std::string token() const { return process_.token(); }
   std::string log() const {
     return read_text(data_dir() / "logs" / "spindled.log") + read_text(data_dir() / "stderr");

@@ -19,7 +19,7 @@ struct RewardHostServerOptions {
 int run_reward_host(const RewardHostServerOptions& options);
 
 // Plugin folders searched when none are given, in order: $SPINDLE_REWARD_PLUGIN_PATH
-// (colon-separated), the build tree's plugin folder, <exe dir>/../lib/spindle/plugins.
+// (colon-separated), the build tree's plugin folder, <exe dir>/../lib/<multiarch>/spindle/plugins.
 // Only folders that exist are returned.
 std::vector<std::filesystem::path> default_plugin_dirs();
 

@@ -9,6 +9,8 @@
 //                  answers handshake/capabilities/status/tokenize itself, keeps the
 //                  subscribe/unsubscribe event streams (src/events.h) and dispatches the rest.
 //   ZAP thread     REP on inproc://zeromq.zap.01: admits CURVE clients on the allow-list.
+//   metrics thread (--metrics-port only) HTTP GET /metrics, Prometheus text (src/metrics_http.h);
+//                  reads thread-safe snapshots only, never engine or catalog state directly.
 //   catalog thread one Catalog (SQLite connection): catalog ops, commits, address resolution.
 //   engine thread  the scheduler's; its completion callbacks reply through a thread-local PUSH.
 // Replies are sent only after the work they acknowledge is durable (a save replies after the
@@ -25,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "spindle/version.h"
 #include "spindle/protocol/wire.h"
 
 namespace CLI {
@@ -33,7 +36,7 @@ class App;
 
 namespace spindle::service {
 
-inline constexpr const char* kServerVersion = "spindled 0.1.0";
+inline constexpr const char* kServerVersion = "spindled " SPINDLE_VERSION;
 
 struct ServiceConfig {
   std::string data_dir;            // "" = $SPINDLE_DATA_DIR, $XDG_DATA_HOME/spindle, ~/.local/share/spindle
@@ -48,7 +51,14 @@ struct ServiceConfig {
   std::string tokens_file;         // "" = <data_dir>/tokens.json
   std::string authorized_clients;  // "" = <data_dir>/curve/authorized_clients
   std::string log_level = "info";  // trace, debug, info, warn, error, off
+  // The system service: IPC sockets 0660 and the `token` file 0640, so members of the daemon's
+  // group use it (tokens.json and the CURVE secret key stay 0600).
+  bool group_access = false;
   std::string data_root;           // GRPO runs' built-in datasets; "" = $SPINDLE_SHARED_DIR/data
+  // Prometheus text on http://<metrics_bind>:<metrics_port>/metrics (src/metrics.h): 0 = off,
+  // -1 = any free port (the ready line names the one taken).
+  int32_t metrics_port = 0;
+  std::string metrics_bind = "127.0.0.1";
 
   protocol::Limits limits = default_limits();
   uint32_t max_queue = 256;        // requests in flight (all but handshake/capabilities/status)
@@ -78,7 +88,8 @@ void add_service_options(CLI::App& app, ServiceConfig& config);
 void apply_config_file(CLI::App& app, ServiceConfig& config);
 
 // Runs the daemon until request_stop() (or SIGTERM/SIGINT, which call it): binds, prints
-// "spindled ready: <endpoints>" on stdout, serves; on stop, refuses new requests with
+// "spindled ready: <endpoints>" on stdout (the IPC ROUTER, the TCP one if any, then the metrics
+// URL if any, space-separated), serves; on stop, refuses new requests with
 // `unavailable`, lets in-flight work finish, sends every reply and returns 0. Setup errors
 // (model, sockets, files) are logged and return 1. Installs SIGTERM/SIGINT handlers.
 int run_daemon(const ServiceConfig& config);

@@ -12,4 +12,14 @@ namespace spindle::protocol {
 /// `explicit_dir` wins when non-empty; an empty path when nothing applies (HOME unset).
 std::filesystem::path default_data_dir(const std::filesystem::path& explicit_dir = {});
 
+/// The system daemon's data directory (the `spindle` package's spindled.service).
+inline constexpr const char* kSystemDataDir = "/var/lib/spindle";
+
+/// The data directory a CLIENT talks to: default_data_dir(), except that with neither
+/// `explicit_dir` nor $SPINDLE_DATA_DIR set, a user whose own data dir has no running daemon
+/// (no spindled.sock) while the system daemon's socket exists gets kSystemDataDir (its socket
+/// and token are readable by the `spindle` group). `system_dir` is for tests.
+std::filesystem::path client_data_dir(const std::filesystem::path& explicit_dir = {},
+                                      const std::filesystem::path& system_dir = kSystemDataDir);
+
 }  // namespace spindle::protocol
