@@ -7,12 +7,15 @@ packages=(
   build-essential cmake ninja-build pkg-config ccache git
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-openmp-dev libpcre2-dev libicu-dev nlohmann-json3-dev libspdlog-dev libcli11-dev
-  libsqlite3-dev libssl-dev libzmq3-dev cppzmq-dev libcereal-dev
+  libsqlite3-dev libssl-dev libzmq3-dev cppzmq-dev libcereal-dev libcpp-httplib-dev
   python3 python3-numpy python3-zmq python3-pytest
   # Spindle Studio (Qt 6.4 Widgets + Charts, Dear ImGui 1.86 with its OpenGL 3 backend) and a
   # real X server for its screenshot test; fonts so text renders under Xvfb.
   qt6-base-dev qt6-charts-dev libqt6opengl6-dev libgl-dev libimgui-dev xvfb xauth
   fonts-dejavu-core
+  # Debian packages (CPack DEB): man pages from --help, shlibdeps, the lintian check, the
+  # systemd unit check, and pip for the offline `pip install protocol/python` check.
+  help2man dpkg-dev lintian systemd man-db python3-pip python3-setuptools
 )
 
 missing=()

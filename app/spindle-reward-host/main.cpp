@@ -8,11 +8,13 @@
 #include <exception>
 
 #include "spindle/rewards/host.h"
+#include "spindle/version.h"
 
 int main(int argc, char** argv) {
   spindle::rewards::RewardHostServerOptions options;
   std::vector<std::string> dirs;
   CLI::App app{"spindle-reward-host: serves reward plugins to a RewardScorer over ZeroMQ"};
+  app.set_version_flag("--version", "spindle-reward-host " SPINDLE_VERSION);
   app.add_option("--endpoint", options.endpoint, "ZeroMQ endpoint to connect to")->required();
   app.add_option("--plugin-dir", dirs, "plugin folder (repeatable; default: built-in dirs)");
   app.add_option("--parent-pid", options.parent_pid, "exit when this process exits");

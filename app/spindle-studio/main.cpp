@@ -15,6 +15,7 @@
 
 #include "spindle/protocol/curve.h"
 #include "spindle/ui/main_window.h"
+#include "spindle/version.h"
 
 namespace {
 
@@ -32,6 +33,7 @@ int main(int argc, char** argv) {
   std::string data_dir, endpoint, token, server_key, client_keys, screenshot, model;
   bool start_daemon = false, light = false;
   int timeout_s = 120;
+  cli.set_version_flag("--version", "spindle-studio " SPINDLE_VERSION);
   cli.add_option("--data-dir", data_dir, "the local daemon's data directory (default: the CLI's rule)");
   cli.add_option("--endpoint", endpoint, "connect to this daemon instead of the local one");
   cli.add_option("--token", token, "API token for --endpoint (default: $SPINDLE_TOKEN)");

@@ -7,12 +7,14 @@
 #include "commands.h"
 #include "spindle/core/error.h"
 #include "spindle/service/service.h"
+#include "spindle/version.h"
 
 int main(int argc, char** argv) {
   if (argc > 1 && std::string_view(argv[1]) == "serve") {
     spindle::service::reexec_with_passive_openmp(argv);  // as spindled does
   }
   CLI::App app{"spindle: train and serve many LoRA policies over one resident base model"};
+  app.set_version_flag("--version", "spindle " SPINDLE_VERSION);
   app.require_subcommand(1);
   spindle::cli::register_generate(app);
   spindle::cli::register_convert(app);

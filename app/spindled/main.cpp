@@ -7,11 +7,13 @@
 
 #include "spindle/core/error.h"
 #include "spindle/service/service.h"
+#include "spindle/version.h"
 
 int main(int argc, char** argv) {
   spindle::service::reexec_with_passive_openmp(argv);
   CLI::App app{"spindled: serve and train many LoRA policies over one resident base model"};
   spindle::service::ServiceConfig config;
+  app.set_version_flag("--version", "spindled " SPINDLE_VERSION);
   spindle::service::add_service_options(app, config);
   try {
     app.parse(argc, argv);

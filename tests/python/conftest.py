@@ -2,6 +2,7 @@
 
 Environment (set by the ctest registration in tests/CMakeLists.txt):
   SPINDLED_BIN        path of the built spindled (tests needing it skip when unset/absent)
+  SPINDLE_SDK_PATH    folder to import `spindle` from (default: protocol/python of this tree)
   SPINDLE_SHARED_DIR  folder holding models/stories260K (else SPINDLE_SHARED_DIR_DEFAULT, else
                       ../shared beside the source)
 One daemon serves the whole session; tests use distinct policy names."""
@@ -20,7 +21,9 @@ from pathlib import Path
 import pytest
 
 SOURCE_DIR = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(SOURCE_DIR / "protocol" / "python"))
+# SPINDLE_SDK_PATH: import the SDK from there instead (the packaging test points it at an
+# unpacked python3-spindle, so the installed package is what runs).
+sys.path.insert(0, os.environ.get("SPINDLE_SDK_PATH") or str(SOURCE_DIR / "protocol" / "python"))
 
 import spindle  # noqa: E402
 
