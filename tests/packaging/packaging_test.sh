@@ -60,31 +60,42 @@ fi
 
 step "control fields"
 field() { dpkg-deb --field "$1" "$2"; }
+has() { [[ $(field "$1" "$2") == *"$3"* ]]; }  # has DEB FIELD TEXT
 [[ $(field "$deb_spindle" Version) == "${version}-1" ]] || fail "spindle Version"
-field "$deb_spindle" Depends | grep -q "libzmq5" || fail "spindle Depends lacks libzmq5 (shlibdeps)"
-field "$deb_spindle" Depends | grep -q "adduser" || fail "spindle Depends lacks adduser (postinst)"
-field "$deb_py" Depends | grep -q "python3-zmq" || fail "python3-spindle Depends lacks python3-zmq"
-field "$deb_py" Depends | grep -q "python3-numpy" || fail "python3-spindle Depends lacks python3-numpy"
+has "$deb_spindle" Depends "libzmq5" || fail "spindle Depends lacks libzmq5 (shlibdeps)"
+has "$deb_spindle" Depends "adduser" || fail "spindle Depends lacks adduser (postinst)"
+has "$deb_py" Depends "python3-zmq" || fail "python3-spindle Depends lacks python3-zmq"
+has "$deb_py" Depends "python3-numpy" || fail "python3-spindle Depends lacks python3-numpy"
 [[ $(field "$deb_dev" Architecture) == all ]] || fail "spindle-plugin-dev is not Architecture: all"
 if ((have_studio)); then
-  field "$deb_studio" Depends | grep -qF "spindle (= ${version}-1)" || fail "studio Depends"
-  field "$deb_studio" Depends | grep -q "libqt6widgets6" || fail "studio Depends lacks Qt (shlibdeps)"
+  has "$deb_studio" Depends "spindle (= ${version}-1)" || fail "studio Depends"
+  has "$deb_studio" Depends "libqt6widgets6" || fail "studio Depends lacks Qt (shlibdeps)"
 fi
-dpkg-deb --ctrl-tarfile "$deb_spindle" | tar -xO ./conffiles | grep -qx /etc/spindle/spindled.json \
-  || fail "/etc/spindle/spindled.json is not a conffile"
-dpkg-deb --ctrl-tarfile "$deb_spindle" | tar -t | grep -qx ./postinst || fail "no postinst"
+# (Whole outputs into files first: `cmd | grep -q` under pipefail fails when grep's early exit
+# gives cmd a SIGPIPE.)
+mkdir -p "$work/control"
+dpkg-deb --control "$deb_spindle" "$work/control"
+grep -qx /etc/spindle/spindled.json "$work/control/conffiles" ||
+  fail "/etc/spindle/spindled.json is not a conffile"
+[[ -x $work/control/postinst && -x $work/control/prerm && -x $work/control/postrm ]] ||
+  fail "no postinst/prerm/postrm"
 
 step "unpacked root: programs"
 root=$work/root
 for d in "$pkgs"/*.deb; do dpkg -x "$d" "$root"; done
 [[ $("$root/usr/bin/spindle" --version) == "spindle $version" ]] || fail "spindle --version"
 [[ $("$root/usr/bin/spindled" --version) == "spindled $version" ]] || fail "spindled --version"
-"$root/usr/bin/spindled" --help | grep -q -- "--device" || fail "spindled --help"
-"$root/usr/bin/spindle-reward-host" --version | grep -qx "spindle-reward-host $version"
-((have_studio)) && { QT_QPA_PLATFORM=offscreen "$root/usr/bin/spindle-studio" --version |
-  grep -qx "spindle-studio $version" || fail "spindle-studio --version"; }
+help=$("$root/usr/bin/spindled" --help)
+[[ $help == *--device* ]] || fail "spindled --help"
+[[ $("$root/usr/bin/spindle-reward-host" --version) == "spindle-reward-host $version" ]] ||
+  fail "spindle-reward-host --version"
+if ((have_studio)); then
+  [[ $(QT_QPA_PLATFORM=offscreen "$root/usr/bin/spindle-studio" --version) == "spindle-studio $version" ]] ||
+    fail "spindle-studio --version"
+fi
 # The installed CLI finds the installed host and built-in plugins (relative to its own path).
-"$root/usr/bin/spindle" reward plugins --json | grep -q '"numeric_match"' || fail "built-in plugins"
+plugins=$("$root/usr/bin/spindle" reward plugins --json)
+[[ $plugins == *'"numeric_match"'* ]] || fail "built-in plugins"
 
 step "out-of-tree plugin against the installed spindle-plugin-dev"
 cp -r "$root/usr/share/doc/spindle-plugin-dev/examples/word_count" "$work/wc-src"
@@ -121,8 +132,8 @@ fi
 
 step "man pages and bash completion"
 if command -v man >/dev/null; then
-  man -l "$root/usr/share/man/man1/spindle.1.gz" 2>/dev/null | grep -q "spindle catalog ls" ||
-    fail "spindle(1) lacks the subcommand sections"
+  page=$(man -l "$root/usr/share/man/man1/spindle.1.gz" 2>/dev/null)
+  [[ $page == *"spindle catalog ls"* ]] || fail "spindle(1) lacks the subcommand sections"
 fi
 out=$(PATH=$root/usr/bin:$PATH bash -c 'source "$1"; COMP_WORDS=(spindle cat); COMP_CWORD=1;
   _spindle; echo "${COMPREPLY[*]}"' _ "$root/usr/share/bash-completion/completions/spindle")

@@ -20,6 +20,7 @@ namespace spindle::engine {
 namespace {
 
 using spindle::testing::backend_under_test;
+using spindle::testing::max_abs_diff;
 using spindle::testing::testing_cpu;
 
 constexpr LoraTarget kAll[] = {LoraTarget::q,  LoraTarget::k,    LoraTarget::v,
@@ -44,21 +45,6 @@ std::vector<int32_t> tokens(size_t n, uint32_t seed, int64_t vocab) {
   return t;
 }
 
-float max_abs_diff(const LoraWeights& a, const LoraWeights& b) {
-  float worst = 0;
-  for (size_t l = 0; l < a.modules.size(); ++l)
-    for (size_t t = 0; t < a.modules[l].size(); ++t) {
-      const auto& pa = a.modules[l][t];
-      const auto& pb = b.modules[l][t];
-      EXPECT_EQ(pa.empty(), pb.empty());
-      if (pa.empty()) continue;
-      for (int64_t i = 0; i < pa.A.numel(); ++i)
-        worst = std::max(worst, std::abs(pa.A.data()[i] - pb.A.data()[i]));
-      for (int64_t i = 0; i < pa.B.numel(); ++i)
-        worst = std::max(worst, std::abs(pa.B.data()[i] - pb.B.data()[i]));
-    }
-  return worst;
-}
 
 TEST(ExecutionBackend, ReportsItsDeviceDtypeAndMemory) {
   const ModelWeights w = tiny_weights(1);

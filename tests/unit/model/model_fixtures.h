@@ -1,6 +1,9 @@
 #pragma once
 // Small random models and an independent reference forward for engine tests.
 
+#include <gtest/gtest.h>
+
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -9,6 +12,25 @@
 #include "spindle/engine/weights.h"
 
 namespace spindle::testing {
+
+// Largest |a − b| over every adapted tensor of two adapters of the same shape (a failed
+// expectation when their layers or adapted modules differ).
+inline float max_abs_diff(const engine::LoraWeights& a, const engine::LoraWeights& b) {
+  float worst = 0;
+  EXPECT_EQ(a.modules.size(), b.modules.size());
+  for (size_t l = 0; l < std::min(a.modules.size(), b.modules.size()); ++l)
+    for (size_t t = 0; t < a.modules[l].size(); ++t) {
+      const auto& pa = a.modules[l][t];
+      const auto& pb = b.modules[l][t];
+      EXPECT_EQ(pa.empty(), pb.empty());
+      if (pa.empty() || pb.empty()) continue;
+      for (int64_t i = 0; i < pa.A.numel(); ++i)
+        worst = std::max(worst, std::abs(pa.A.data()[i] - pb.A.data()[i]));
+      for (int64_t i = 0; i < pa.B.numel(); ++i)
+        worst = std::max(worst, std::abs(pa.B.data()[i] - pb.B.data()[i]));
+    }
+  return worst;
+}
 
 inline engine::ModelConfig tiny_config(engine::Arch arch) {
   engine::ModelConfig c;

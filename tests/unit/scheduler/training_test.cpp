@@ -14,22 +14,7 @@ namespace {
 
 using testing::Waiter;
 
-float max_abs_diff(const engine::LoraWeights& a, const engine::LoraWeights& b) {
-  float worst = 0;
-  EXPECT_EQ(a.modules.size(), b.modules.size());
-  for (size_t l = 0; l < a.modules.size(); ++l)
-    for (size_t t = 0; t < a.modules[l].size(); ++t) {
-      const auto& pa = a.modules[l][t];
-      const auto& pb = b.modules[l][t];
-      EXPECT_EQ(pa.empty(), pb.empty());
-      if (pa.empty() || pb.empty()) continue;
-      for (int64_t i = 0; i < pa.A.numel(); ++i)
-        worst = std::max(worst, std::abs(pa.A.data()[i] - pb.A.data()[i]));
-      for (int64_t i = 0; i < pa.B.numel(); ++i)
-        worst = std::max(worst, std::abs(pa.B.data()[i] - pb.B.data()[i]));
-    }
-  return worst;
-}
+using spindle::testing::max_abs_diff;
 
 std::vector<engine::TrainDatum> random_data(const engine::ModelConfig& c, uint32_t seed,
                                             bool rl) {

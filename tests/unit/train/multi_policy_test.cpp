@@ -17,21 +17,7 @@ constexpr LoraTarget kAll[] = {LoraTarget::q,  LoraTarget::k,    LoraTarget::v,
                                LoraTarget::o,  LoraTarget::gate, LoraTarget::up,
                                LoraTarget::down, LoraTarget::lm_head};
 
-float max_abs_diff(const LoraWeights& a, const LoraWeights& b) {
-  float worst = 0;
-  for (size_t l = 0; l < a.modules.size(); ++l)
-    for (size_t t = 0; t < a.modules[l].size(); ++t) {
-      const auto& pa = a.modules[l][t];
-      const auto& pb = b.modules[l][t];
-      EXPECT_EQ(pa.empty(), pb.empty());
-      if (pa.empty()) continue;
-      for (int64_t i = 0; i < pa.A.numel(); ++i)
-        worst = std::max(worst, std::abs(pa.A.data()[i] - pb.A.data()[i]));
-      for (int64_t i = 0; i < pa.B.numel(); ++i)
-        worst = std::max(worst, std::abs(pa.B.data()[i] - pb.B.data()[i]));
-    }
-  return worst;
-}
+using spindle::testing::max_abs_diff;
 
 // Largest |gradient| of an adapter-shaped LoraWeights: the scale for comparing two sums of the
 // same gradients taken in different orders (one pass over a batch vs several, or rows batched
