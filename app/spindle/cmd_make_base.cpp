@@ -44,6 +44,9 @@ struct MakeBaseArgs {
   std::string task = "arithmetic";
   std::string out;
   double minutes = 5.0;
+  // > 0: a step budget instead of the wall clock (learning-rate schedule, accuracy checks and
+  // reports by step), so the base depends on the seed alone; --minutes stays a hard cap.
+  int64_t steps = 0;
   double target_accuracy = 0.5;
   uint64_t seed = 0;
 };
@@ -152,8 +155,8 @@ Eval evaluate(const Model& model, const Tokenizer& tokenizer, const ArithTask& t
   return e;
 }
 
-// Learning rate at `step` (1-based) with `progress` = elapsed / budget in [0, 1]: linear warmup,
-// then cosine decay on time (the budget is wall-clock, not steps).
+// Learning rate at `step` (1-based) with `progress` = spent / budget in [0, 1]: linear warmup,
+// then cosine decay over the budget (wall-clock time, or steps with --steps).
 float learning_rate(const Recipe& r, int64_t step, double progress) {
   const float warm = std::min(1.0f, float(step) / float(r.warmup_steps));
   const double cosine = 0.5 * (1.0 + std::cos(std::numbers::pi * std::min(1.0, progress)));
@@ -184,6 +187,7 @@ void run_make_base(const MakeBaseArgs& args) {
                 "--task {}: the only task is 'arithmetic'", args.task);
   SPINDLE_CHECK(args.minutes > 0.0 && args.minutes <= 24 * 60, invalid_argument,
                 "--minutes must be in (0, 1440], got {}", args.minutes);
+  SPINDLE_CHECK(args.steps >= 0, invalid_argument, "--steps must be >= 0, got {}", args.steps);
   SPINDLE_CHECK(args.target_accuracy > 0.0 && args.target_accuracy <= 1.0, invalid_argument,
                 "--target-accuracy must be in (0, 1], got {}", args.target_accuracy);
   const Recipe recipe;
@@ -220,6 +224,11 @@ void run_make_base(const MakeBaseArgs& args) {
   const double report_every_s = budget_s / recipe.evals;
   const double check_every_s = std::min(recipe.check_every_s, budget_s / 20);
   double next_report_s = report_every_s, next_check_s = check_every_s, last_draw_s = -1.0;
+  // With --steps, the same cadence counted in steps: checks every budget/40 steps (at least 25),
+  // reports every budget/evals.
+  const bool by_steps = args.steps > 0;
+  const int64_t check_every_steps = std::max<int64_t>(25, args.steps / 40);
+  const int64_t report_every_steps = std::max<int64_t>(1, args.steps / recipe.evals);
   double loss_avg = 0.0;
   std::optional<Eval> last_eval;
   int64_t step = 0;
@@ -235,12 +244,14 @@ void run_make_base(const MakeBaseArgs& args) {
 
   std::vector<TrainDatum> batch(size_t(recipe.batch));
   std::string stopped = "time budget spent";
-  while (elapsed_s() < budget_s) {
+  if (by_steps) stopped = fmt::format("{} steps done", args.steps);
+  while (elapsed_s() < budget_s && (!by_steps || step < args.steps)) {
     for (TrainDatum& d : batch) d = arith_datum(task.sample_train(rng), *tokenizer);
     const auto fb = trainer.forward_backward(batch, LossFn::cross_entropy);
     const double loss = fb.metrics.loss / double(std::max<int64_t>(1, fb.metrics.n_tokens));
     ++step;
-    adam.learning_rate = learning_rate(recipe, step, elapsed_s() / budget_s);
+    adam.learning_rate = learning_rate(
+        recipe, step, by_steps ? double(step) / double(args.steps) : elapsed_s() / budget_s);
     trainer.optim_step(adam);
     loss_avg = step == 1 ? loss : 0.95 * loss_avg + 0.05 * loss;
     const double now = elapsed_s();
@@ -248,7 +259,7 @@ void run_make_base(const MakeBaseArgs& args) {
       draw_progress(now / 60.0, args.minutes, step, loss_avg, last_eval ? &*last_eval : nullptr);
       last_draw_s = now;
     }
-    if (now >= next_check_s) {
+    if (by_steps ? step % check_every_steps == 0 : now >= next_check_s) {
       const Eval check = evaluate(model, *tokenizer, task, check_set);
       if (check.accuracy() >= args.target_accuracy) {
         stopped = fmt::format("{:.1f}% on training problems reached the target",
@@ -257,10 +268,14 @@ void run_make_base(const MakeBaseArgs& args) {
       }
       next_check_s = elapsed_s() + check_every_s;
     }
-    if (now >= next_report_s && now < budget_s) {
+    if (by_steps ? step % report_every_steps == 0 && step < args.steps
+                 : now >= next_report_s && now < budget_s) {
       report("eval");
       next_report_s = elapsed_s() + report_every_s;
     }
+  }
+  if (by_steps && step < args.steps && stopped == fmt::format("{} steps done", args.steps)) {
+    stopped = fmt::format("the --minutes cap, at step {} of {}", step, args.steps);
   }
   report("final");
   save_hf_dir(weights, out);
@@ -279,6 +294,10 @@ void register_make_base(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--out", args->out, "output HF directory (created if missing)")->required();
   cmd->add_option("--minutes", args->minutes, "wall-clock training budget (fractions allowed)")
+      ->capture_default_str();
+  cmd->add_option("--steps", args->steps,
+                  "train for this many steps instead of the wall clock (0 = by --minutes); the "
+                  "base then depends on --seed alone (with one thread), --minutes is a cap")
       ->capture_default_str();
   cmd->add_option("--target-accuracy", args->target_accuracy,
                   "stop once greedy exact match on 200 training problems reaches this (1 = keep "
