@@ -73,7 +73,7 @@ size_t Catalog::bulk_register(std::string_view tenant, std::span<const BulkEntry
       auto q = impl_->db.query(
           "SELECT 1 FROM policies WHERE tenant_id = ?1 AND name = ?2 AND deleted_ms IS NULL");
       q.bind(1, tid).bind(2, e.spec.name);
-      SPINDLE_CHECK(!q.step(), invalid_argument, "bulk_register: policy {} already exists",
+      SPINDLE_CHECK(!q.step(), already_exists, "bulk_register: policy {} already exists",
                     address);
     }
     const int64_t id = insert_policy(*impl_, tid, e.spec, std::nullopt, std::nullopt);

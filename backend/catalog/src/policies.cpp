@@ -53,7 +53,7 @@ Policy Catalog::create_policy(std::string_view tenant, const PolicySpec& spec,
   detail::WriteTxn txn(impl_->db);
   const int64_t tid = impl_->ensure_tenant(tenant, actor);
   const std::string address = fmt::format("spindle://{}/{}", tenant, spec.name);
-  SPINDLE_CHECK(!impl_->find_policy(tid, tenant, spec.name), invalid_argument,
+  SPINDLE_CHECK(!impl_->find_policy(tid, tenant, spec.name), already_exists,
                 "policy {} already exists", address);
   get_base(spec.base_id);  // not_found names the unregistered base
   const int64_t id = insert_policy(*impl_, tid, spec, std::nullopt, std::nullopt);
@@ -86,7 +86,7 @@ Policy Catalog::fork(std::string_view tenant, const Address& from, std::string_v
   const PolicyRow src = impl_->require_policy(tenant, from);
   const RevisionRow rev = impl_->resolve_revision(src, from);
   const std::string address = fmt::format("spindle://{}/{}", tenant, new_name);
-  SPINDLE_CHECK(!impl_->find_policy(src.tenant_id, tenant, new_name), invalid_argument,
+  SPINDLE_CHECK(!impl_->find_policy(src.tenant_id, tenant, new_name), already_exists,
                 "policy {} already exists", address);
   const std::string origin = fmt::format("{}@{}", src.policy.address(), rev.revision.id);
   PolicySpec spec;

@@ -10,6 +10,7 @@ const char* error_code_name(ErrorCode code) {
     case ErrorCode::unsupported: return "unsupported";
     case ErrorCode::io: return "io";
     case ErrorCode::resource: return "resource";
+    case ErrorCode::already_exists: return "already_exists";
     case ErrorCode::internal: return "internal";
   }
   return "unknown";

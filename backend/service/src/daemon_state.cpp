@@ -160,6 +160,7 @@ const char* wire_code(ErrorCode code) {
     case ErrorCode::format: return protocol::errc::invalid_argument;
     case ErrorCode::unsupported: return protocol::errc::unsupported;
     case ErrorCode::resource: return protocol::errc::resource_exhausted;
+    case ErrorCode::already_exists: return protocol::errc::already_exists;
     case ErrorCode::io: return protocol::errc::internal;
     case ErrorCode::internal: return protocol::errc::internal;
   }
@@ -171,12 +172,7 @@ std::pair<std::string, std::string> wire_error(const std::exception& e) {
     return {pe->code(), pe->what()};
   }
   if (const auto* se = dynamic_cast<const Error*>(&e)) {
-    const std::string msg = se->what();
-    // The catalog reports a taken name as invalid_argument "... already exists".
-    if (se->code() == ErrorCode::invalid_argument && msg.find(" already exists") != std::string::npos) {
-      return {protocol::errc::already_exists, msg};
-    }
-    return {wire_code(se->code()), msg};
+    return {wire_code(se->code()), se->what()};
   }
   return {protocol::errc::internal, e.what()};
 }

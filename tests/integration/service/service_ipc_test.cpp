@@ -150,6 +150,10 @@ TEST_F(ServiceIpc, TrainSaveServeAndCatalog) {
   EXPECT_EQ(lineage.descendants[0].revision.id, saved2.revision_id);
   const auto fork = client_->ok<PolicyReply>(Op::catalog_fork, ForkRequest{saved.address, "tiny-fork"});
   EXPECT_EQ(fork.policy.head, saved.revision_id);
+  // A taken name is already_exists on the wire (a typed ErrorCode from the catalog up), as
+  // PROTOCOL.md says, not invalid_argument.
+  const auto again = client_->call(Op::catalog_fork, ForkRequest{saved.address, "tiny-fork"});
+  EXPECT_EQ(again.error.code, errc::already_exists) << again.error.message;
   const auto tagged = client_->ok<PolicyReply>(Op::catalog_tag, TagRequest{"tiny", {"best"}, {}});
   EXPECT_EQ(tagged.policy.tags, std::vector<std::string>{"best"});
   const auto rolled = client_->ok<PolicyReply>(Op::catalog_rollback, AddressRequest{saved.address});

@@ -65,8 +65,9 @@ TEST_F(PolicyOps, CreateCommitGetAndReadBack) {
 
 TEST_F(PolicyOps, CreateRefusesDuplicatesUnknownBasesAndBadSpecs) {
   cat_->create_policy("acme", spec("p"), "t");
-  EXPECT_EQ(catch_error([&] { cat_->create_policy("acme", spec("p"), "t"); }).message,
-            "policy spindle://acme/p already exists");
+  const auto dup = catch_error([&] { cat_->create_policy("acme", spec("p"), "t"); });
+  EXPECT_EQ(dup.code, ErrorCode::already_exists);
+  EXPECT_EQ(dup.message, "policy spindle://acme/p already exists");
   auto s = spec("q");
   s.base_id = "nope";
   EXPECT_EQ(catch_error([&] { cat_->create_policy("acme", s, "t"); }).code, ErrorCode::not_found);
@@ -125,9 +126,10 @@ TEST_F(PolicyOps, ForkKeepsLineageAndStartsAtAnyRevision) {
   EXPECT_EQ(cat_->get("acme", addr("acme", "explore", r1.id)).revision.id, r1.id);
   EXPECT_EQ(catch_error([&] { cat_->get("acme", addr("acme", "explore", r2.id)); }).code,
             ErrorCode::not_found);
-  EXPECT_EQ(
-      catch_error([&] { cat_->fork("acme", addr("acme", "base-run"), "explore", "t"); }).message,
-      "policy spindle://acme/explore already exists");
+  const auto taken =
+      catch_error([&] { cat_->fork("acme", addr("acme", "base-run"), "explore", "t"); });
+  EXPECT_EQ(taken.code, ErrorCode::already_exists);
+  EXPECT_EQ(taken.message, "policy spindle://acme/explore already exists");
   cat_->create_policy("acme", spec("empty"), "t");
   EXPECT_EQ(catch_error([&] { cat_->fork("acme", addr("acme", "empty"), "e2", "t"); }).code,
             ErrorCode::not_found);
@@ -221,8 +223,9 @@ TEST_F(PolicyOps, BulkRegisterIsAllOrNothing) {
   EXPECT_EQ(cat_->search("acme", "bulk").size(), 5u);
 
   std::vector<BulkEntry> again = {{spec("bulk-new"), blob}, {spec("bulk-0"), blob}};
-  EXPECT_EQ(catch_error([&] { cat_->bulk_register("acme", again, "l"); }).message,
-            "bulk_register: policy spindle://acme/bulk-0 already exists");
+  const auto bulk_dup = catch_error([&] { cat_->bulk_register("acme", again, "l"); });
+  EXPECT_EQ(bulk_dup.code, ErrorCode::already_exists);
+  EXPECT_EQ(bulk_dup.message, "bulk_register: policy spindle://acme/bulk-0 already exists");
   EXPECT_EQ(catch_error([&] { cat_->get_policy("acme", "bulk-new"); }).code, ErrorCode::not_found);
   auto wrong = spec("bulk-wrong");
   wrong.lora.rank = 8;

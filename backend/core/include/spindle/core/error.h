@@ -17,6 +17,7 @@ enum class ErrorCode {
   unsupported,       // well-formed, but a feature Spindle does not implement
   io,                // the operating system refused a read or write
   resource,          // a fixed pool or limit is exhausted (slots, KV blocks)
+  already_exists,    // a name that is taken (a policy name in its tenant)
   internal,          // a broken invariant: a bug in Spindle
 };
 
