@@ -4,8 +4,6 @@
 #include "spindle/engine/backend_cpu.h"
 
 #include <fstream>
-#include <map>
-#include <sstream>
 #include <string>
 #include <tuple>
 
@@ -83,14 +81,7 @@ class CpuTrainer final : public Trainer {
     return trainer_.optim_step(slot, params);
   }
   LoraWeights weights(int32_t slot) const override { return trainer_.weights(slot).clone(); }
-  AdamW optimizer(int32_t slot) const override {
-    const AdamW& a = trainer_.optimizer(slot);
-    std::map<std::string, std::pair<Tensor, Tensor>> moments;
-    for (const auto& [name, mv] : a.moments()) {
-      moments.emplace(name, std::pair{mv.first.clone(), mv.second.clone()});
-    }
-    return AdamW::restore(a.step_count(), std::move(moments));
-  }
+  AdamW optimizer(int32_t slot) const override { return trainer_.optimizer(slot).clone(); }
   int64_t step_count(int32_t slot) const override {
     return trainer_.optimizer(slot).step_count();
   }
@@ -101,7 +92,11 @@ class CpuTrainer final : public Trainer {
 
 class CpuBackend final : public ExecutionBackend {
  public:
-  explicit CpuBackend(const ModelWeights& weights) : weights_(weights), model_(weights) {}
+  explicit CpuBackend(const ModelWeights& weights)
+      : model_(weights),
+        base_bytes_(weights.bytes()),
+        device_name_(fmt::format("{} ({})", cpu_model_name(),
+                                 kernels::simd_level_name(kernels::simd_level()))) {}
 
   Device device() const override { return {}; }
   DType dtype() const override { return DType::f32; }
@@ -109,9 +104,8 @@ class CpuBackend final : public ExecutionBackend {
 
   MemoryReport memory() const override {
     MemoryReport r;
-    r.device_name = fmt::format("{} ({})", cpu_model_name(),
-                                kernels::simd_level_name(kernels::simd_level()));
-    r.base_bytes = weights_.bytes();
+    r.device_name = device_name_;
+    r.base_bytes = base_bytes_;
     std::tie(r.free_bytes, r.total_bytes) = host_memory_available_total();
     return r;
   }
@@ -134,8 +128,9 @@ class CpuBackend final : public ExecutionBackend {
   }
 
  private:
-  const ModelWeights& weights_;
   Model model_;
+  size_t base_bytes_;        // fixed: the base is never modified
+  std::string device_name_;  // read once from /proc/cpuinfo
 };
 
 }  // namespace

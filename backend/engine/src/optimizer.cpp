@@ -204,6 +204,15 @@ AdamW AdamW::deserialize(std::string bytes, const std::string& source) {
   return opt;
 }
 
+AdamW AdamW::clone() const {
+  AdamW copy;
+  copy.step_ = step_;
+  for (const auto& [name, mv] : moments_) {
+    copy.moments_.emplace(name, std::pair{mv.first.clone(), mv.second.clone()});
+  }
+  return copy;
+}
+
 AdamW AdamW::restore(int64_t step, std::map<std::string, std::pair<Tensor, Tensor>> moments) {
   SPINDLE_CHECK(step >= 0, invalid_argument, "AdamW::restore: step {} is negative", step);
   for (const auto& [name, mv] : moments) {

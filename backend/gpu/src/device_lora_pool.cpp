@@ -110,12 +110,15 @@ void DeviceLoraPool::upload_tables_and_record(int32_t slot, size_t offset) {
 }
 
 void DeviceLoraPool::load(int32_t slot, const engine::LoraWeights& adapter) {
-  device_call(device_, fmt::format("loading an adapter of rank {} into slot {}", adapter.rank, slot),
-              [&] { load_now(slot, adapter); });
+  device_call(
+      device_,
+      [&] { return fmt::format("loading an adapter of rank {} into slot {}", adapter.rank, slot); },
+      [&] { load_now(slot, adapter); });
 }
 
 void DeviceLoraPool::clear(int32_t slot) {
-  device_call(device_, fmt::format("clearing slot {}", slot), [&] { clear_now(slot); });
+  device_call(
+      device_, [&] { return fmt::format("clearing slot {}", slot); }, [&] { clear_now(slot); });
 }
 
 void DeviceLoraPool::load_now(int32_t slot, const engine::LoraWeights& adapter) {

@@ -19,10 +19,11 @@ template <class T, class Base>
 T* own(Base* p, const engine::Device& device, const char* what) {
   if (p == nullptr) return nullptr;
   auto* q = dynamic_cast<T*>(p);
-  SPINDLE_CHECK(q != nullptr && p->device() == device, invalid_argument,
-                "{}: the {} is on {}, this backend runs on {}", what,
-                std::is_base_of_v<engine::KvPool, std::remove_const_t<Base>> ? "KV pool" : "slot pool",
-                p->device().name(), device.name());
+  SPINDLE_CHECK(
+      q != nullptr && p->device() == device, invalid_argument,
+      "{}: the {} is on {}, this backend runs on {}", what,
+      std::is_base_of_v<engine::KvPool, std::remove_const_t<Base>> ? "KV pool" : "slot pool",
+      p->device().name(), device.name());
   return q;
 }
 
@@ -37,14 +38,14 @@ class CudaRunner final : public engine::BatchRunner {
                   "BatchRunner::forward: hidden_only logits are for trainers");
     auto* cache = own<DeviceKvCache>(&kv, device_, "forward");
     const auto* pool = own<const DeviceLoraPool>(lora, device_, "forward");
-    return device_call(device_, fmt::format("running a forward over {} sequences", batch.size()),
-                       [&] {
-                         model_.forward(batch, *cache, pool, state_,
-                                        {.logits = logits, .copy_logits = true,
-                                         .use_graph = use_graph_});
-                         const Tensor& h = state_.host_logits;
-                         return engine::LogitsView{h.data(), h.dim(0), h.dim(1)};
-                       });
+    return device_call(
+        device_, [&] { return fmt::format("running a forward over {} sequences", batch.size()); },
+        [&] {
+          model_.forward(batch, *cache, pool, state_,
+                         {.logits = logits, .copy_logits = true, .use_graph = use_graph_});
+          const Tensor& h = state_.host_logits;
+          return engine::LogitsView{h.data(), h.dim(0), h.dim(1)};
+        });
   }
 
  private:
@@ -57,39 +58,48 @@ class CudaRunner final : public engine::BatchRunner {
 class CudaTrainer final : public engine::Trainer {
  public:
   CudaTrainer(DeviceModel& model, DeviceLoraPool& pool, engine::Device device)
-      : device_(device),
-        trainer_(device_call(device, "creating a trainer",
-                             [&] { return std::make_unique<DeviceTrainer>(model, pool); })) {}
+      : device_(device), trainer_(device_call(device, "creating a trainer", [&] {
+          return std::make_unique<DeviceTrainer>(model, pool);
+        })) {}
 
   void attach(int32_t slot, engine::LoraWeights weights, engine::AdamW optimizer) override {
-    device_call(device_, fmt::format("attaching an adapter of rank {} to slot {}", weights.rank, slot),
-                [&] { trainer_->attach(slot, weights, optimizer); });
+    device_call(
+        device_,
+        [&] {
+          return fmt::format("attaching an adapter of rank {} to slot {}", weights.rank, slot);
+        },
+        [&] { trainer_->attach(slot, weights, optimizer); });
   }
   void detach(int32_t slot) override { trainer_->detach(slot); }
   bool attached(int32_t slot) const override { return trainer_->attached(slot); }
   engine::ForwardBackwardOutput forward_backward(std::span<const engine::TrainDatum> batch,
                                                  engine::LossFn fn,
                                                  const engine::LossConfig& config) override {
-    return device_call(device_, fmt::format("forward_backward over {} data", batch.size()),
-                       [&] { return trainer_->forward_backward(batch, fn, config); });
+    return device_call(
+        device_, [&] { return fmt::format("forward_backward over {} data", batch.size()); },
+        [&] { return trainer_->forward_backward(batch, fn, config); });
   }
   engine::ForwardBackwardOutput forward(std::span<const engine::TrainDatum> batch,
                                         engine::LossFn fn,
                                         const engine::LossConfig& config) override {
-    return device_call(device_, fmt::format("a training forward over {} data", batch.size()),
-                       [&] { return trainer_->forward(batch, fn, config); });
+    return device_call(
+        device_, [&] { return fmt::format("a training forward over {} data", batch.size()); },
+        [&] { return trainer_->forward(batch, fn, config); });
   }
   engine::OptimStepResult optim_step(int32_t slot, const engine::AdamParams& params) override {
-    return device_call(device_, fmt::format("optim_step of slot {}", slot),
-                       [&] { return trainer_->optim_step(slot, params); });
+    return device_call(
+        device_, [&] { return fmt::format("optim_step of slot {}", slot); },
+        [&] { return trainer_->optim_step(slot, params); });
   }
   engine::LoraWeights weights(int32_t slot) const override {
-    return device_call(device_, fmt::format("downloading the weights of slot {}", slot),
-                       [&] { return trainer_->weights(slot); });
+    return device_call(
+        device_, [&] { return fmt::format("downloading the weights of slot {}", slot); },
+        [&] { return trainer_->weights(slot); });
   }
   engine::AdamW optimizer(int32_t slot) const override {
-    return device_call(device_, fmt::format("downloading the optimizer state of slot {}", slot),
-                       [&] { return trainer_->optimizer(slot); });
+    return device_call(
+        device_, [&] { return fmt::format("downloading the optimizer state of slot {}", slot); },
+        [&] { return trainer_->optimizer(slot); });
   }
   int64_t step_count(int32_t slot) const override { return trainer_->step_count(slot); }
 
@@ -103,8 +113,11 @@ class CudaBackend final : public engine::ExecutionBackend {
   CudaBackend(const engine::ModelWeights& weights, const CudaBackendOptions& o)
       : device_{engine::DeviceKind::cuda, o.device},
         options_(o),
-        weights_(device_call(device_, "uploading the base weights",
-                             [&] { return std::make_unique<DeviceWeights>(weights, o.precision); })),
+        device_name_(device_call(device_, "reading the device's properties",
+                                 [&] { return cuda::device_name(device_.index); })),
+        weights_(
+            device_call(device_, "uploading the base weights",
+                        [&] { return std::make_unique<DeviceWeights>(weights, o.precision); })),
         model_(device_call(device_, "creating the device model",
                            [&] { return std::make_unique<DeviceModel>(*weights_); })) {}
 
@@ -117,7 +130,7 @@ class CudaBackend final : public engine::ExecutionBackend {
   engine::MemoryReport memory() const override {
     return device_call(device_, "reading device memory", [&] {
       engine::MemoryReport r;
-      r.device_name = cuda::device_name(device_.index);
+      r.device_name = device_name_;
       r.base_bytes = weights_->bytes();
       cuda::check(cudaMemGetInfo(&r.free_bytes, &r.total_bytes), "cudaMemGetInfo");
       return r;
@@ -125,27 +138,31 @@ class CudaBackend final : public engine::ExecutionBackend {
   }
 
   std::unique_ptr<engine::SlotPool> make_slot_pool(const engine::LoraPoolOptions& o) override {
-    return device_call(device_,
-                       fmt::format("allocating a slot pool of {} slots × rank {}", o.max_slots,
-                                   o.max_rank),
-                       [&] { return std::make_unique<DeviceLoraPool>(config(), o, device_); });
+    return device_call(
+        device_,
+        [&] {
+          return fmt::format("allocating a slot pool of {} slots × rank {}", o.max_slots,
+                             o.max_rank);
+        },
+        [&] { return std::make_unique<DeviceLoraPool>(config(), o, device_); });
   }
   std::unique_ptr<engine::KvPool> make_kv_pool(const engine::KvCacheOptions& o) override {
-    return device_call(device_, fmt::format("allocating a KV cache of {} blocks", o.n_blocks), [&] {
-      return std::make_unique<DeviceKvCache>(config(), o, options_.precision, device_);
-    });
+    return device_call(
+        device_, [&] { return fmt::format("allocating a KV cache of {} blocks", o.n_blocks); },
+        [&] { return std::make_unique<DeviceKvCache>(config(), o, options_.precision, device_); });
   }
   std::unique_ptr<engine::BatchRunner> make_runner() override {
     return std::make_unique<CudaRunner>(*model_, device_, options_.use_graph);
   }
   std::unique_ptr<engine::Trainer> make_trainer(engine::SlotPool& pool) override {
-    return std::make_unique<CudaTrainer>(*model_, *own<DeviceLoraPool>(&pool, device_, "make_trainer"),
-                                         device_);
+    return std::make_unique<CudaTrainer>(
+        *model_, *own<DeviceLoraPool>(&pool, device_, "make_trainer"), device_);
   }
 
  private:
   engine::Device device_;
   CudaBackendOptions options_;
+  std::string device_name_;  // cudaGetDeviceProperties is slow: asked once
   std::unique_ptr<DeviceWeights> weights_;
   std::unique_ptr<DeviceModel> model_;
 };
@@ -153,11 +170,11 @@ class CudaBackend final : public engine::ExecutionBackend {
 }  // namespace
 
 std::unique_ptr<engine::ExecutionBackend> make_cuda_backend(const engine::ModelWeights& weights,
-                                                           const CudaBackendOptions& options) {
+                                                            const CudaBackendOptions& options) {
   const int n = cuda::device_count();
   SPINDLE_CHECK(options.device >= 0 && options.device < n, unsupported,
-                "device cuda:{} does not exist: this machine has {} CUDA device(s)",
-                options.device, n);
+                "device cuda:{} does not exist: this machine has {} CUDA device(s)", options.device,
+                n);
   return std::make_unique<CudaBackend>(weights, options);
 }
 

@@ -19,25 +19,29 @@ using engine::TrainDatum;
 
 constexpr int64_t kTrainBlock = 16;
 
-// One adapter-shaped moment (A-shaped [r, d_in] when which == 0, B-shaped [d_out, r] when 1)
-// into its slot's padded device layout ([max_rank, d_in] / [d_out, max_rank], zero beyond r),
-// on `stream`; waits for the copy (attach is rare, and the staging vector dies here).
-void upload_moment(const Tensor& moment, int which, int64_t max_rank, int64_t d_in,
-                   int64_t d_out, float* dst, cudaStream_t stream) {
-  const int64_t n = which == 0 ? max_rank * d_in : d_out * max_rank;
-  std::vector<float> packed(size_t(n), 0.0f);
-  if (which == 0) {
-    std::copy(moment.data(), moment.data() + moment.numel(), packed.begin());
-  } else {
-    const int64_t r = moment.dim(1);
-    for (int64_t o = 0; o < d_out; ++o) {
-      std::copy(moment.data() + o * r, moment.data() + (o + 1) * r, packed.begin() + o * max_rank);
-    }
+// The AdamW moments of one adapted (layer, target) into its slot's padded device layout, the
+// pool's own ([max_rank, d_in] for A, [d_out, max_rank] for B, zero beyond the rank), packed by
+// engine::pack_lora_slot as the pool packs the weights. mv = {m_A, v_A, m_B, v_B}. Waits for
+// the copies (attach is rare, and the staging vectors die here).
+void upload_moments(const engine::AdamW& optimizer, int64_t layer, LoraTarget target,
+                    int64_t max_rank, int64_t d_in, int64_t d_out, cuda::DeviceBuffer<float>* mv,
+                    cudaStream_t stream) {
+  const auto& a = optimizer.moments().at(engine::lora_param_name(layer, target, 0));
+  const auto& b = optimizer.moments().at(engine::lora_param_name(layer, target, 1));
+  std::vector<float> packed_a(size_t(max_rank * d_in)), packed_b(size_t(d_out * max_rank));
+  for (int k = 0; k < 2; ++k) {  // m, then v
+    const engine::LoraPair pair{(k == 0 ? a.first : a.second).clone(),
+                                (k == 0 ? b.first : b.second).clone()};
+    engine::pack_lora_slot(pair, max_rank, packed_a.data(), packed_b.data());
+    cuda::check(cudaMemcpyAsync(mv[k].data(), packed_a.data(), packed_a.size() * sizeof(float),
+                                cudaMemcpyHostToDevice, stream),
+                "cudaMemcpyAsync H2D (AdamW moments of A)");
+    cuda::check(cudaMemcpyAsync(mv[2 + k].data(), packed_b.data(), packed_b.size() * sizeof(float),
+                                cudaMemcpyHostToDevice, stream),
+                "cudaMemcpyAsync H2D (AdamW moments of B)");
+    // The staging vectors are reused for v: the copies of m must have left them.
+    cuda::check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (AdamW moments)");
   }
-  cuda::check(cudaMemcpyAsync(dst, packed.data(), size_t(n) * sizeof(float),
-                              cudaMemcpyHostToDevice, stream),
-              "cudaMemcpyAsync H2D (AdamW moments)");
-  cuda::check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (AdamW moments)");
 }
 
 template <class T>
@@ -124,13 +128,12 @@ void DeviceTrainer::attach(int32_t slot, const engine::LoraWeights& weights,
         st->moments.emplace_back(size_t(n));
         st->moments.back().zero(s);
         float* v = st->moments.back().data();
-        if (!optimizer.moments().empty()) {
-          const auto& mv = optimizer.moments().at(engine::lora_param_name(int64_t(l), t, which));
-          upload_moment(mv.first, which, R, view->d_in, view->d_out, m, s);
-          upload_moment(mv.second, which, R, view->d_in, view->d_out, v, s);
-        }
         st->tensors.push_back({param, grad, m, v, n});
         st->max_count = std::max(st->max_count, n);
+      }
+      if (!optimizer.moments().empty()) {  // resume: the four buffers just made
+        upload_moments(optimizer, int64_t(l), t, R, view->d_in, view->d_out,
+                       &st->moments[st->moments.size() - 4], s);
       }
     }
   }

@@ -54,9 +54,9 @@ void SampleBatcher::add(SampleRequestPtr request) {
       }
     }
     const int64_t blocks = blocks_for(r);
-    SPINDLE_CHECK(blocks <= cache_.n_blocks(), resource,
+    SPINDLE_CHECK(blocks <= cache_->n_blocks(), resource,
                   "job needs up to {} KV blocks of {} tokens; the cache has {} in all", blocks,
-                  cache_.block_size(), cache_.n_blocks());
+                  cache_->block_size(), cache_->n_blocks());
   } catch (...) {
     fail_request(r, current_job_error());
     return;
@@ -111,7 +111,7 @@ void SampleBatcher::handle_landed() {
 // Worst case over the job's life: the prompt's blocks, plus per sample every block from the
 // prompt's last partial one (copied on the first write) up to kv_cap tokens.
 int64_t SampleBatcher::blocks_for(const SampleRequest& r) const {
-  const int64_t B = cache_.block_size();
+  const int64_t B = cache_->block_size();
   const int64_t P = int64_t(r.input().size());
   if (!r.is_sample) return ceil_div(P, B);
   const int64_t cap =
@@ -123,9 +123,9 @@ int64_t SampleBatcher::remaining_need(const Run& run) const {
   const SampleRequest& r = *run.req;
   const int64_t P = int64_t(r.input().size());
   if (run.feed_seq >= 0) {
-    int64_t need = cache_.blocks_needed(run.feed_seq, P - run.fed);
+    int64_t need = cache_->blocks_needed(run.feed_seq, P - run.fed);
     if (r.is_sample) {
-      const int64_t B = cache_.block_size();
+      const int64_t B = cache_->block_size();
       need += int64_t(r.sample.num_samples) * (ceil_div(run.kv_cap, B) - P / B);
     }
     return need;
@@ -133,7 +133,7 @@ int64_t SampleBatcher::remaining_need(const Run& run) const {
   int64_t need = 0;
   for (const Seq& s : run.seqs) {
     if (!s.done)
-      need += cache_.blocks_needed(s.seq, std::max<int64_t>(0, run.kv_cap - cache_.length(s.seq)));
+      need += cache_->blocks_needed(s.seq, std::max<int64_t>(0, run.kv_cap - cache_->length(s.seq)));
   }
   return need;
 }
@@ -153,7 +153,7 @@ uint64_t SampleBatcher::running_sequences() const {
 void SampleBatcher::admit(int64_t& budget, std::vector<Row>& main, std::vector<Row>& scored,
                           bool& changed) {
   if (rr_.empty() || budget <= 0) return;
-  int64_t kv_free = cache_.free_blocks();
+  int64_t kv_free = cache_->free_blocks();
   for (const Run& run : runs_) kv_free -= remaining_need(run);
   int64_t running = int64_t(running_sequences());
   while (budget > 0 && !rr_.empty()) {
@@ -226,7 +226,7 @@ void SampleBatcher::admit(int64_t& budget, std::vector<Row>& main, std::vector<R
     } else {
       run.logprobs.assign(size_t(P), 0.0f);
     }
-    run.feed_seq = cache_.create();
+    run.feed_seq = cache_->create();
     runs_.push_back(std::move(run));
     Run& added = runs_.back();
     kv_free -= need;

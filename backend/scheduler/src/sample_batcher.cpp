@@ -31,8 +31,7 @@ SampleBatcher::SampleBatcher(engine::ExecutionBackend& backend, const engine::To
       options_(options),
       counters_(counters),
       waiting_(waiting),
-      kv_(make_kv(backend, options)),
-      cache_(*kv_),
+      cache_(make_kv(backend, options)),
       runner_(backend.make_runner()) {
   SPINDLE_CHECK(options.token_budget >= 1, invalid_argument,
                 "scheduler token_budget must be >= 1, got {}", options.token_budget);
@@ -128,7 +127,7 @@ void SampleBatcher::forward_main(std::vector<Row>& rows, const engine::SlotPool*
   }
   engine::LogitsView out;
   try {
-    out = runner_->forward(batch, cache_, pool, engine::LogitsFor::last_token);
+    out = runner_->forward(batch, *cache_, pool, engine::LogitsFor::last_token);
   } catch (...) {
     const JobError error = current_job_error();
     for (Row& row : rows) fail_run(*row.run, error);
@@ -143,11 +142,11 @@ void SampleBatcher::forward_main(std::vector<Row>& rows, const engine::SlotPool*
     try {
       if (row.seq_index >= 0) {
         Seq& s = run.seqs[size_t(row.seq_index)];
-        s.done = s.stream.accept(logits, vocab, cache_.length(s.seq), run.req->sample.params,
+        s.done = s.stream.accept(logits, vocab, cache_->length(s.seq), run.req->sample.params,
                                  tokenizer_, scratch_);
         ++counters_.sampled_tokens;
         if (s.done) {
-          cache_.release(s.seq);
+          cache_->release(s.seq);
           s.seq = -1;
           --run.live;
         }
@@ -175,18 +174,18 @@ void SampleBatcher::start_samples(Run& run, const float* logits) {
       s.done = true;
       continue;
     }
-    s.seq = cache_.fork(run.feed_seq);
+    s.seq = cache_->fork(run.feed_seq);
     ++run.live;
-    s.done = s.stream.accept(logits, vocab, cache_.length(s.seq), job.params, tokenizer_,
+    s.done = s.stream.accept(logits, vocab, cache_->length(s.seq), job.params, tokenizer_,
                              scratch_);
     ++counters_.sampled_tokens;
     if (s.done) {
-      cache_.release(s.seq);
+      cache_->release(s.seq);
       s.seq = -1;
       --run.live;
     }
   }
-  cache_.release(run.feed_seq);
+  cache_->release(run.feed_seq);
   run.feed_seq = -1;
 }
 
@@ -204,7 +203,7 @@ void SampleBatcher::forward_scored(std::vector<Row>& rows, const engine::SlotPoo
   }
   engine::LogitsView out;
   try {
-    out = runner_->forward(batch, cache_, pool, engine::LogitsFor::all_tokens);
+    out = runner_->forward(batch, *cache_, pool, engine::LogitsFor::all_tokens);
   } catch (...) {
     const JobError error = current_job_error();
     for (Row& row : rows) fail_run(*row.run, error);
@@ -227,10 +226,10 @@ void SampleBatcher::forward_scored(std::vector<Row>& rows, const engine::SlotPoo
 }
 
 void SampleBatcher::release_run(Run& run) {
-  if (run.feed_seq >= 0) cache_.release(run.feed_seq);
+  if (run.feed_seq >= 0) cache_->release(run.feed_seq);
   run.feed_seq = -1;
   for (Seq& s : run.seqs) {
-    if (s.seq >= 0) cache_.release(s.seq);
+    if (s.seq >= 0) cache_->release(s.seq);
     s.seq = -1;
   }
   run.live = 0;

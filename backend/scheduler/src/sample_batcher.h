@@ -80,7 +80,7 @@ class SampleBatcher {
   bool idle() const { return runs_.empty() && rr_.empty() && parked_count_ == 0; }
   size_t parked() const { return parked_count_; }
   uint64_t running_sequences() const;
-  size_t kv_bytes() const { return cache_.bytes(); }
+  size_t kv_bytes() const { return cache_->bytes(); }
 
  private:
   struct Seq {
@@ -139,8 +139,7 @@ class SampleBatcher {
   SchedulerOptions options_;
   EngineCounters& counters_;
   WaitingCount& waiting_;
-  std::unique_ptr<engine::KvPool> kv_;
-  engine::KvPool& cache_;
+  std::unique_ptr<engine::KvPool> cache_;  // the backend's paged KV cache
   std::unique_ptr<engine::BatchRunner> runner_;
   std::vector<float> scratch_;
   std::vector<int32_t> decode_tokens_;

@@ -30,7 +30,11 @@ struct Scheduler::Impl {
         serving_pool_(serving_pool),
         residency_(residency),
         batcher_(backend, tokenizer, serving_pool, residency, options, counters_, waiting_),
-        training_(backend, options, counters_, waiting_) {
+        training_(backend, options, counters_, waiting_),
+        device_(backend.device().name()),
+        dtype_(dtype_name(backend.dtype())),
+        memory_(backend.memory()),
+        memory_at_(std::chrono::steady_clock::now()) {
     batcher_.set_session_hooks(&training_.pool(),
                                [this](SessionId id) { training_.sample_done(id); });
     training_.set_dispatch([this](SampleRequestPtr r) { batcher_.add(std::move(r)); });
@@ -94,18 +98,18 @@ struct Scheduler::Impl {
     for (int32_t slot = 0; slot < serving_pool_.max_slots(); ++slot) {
       s.device_slots_used += serving_pool_.occupied(slot) ? 1 : 0;
     }
-    // Free device memory is a driver (or /proc) query: refreshed at most once a second.
+    // Free device memory is a driver (or /proc) query: refreshed at most once a second. The
+    // device, dtype and pool sizes never change.
     const auto now = std::chrono::steady_clock::now();
-    if (memory_at_ == std::chrono::steady_clock::time_point{} ||
-        now - memory_at_ >= std::chrono::seconds(1)) {
+    if (now - memory_at_ >= std::chrono::seconds(1)) {
       try {
         memory_ = backend_.memory();
       } catch (...) {  // a report is best-effort: stats keep the last one
       }
       memory_at_ = now;
     }
-    s.device = backend_.device().name();
-    s.dtype = std::string(dtype_name(backend_.dtype()));
+    s.device = device_;
+    s.dtype = dtype_;
     s.memory = memory_;
     s.kv_bytes = batcher_.kv_bytes();
     s.serving_pool_bytes = serving_pool_.bytes();
@@ -158,13 +162,15 @@ struct Scheduler::Impl {
   SchedulerOptions options_;
   engine::ExecutionBackend& backend_;
   engine::SlotPool& serving_pool_;
-  engine::MemoryReport memory_;  // engine thread
-  std::chrono::steady_clock::time_point memory_at_;
   adapters::ResidencyManager& residency_;
   detail::EngineCounters counters_;  // engine thread
   detail::WaitingCount waiting_;
   detail::SampleBatcher batcher_;       // engine thread
   detail::TrainingSessions training_;  // engine thread
+  const std::string device_;  // backend.device().name(), fixed
+  const std::string dtype_;
+  engine::MemoryReport memory_;  // engine thread, refreshed by publish()
+  std::chrono::steady_clock::time_point memory_at_;
 
   std::mutex mutex_;  // guards incoming_, stopping_, drain_, joined_
   std::condition_variable cv_;

@@ -64,6 +64,7 @@ class AdamW {
   // A state from its parts (a copy of another AdamW's, or one a device downloaded): `moments`
   // by parameter name, (m, v) each shaped like the parameter.
   static AdamW restore(int64_t step, std::map<std::string, std::pair<Tensor, Tensor>> moments);
+  AdamW clone() const;  // the same step and moments (tensors are never copied implicitly)
   static AdamW deserialize(std::string bytes, const std::string& source);
 
  private:

@@ -8,6 +8,7 @@
 //   - a kernel contract violation -> ErrorCode::internal (the engine passed bad shapes: a bug).
 // spindle::Error passes through unchanged.
 
+#include <concepts>
 #include <string>
 #include <utility>
 
@@ -25,16 +26,28 @@ Error device_error(const kernels::cuda::CudaError& e, const std::string& what,
 // thread, and the engine thread is not the thread that built the backend.
 void use_device(const engine::Device& device);
 
-// Runs f() on `device`, mapping foreign errors as above.
-template <class F>
-decltype(auto) device_call(const engine::Device& device, const std::string& what, F&& f) {
+namespace internal {
+inline std::string describe(const char* what) { return what; }
+template <class W>
+  requires std::invocable<W&>
+std::string describe(W& what) {
+  return what();
+}
+}  // namespace internal
+
+// Runs f() on `device`, mapping foreign errors as above. `what` (a string, or a callable that
+// formats one) is only rendered when something fails: the hot paths (a forward per engine
+// step) format nothing.
+template <class What, class F>
+decltype(auto) device_call(const engine::Device& device, What&& what, F&& f) {
   try {
     use_device(device);
     return std::forward<F>(f)();
   } catch (const kernels::cuda::CudaError& e) {
-    throw device_error(e, what, device);
+    throw device_error(e, internal::describe(what), device);
   } catch (const std::invalid_argument& e) {
-    throw Error(ErrorCode::internal, what + ": kernel contract violated: " + e.what());
+    throw Error(ErrorCode::internal,
+                internal::describe(what) + ": kernel contract violated: " + e.what());
   }
 }
 
