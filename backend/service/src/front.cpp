@@ -143,19 +143,9 @@ void Front::on_reply(std::vector<std::string> parts) {
 }
 
 void Front::send_direct(const Call& call, const Reply& reply) {
-  // What goes out: `reply`, or an `internal` error (no frames) when it cannot be encoded.
-  const Reply* sent = &reply;
   Reply fallback;
   std::string header;
-  try {
-    header = encode_reply_header(reply);
-  } catch (const std::exception& e) {
-    fallback = make_error(call, errc::internal, e.what());
-    header = encode_reply_header(fallback);
-    sent = &fallback;
-  }
-  (sent->ok ? d_.replies->served : d_.replies->failed).fetch_add(1);
-  d_.replies->counters.count(*sent);
+  const Reply* sent = &d_.replies->encode_counted(call, reply, fallback, header);
   std::vector<zmq::const_buffer> out;
   for (const auto& f : call.envelope) out.push_back(zmq::buffer(f));
   out.push_back(zmq::buffer(header));

@@ -7,6 +7,7 @@
 
 #include "daemon_state.h"
 #include "server_status.h"
+#include "spindle/version.h"
 
 namespace spindle::service {
 namespace {
@@ -64,12 +65,6 @@ class Exposition {
   std::string name_;
   std::string out_;
 };
-
-// "spindled 0.1.0" -> "0.1.0".
-std::string version_number(const std::string& server_version) {
-  const auto space = server_version.rfind(' ');
-  return space == std::string::npos ? server_version : server_version.substr(space + 1);
-}
 
 }  // namespace
 
@@ -138,7 +133,7 @@ std::string render_metrics(const MetricsSample& m) {
   e.family("spindle_uptime_seconds", "gauge", "Seconds since the daemon started.");
   e.sample(s.uptime_s);
   e.family("spindle_info", "gauge", "The server's version, device and resident dtype.");
-  e.sample(uint64_t(1), {"version", version_number(s.server_version), "device", s.device,
+  e.sample(uint64_t(1), {"version", SPINDLE_VERSION, "device", s.device,
                          "dtype", s.dtype});
   return e.take();
 }

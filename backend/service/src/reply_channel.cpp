@@ -83,11 +83,10 @@ void ReplyChannel::overloaded(const Call& call, uint64_t depth, uint64_t limit,
   send(call, r);
 }
 
-void ReplyChannel::send(const Call& call, const protocol::Reply& reply) {
-  // What goes out: `reply`, or an `internal` error (no frames, final) when it cannot be encoded.
+const protocol::Reply& ReplyChannel::encode_counted(const Call& call, const protocol::Reply& reply,
+                                                    protocol::Reply& fallback,
+                                                    std::string& header) {
   const protocol::Reply* sent = &reply;
-  protocol::Reply fallback;
-  std::string header;
   try {
     header = protocol::encode_reply_header(reply);
   } catch (const std::exception& e) {
@@ -98,6 +97,13 @@ void ReplyChannel::send(const Call& call, const protocol::Reply& reply) {
   }
   (sent->ok ? served : failed).fetch_add(1, std::memory_order_relaxed);
   counters.count(*sent);
+  return *sent;
+}
+
+void ReplyChannel::send(const Call& call, const protocol::Reply& reply) {
+  protocol::Reply fallback;
+  std::string header;
+  const protocol::Reply* sent = &encode_counted(call, reply, fallback, header);
   zmq::socket_t& push = push_for(context_, endpoint_);
   const Route route{call.socket, uint32_t(call.envelope.size()), protocol::is_final_reply(*sent)};
   push.send(zmq::buffer(encode_route(route)), zmq::send_flags::sndmore);

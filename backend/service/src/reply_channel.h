@@ -57,6 +57,12 @@ class ReplyChannel {
   // Requests answered by op and code, by the same paths (reply_counters.h).
   ReplyCounters counters;
 
+  // What every reply path does before it sends: encodes `reply`'s header into `header` or, when
+  // it cannot be encoded, an `internal` error's (no frames, final), made in `fallback`; counts
+  // what goes out (served / failed and `counters`). Returns the reply actually sent.
+  const protocol::Reply& encode_counted(const Call& call, const protocol::Reply& reply,
+                                        protocol::Reply& fallback, std::string& header);
+
  private:
   zmq::context_t& context_;
   std::string endpoint_;

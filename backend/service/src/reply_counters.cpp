@@ -2,11 +2,6 @@
 
 namespace spindle::service {
 
-void ReplyCounters::count(protocol::Op op, const std::string& code) {
-  std::lock_guard lock(mutex_);
-  ++counts_[{protocol::op_name(op), code}];
-}
-
 void ReplyCounters::count(const protocol::Reply& reply) {
   if (!protocol::is_final_reply(reply)) return;
   std::string op = reply.op_unknown ? "unknown" : protocol::op_name(reply.op);

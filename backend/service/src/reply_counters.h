@@ -3,8 +3,9 @@
 // spindle_requests_total{op,code} and spindle_errors_total{code} (metrics_http.h). One count per
 // request: a reply counts when it ends its request (protocol::is_final_reply), so a stream
 // (sample_stream, subscribe) counts once, at its final message. Code "ok" for a success, else
-// the error's wire code; op "unknown" for a refusal of a request whose op was not understood. Counted where replies leave: ReplyChannel::send, Front::send_direct and
-// a subscription's final "closed" event (events.cpp). A request that gets no reply at all (a
+// the error's wire code; op "unknown" for a refusal of a request whose op was not understood.
+// Counted where replies leave (ReplyChannel::encode_counted, which ReplyChannel::send and
+// Front::send_direct share) and at a subscription's final "closed" event (events.cpp). A request that gets no reply at all (a
 // message with no header frame, a subscription whose connection vanished) is not counted.
 //
 // Threading: every method is safe from any thread (one mutex, held for a map update).
@@ -24,9 +25,8 @@ class ReplyCounters {
   // (op name, code) -> replies; ordered, so the metrics text is stable.
   using Counts = std::map<std::pair<std::string, std::string>, uint64_t>;
 
-  void count(protocol::Op op, const std::string& code);
-  // count(op, "ok" or error code) when `reply` ends its request; a stream's other messages are
-  // ignored.
+  // One count for (op, "ok" or the error code) when `reply` ends its request; a stream's other
+  // messages are ignored.
   void count(const protocol::Reply& reply);
   Counts snapshot() const;
 
