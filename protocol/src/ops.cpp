@@ -51,6 +51,10 @@ constexpr std::array<OpEntry, kOpCount> kOps = {{
     {Op::sample_stream, "sample_stream"},
     {Op::subscribe, "subscribe"},
     {Op::unsubscribe, "unsubscribe"},
+    {Op::detokenize, "detokenize"},
+    {Op::tokenizer_info, "tokenizer_info"},
+    {Op::heartbeat, "heartbeat"},
+    {Op::catalog_promote, "catalog_promote"},
 }};
 
 constexpr bool table_in_enum_order() {
@@ -112,6 +116,10 @@ RequestBody empty_request_body(Op op) {
     case Op::sample_stream: return SampleRequest{};
     case Op::subscribe: return SubscribeRequest{};
     case Op::unsubscribe: return UnsubscribeRequest{};
+    case Op::detokenize: return DetokenizeRequest{};
+    case Op::tokenizer_info: return TokenizerInfoRequest{};
+    case Op::heartbeat: return HeartbeatRequest{};
+    case Op::catalog_promote: return AddressRequest{};
   }
   throw ProtocolError(errc::internal, "empty_request_body: op " + std::to_string(int(op)));
 }
@@ -155,6 +163,10 @@ ReplyBody empty_reply_body(Op op) {
     case Op::sample_stream: return SampleStreamReply{};
     case Op::subscribe: return EventReply{};
     case Op::unsubscribe: return Empty{};
+    case Op::detokenize: return DetokenizeReply{};
+    case Op::tokenizer_info: return TokenizerInfoReply{};
+    case Op::heartbeat: return HeartbeatReply{};
+    case Op::catalog_promote: return PolicyReply{};
   }
   throw ProtocolError(errc::internal, "empty_reply_body: op " + std::to_string(int(op)));
 }

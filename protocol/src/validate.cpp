@@ -15,6 +15,9 @@ namespace {
 
 constexpr uint32_t kMaxCatalogLimit = 1000;
 constexpr uint32_t kMaxHistogramBins = 1000;
+constexpr int32_t kMaxTopkPromptLogprobs = 20;
+constexpr int64_t kMaxTtlSeconds = 30ll * 24 * 3600;  // 30 days
+constexpr size_t kMaxUserMetadataBytes = 16384;
 constexpr const char* kLossFns[] = {"cross_entropy", "importance_sampling", "ppo", "cispo", "dro"};
 constexpr const char* kLossConfigNames[] = {"clip_low_threshold", "clip_high_threshold", "beta"};
 
@@ -179,8 +182,10 @@ void check(Checker& c, const ForwardBackwardRequest& b) {
   }
 }
 
-void check_sampling(Checker& c, const SamplingParamsMsg& s) {
-  c.bounded(s.max_tokens, 1, c.l_.max_sample_tokens, "sampling_params.max_tokens");
+// min_tokens: 0 where 0 means "until a stop, the context's end or the limit" (sample,
+// sample_stream: Tinker's max_tokens=None), else 1.
+void check_sampling(Checker& c, const SamplingParamsMsg& s, int64_t min_tokens) {
+  c.bounded(s.max_tokens, min_tokens, c.l_.max_sample_tokens, "sampling_params.max_tokens");
   c.require(s.temperature >= 0.0f, "sampling_params.temperature", "must be >= 0");
   c.require(s.top_k >= 0, "sampling_params.top_k", "must be >= 0 (0 = off)");
   c.require(s.top_p > 0.0f && s.top_p <= 1.0f, "sampling_params.top_p", "must be in (0, 1]");
@@ -197,7 +202,10 @@ void check(Checker& c, const SampleRequest& b) {
   c.require(n >= 1, "prompt", "needs at least one token");
   c.tokens(uint64_t(n), "prompt");
   c.bounded(b.num_samples, 1, c.l_.max_num_samples, "num_samples");
-  check_sampling(c, b.sampling_params);
+  check_sampling(c, b.sampling_params, 0);
+  c.bounded(b.topk_prompt_logprobs, 0, kMaxTopkPromptLogprobs, "topk_prompt_logprobs");
+  c.require(c.r_.op == Op::sample || (!b.include_prompt_logprobs && b.topk_prompt_logprobs == 0),
+            "include_prompt_logprobs", "prompt logprobs are served by op sample only");
 }
 
 void check(Checker& c, const RewardTestRequest& b) {
@@ -213,7 +221,7 @@ void check(Checker& c, const RewardTestRequest& b) {
            std::to_string(b.rows.size()) + " rows x " + std::to_string(b.num_samples) +
                " samples = " + std::to_string(total) + " completions, limit " +
                std::to_string(c.l_.max_reward_test_samples) + " (max_reward_test_samples)");
-  check_sampling(c, b.sampling_params);
+  check_sampling(c, b.sampling_params, 1);
   c.bounded(b.bins, 1, kMaxHistogramBins, "bins");
 }
 
@@ -224,7 +232,13 @@ void check(Checker& c, const ComputeLogprobsRequest& b) {
   c.tokens(uint64_t(n), "prompt");
 }
 
+void check_user_metadata(Checker& c, const std::string& json) {
+  c.require(json.size() <= kMaxUserMetadataBytes, "user_metadata_json",
+            "longer than " + std::to_string(kMaxUserMetadataBytes) + " bytes");
+}
+
 void check(Checker& c, const CreateTrainingRequest& b) {
+  check_user_metadata(c, b.user_metadata_json);
   c.bounded(b.rank, 1, c.l_.max_rank, "rank");
   c.require(b.alpha >= 0.0f, "alpha", "must be >= 0 (0 = rank)");
   c.require(b.train_attn || b.train_mlp || b.train_unembed, "train_attn",
@@ -242,8 +256,23 @@ void check(Checker& c, const OptimStepRequest& b) {
   c.require(a.grad_clip_norm >= 0.0f, "adam_params.grad_clip_norm", "must be >= 0 (0 = off)");
 }
 
-void check(Checker& c, const CreateTrainingFromStateRequest& b) { c.non_empty(b.address, "address"); }
-void check(Checker& c, const SaveRequest& b) { c.non_empty(b.session_id, "session_id"); }
+void check(Checker& c, const CreateTrainingFromStateRequest& b) {
+  c.non_empty(b.address, "address");
+  c.require(b.fork || b.policy.empty(), "policy", "names a fork: needs fork = true");
+  check_user_metadata(c, b.user_metadata_json);
+}
+void check(Checker& c, const SaveRequest& b) {
+  c.non_empty(b.session_id, "session_id");
+  c.bounded(b.ttl_seconds, 0, kMaxTtlSeconds, "ttl_seconds (0 = durable)");
+}
+void check(Checker& c, const DetokenizeRequest& b) {
+  const int64_t n = c.vector(b.tokens, "tokens", "int32");
+  c.tokens(uint64_t(n), "tokens");
+}
+void check(Checker&, const TokenizerInfoRequest&) {}
+void check(Checker& c, const HeartbeatRequest& b) {
+  c.bounded(int64_t(b.session_ids.size()), 0, 1024, "session_ids");
+}
 void check(Checker& c, const SessionRequest& b) { c.non_empty(b.session_id, "session_id"); }
 void check(Checker& c, const LoadStateRequest& b) {
   c.non_empty(b.session_id, "session_id");

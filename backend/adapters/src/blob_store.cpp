@@ -158,6 +158,23 @@ std::optional<uint64_t> BlobStore::size_of(std::string_view id) const {
   return uint64_t(st.st_size);
 }
 
+std::optional<uint64_t> BlobStore::remove(std::string_view id) const {
+  const fs::path path = path_of(id);
+  const StoreLock lock(root_, LOCK_EX);
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    SPINDLE_CHECK(errno == ENOENT, io, "blob store: cannot stat {}: {}", path.string(),
+                  std::strerror(errno));
+    return std::nullopt;
+  }
+  if (::unlink(path.c_str()) != 0) {
+    SPINDLE_CHECK(errno == ENOENT, io, "blob store: cannot delete {}: {}", path.string(),
+                  std::strerror(errno));
+    return std::nullopt;
+  }
+  return uint64_t(st.st_size);
+}
+
 BlobGcReport BlobStore::gc(const std::function<bool(std::string_view id)>& is_referenced,
                            const BlobGcOptions& options) const {
   SPINDLE_CHECK(options.grace.count() >= 0, invalid_argument,

@@ -1,5 +1,7 @@
 #include "spindle/catalog/address.h"
 
+#include <algorithm>
+
 #include "spindle/core/error.h"
 
 namespace spindle::catalog {
@@ -106,6 +108,36 @@ Address parse_address_or_name(std::string_view text, std::string_view default_te
 void check_name(std::string_view kind, std::string_view name) {
   const std::string p = name_problem(name, kMaxNameChars, "._-");
   SPINDLE_CHECK(p.empty(), invalid_argument, "{} '{}' is not valid: {}", kind, name, p);
+}
+
+void check_base_id(std::string_view id) {
+  std::string problem;
+  if (id.empty()) {
+    problem = "it is empty";
+  } else if (id.size() > kMaxNameChars) {
+    problem = fmt::format("it has {} characters, at most {} allowed", id.size(), kMaxNameChars);
+  } else {
+    // Names joined by single '/': every part (between slashes) is a valid name.
+    size_t start = 0, part = 1;
+    while (problem.empty()) {
+      const size_t slash = std::min(id.find('/', start), id.size());
+      const std::string_view name = id.substr(start, slash - start);
+      if (name.empty()) {
+        problem = start == 0           ? std::string("it must not start with '/'")
+                  : slash == id.size() ? std::string("it must not end with '/'")
+                                       : fmt::format("part {} between '/' is empty", part);
+      } else if (std::string p = name_problem(name, kMaxNameChars, "._-"); !p.empty()) {
+        problem = fmt::format("part '{}': {}", name, p);
+      }
+      if (slash == id.size()) break;
+      start = slash + 1;
+      ++part;
+    }
+  }
+  SPINDLE_CHECK(problem.empty(), invalid_argument,
+                "base model id '{}' is not valid: {} (use names of letters, digits and '._-', "
+                "optionally joined by single '/', like 'Qwen/Qwen3-0.6B')",
+                id, problem);
 }
 
 void check_tag(std::string_view tag) {

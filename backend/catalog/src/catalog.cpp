@@ -56,7 +56,7 @@ const adapters::BlobStore& Catalog::blobs() const {
 // ---- base models --------------------------------------------------------------------------
 
 void Catalog::register_base(const BaseModel& base, std::string_view actor) {
-  check_name("base model id", base.id);
+  check_base_id(base.id);
   SPINDLE_CHECK(!base.arch.empty(), invalid_argument, "base model {}: arch is empty", base.id);
   detail::WriteTxn txn(impl_->db);
   auto q = impl_->db.query("SELECT arch, path, checksum FROM base_models WHERE id = ?1");
@@ -138,14 +138,19 @@ CheckReport Catalog::check() {
           fmt::format("{} row {} -> {}", q.text(0), q.text(1), q.text(2)));
     }
   }
+  // Only live revisions need their blobs: a collected ephemeral one released them.
   detail::ReadTxn snapshot(db);
-  auto q = db.query("SELECT blob, count(*) FROM revisions GROUP BY blob");
+  auto q = db.query(
+      "SELECT r.blob, count(*) FROM revisions r WHERE NOT EXISTS (SELECT 1 FROM revision_expiry "
+      "e WHERE e.seq = r.seq AND e.expired_ms IS NOT NULL) GROUP BY r.blob");
   while (q.step()) {
     report.revisions += q.int64(1);
     const std::string blob = q.text(0);
     if (!impl_->blobs.exists(blob)) report.missing_blobs.push_back(blob);
   }
-  auto s = db.query("SELECT DISTINCT state_blob FROM revisions WHERE state_blob IS NOT NULL");
+  auto s = db.query(
+      "SELECT DISTINCT r.state_blob FROM revisions r WHERE r.state_blob IS NOT NULL AND NOT "
+      "EXISTS (SELECT 1 FROM revision_expiry e WHERE e.seq = r.seq AND e.expired_ms IS NOT NULL)");
   while (s.step()) {
     const std::string blob = s.text(0);
     if (!impl_->blobs.exists(blob)) report.missing_blobs.push_back(blob);

@@ -63,6 +63,25 @@ struct Catalog::Impl {
   // commits, or an ancestor-or-self of the revision it was forked at. not_found otherwise.
   RevisionRow resolve_revision(const PolicyRow& policy, const Address& address);
   bool in_history(const PolicyRow& policy, const RevisionRow& revision);
+  // not_found "revision <id> of spindle://t/p expired at <UTC> (ephemeral; ...)" when
+  // collect_expired collected it (`address` tells a head from an explicit revision).
+  void require_unexpired(const PolicyRow& policy, const RevisionRow& revision,
+                         const Address& address);
+
+  // ---- expiry (expiry.cpp) ----------------------------------------------------------------
+  // Inside the commit's write transaction: the expiry of revision `seq` after a commit with
+  // CommitOptions::expires_ms = `expires_ms` (0 = durable). A new revision gets a row when
+  // ephemeral. An existing one (the same commit again) keeps the most durable outcome:
+  // durable stays durable, a durable re-commit promotes it, two ephemeral ones keep the later
+  // expiry, and a collected one is revived (its blobs were re-written by the commit).
+  void record_expiry(int64_t seq, bool is_new, int64_t expires_ms);
+  // Whether a live revision (durable, or ephemeral and not collected) names `blob` as its
+  // weights or its optimizer state. Index lookups only (revisions_by_blob, _by_state_blob).
+  bool blob_referenced_live(std::string_view blob);
+  // blobs.get(blob) of a revision get(tenant, address) just resolved; when the blob is gone
+  // because collect_expired collected the revision meanwhile, the "expired" not_found.
+  std::string read_resolved_blob(std::string_view tenant, const Address& address,
+                                 const std::string& blob, Catalog& cat);
 
   // ---- audit ----------------------------------------------------------------------------
   void audit(std::optional<int64_t> tenant_id, std::string_view actor, std::string_view action,
@@ -74,7 +93,7 @@ extern const char* const kPolicySelect;
 // Just the column list (for queries with their own FROM clause; aliases p and t required).
 extern const char* const kPolicyColumnsSql;
 PolicyRow policy_row(const detail::Query& q);
-constexpr int kPolicyColumns = 17;
+constexpr int kPolicyColumns = 18;
 
 // Column list + FROM clause shared by revision queries; revision_from_row reads it.
 extern const char* const kRevisionSelect;
@@ -82,15 +101,21 @@ extern const char* const kRevisionSelect;
 extern const char* const kRevisionColumnsSql;
 extern const char* const kRevisionFromSql;
 RevisionRow revision_from_row(const detail::Query& q, int first_col = 0);
-constexpr int kRevisionColumns = 14;
+constexpr int kRevisionColumns = 16;
 
 std::string targets_to_csv(const std::vector<engine::LoraTarget>& targets);
 std::vector<engine::LoraTarget> targets_from_csv(const std::string& csv);
 // invalid_argument naming the problem: rank range, alpha, targets empty or repeated.
 void check_lora_spec(const LoraSpec& spec);
 void check_spec(const PolicySpec& spec);
+inline constexpr size_t kMaxUserMetadataBytes = 16384;
+// "" or a JSON object of at most kMaxUserMetadataBytes; invalid_argument naming the field.
+void check_user_metadata(std::string_view text);
 // The JSON object `text` re-serialised canonically (sorted keys, no spaces).
 std::string canonical_json_object(std::string_view text, std::string_view what);
+
+// "2024-06-11 14:05:00 UTC" (ms since the Unix epoch).
+std::string utc_time(int64_t ms);
 
 [[noreturn]] void throw_policy_not_found(std::string_view tenant, std::string_view name);
 

@@ -7,9 +7,14 @@
 // transaction; a purgeable policy with kept revisions stays as a tombstone (deleted, not
 // addressable, head cleared) until its last revision is released.
 //
-// Blobs: BlobStore::gc with run_batch = this connection's write transaction, so "is any
+// Deleting a revision deletes its revision_expiry row with it (ON DELETE CASCADE, schema v5).
+//
+// Blobs: BlobStore::gc with run_batch = this connection's write transaction, so "is any live
 // revision referencing this blob?" and the unlink happen while no commit can run; a commit
-// re-checks (and if needed re-writes) its blob inside its own write transaction.
+// re-checks (and if needed re-writes) its blob inside its own write transaction. Revisions
+// that collect_expired collected do not count as references (their blobs are released; one
+// still on disk is left over from a crash mid-collection, or was shared with a revision that
+// is gone now).
 
 #include <nlohmann/json.hpp>
 
@@ -80,13 +85,7 @@ GcReport Catalog::gc(const GcOptions& options) {
     txn.commit();
   };
   report.blobs = impl_->blobs.gc(
-      [&](std::string_view blob) {
-        auto q = db.query(
-            "SELECT 1 FROM revisions WHERE blob = ?1 UNION ALL "
-            "SELECT 1 FROM revisions WHERE state_blob = ?1 LIMIT 1");
-        q.bind(1, blob);
-        return q.step();
-      },
+      [&](std::string_view blob) { return impl_->blob_referenced_live(blob); },
       blob_options);
   return report;
 }

@@ -88,7 +88,7 @@ PolicyPage Catalog::list(std::string_view tenant, const ListQuery& query) {
   check_name("tenant", tenant);
   SPINDLE_CHECK(query.limit >= 1 && query.limit <= 1000, invalid_argument,
                 "list limit must be in 1..1000, got {}", query.limit);
-  if (query.base_id) check_name("base model id", *query.base_id);
+  if (query.base_id) check_base_id(*query.base_id);
   if (query.tag) check_tag(*query.tag);
   SPINDLE_CHECK(query.name_prefix.size() <= kMaxNameChars, invalid_argument,
                 "name prefix is longer than {} characters", kMaxNameChars);

@@ -17,8 +17,8 @@ int64_t insert_policy(Catalog::Impl& impl, int64_t tenant_id, const PolicySpec& 
   impl.db
       .query(
           "INSERT INTO policies(tenant_id, name, base_id, lora_rank, lora_alpha, lora_targets, "
-          "use_rslora, head_seq, forked_seq, description, created_ms, updated_ms) "
-          "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?11)")
+          "use_rslora, head_seq, forked_seq, description, created_ms, updated_ms, "
+          "user_metadata) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?11, ?12)")
       .bind(1, tenant_id)
       .bind(2, spec.name)
       .bind(3, spec.base_id)
@@ -30,6 +30,7 @@ int64_t insert_policy(Catalog::Impl& impl, int64_t tenant_id, const PolicySpec& 
       .bind(9, forked_seq)
       .bind(10, spec.description)
       .bind(11, now)
+      .bind(12, spec.user_metadata_json)
       .run();
   const int64_t id = impl.db.last_insert_rowid();
   for (const std::string& tag : spec.tags) {
@@ -76,6 +77,7 @@ Resolved Catalog::get(std::string_view tenant, const Address& address) {
   detail::ReadTxn snapshot(impl_->db);
   PolicyRow p = impl_->require_policy(tenant, address);
   RevisionRow r = impl_->resolve_revision(p, address);
+  impl_->require_unexpired(p, r, address);
   return {std::move(p.policy), std::move(r.revision)};
 }
 
@@ -85,6 +87,7 @@ Policy Catalog::fork(std::string_view tenant, const Address& from, std::string_v
   detail::WriteTxn txn(impl_->db);
   const PolicyRow src = impl_->require_policy(tenant, from);
   const RevisionRow rev = impl_->resolve_revision(src, from);
+  impl_->require_unexpired(src, rev, from);  // a fork's head must be servable
   const std::string address = fmt::format("spindle://{}/{}", tenant, new_name);
   SPINDLE_CHECK(!impl_->find_policy(src.tenant_id, tenant, new_name), already_exists,
                 "policy {} already exists", address);
@@ -94,6 +97,7 @@ Policy Catalog::fork(std::string_view tenant, const Address& from, std::string_v
   spec.base_id = src.policy.base_id;
   spec.lora = src.policy.lora;
   spec.description = src.policy.description;
+  spec.user_metadata_json = src.policy.user_metadata_json;
   const int64_t id = insert_policy(*impl_, src.tenant_id, spec, rev.seq, rev.seq);
   impl_->audit(src.tenant_id, actor, "fork", address, json{{"from", origin}}.dump());
   txn.commit();
@@ -106,6 +110,7 @@ Policy Catalog::rollback(std::string_view tenant, const Address& to, std::string
   detail::WriteTxn txn(impl_->db);
   const PolicyRow p = impl_->require_policy(tenant, to);
   const RevisionRow rev = impl_->resolve_revision(p, to);
+  impl_->require_unexpired(p, rev, to);  // the head must be servable
   if (p.policy.head != rev.revision.id) {
     impl_->db.query("UPDATE policies SET head_seq = ?1, updated_ms = ?2 WHERE id = ?3")
         .bind(1, rev.seq)

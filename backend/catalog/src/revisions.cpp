@@ -53,6 +53,9 @@ Revision Catalog::commit_revision(std::string_view tenant, std::string_view poli
   const std::string metrics = canonical_json_object(options.metrics_json, "revision metrics");
   SPINDLE_CHECK(!options.step || *options.step >= 0, invalid_argument,
                 "revision step must be >= 0, got {}", *options.step);
+  SPINDLE_CHECK(options.expires_ms == 0 || options.expires_ms > impl_->now(), invalid_argument,
+                "revision expires_ms {} ({}) is not in the future (now {}); 0 makes it durable",
+                options.expires_ms, utc_time(options.expires_ms), utc_time(impl_->now()));
   const PolicyRow before = impl_->require_policy(tenant, policy);
   check_fits(before.policy, weights);
   const BaseModel base = get_base(before.policy.base_id);
@@ -84,16 +87,18 @@ Revision Catalog::commit_revision(std::string_view tenant, std::string_view poli
   }
   int64_t step = options.step.value_or(0);
   if (!options.step && p.head_seq) step = impl_->revision_by_seq(*p.head_seq).revision.step + 1;
-  // GC deletes blobs only inside write transactions, so while we hold this one the blob
-  // cannot disappear between this check and the insert. If an earlier GC removed an orphan
-  // with these bytes after put() saw it, write it again.
+  // GC and collect_expired delete blobs only inside write transactions, so while we hold this
+  // one the blob cannot disappear between this check and the insert. If an earlier GC removed
+  // an orphan with these bytes after put() saw it, or collect_expired removed the blob of an
+  // expired revision with the same content, write it again.
   if (!impl_->blobs.exists(blob)) impl_->blobs.put(bytes);
   if (state_blob && !impl_->blobs.exists(*state_blob)) impl_->blobs.put(state_bytes);
   // The state takes part in the id only when present, so weight-only ids stay as they were.
   const std::string id = revision_id(p.id, p.policy.head, step,
                                      state_blob ? blob + ":" + *state_blob : blob, metrics);
   int64_t seq = 0;
-  if (const auto existing = impl_->find_revision(id)) {
+  const auto existing = impl_->find_revision(id);
+  if (existing) {
     seq = existing->seq;  // the same commit again (same parent, step, content): idempotent
   } else {
     impl_->db
@@ -112,21 +117,38 @@ Revision Catalog::commit_revision(std::string_view tenant, std::string_view poli
         .run();
     seq = impl_->db.last_insert_rowid();
   }
+  impl_->record_expiry(seq, /*is_new=*/!existing, options.expires_ms);
   impl_->db.query("UPDATE policies SET head_seq = ?1, updated_ms = ?2 WHERE id = ?3")
       .bind(1, seq)
       .bind(2, impl_->now())
       .bind(3, p.id)
       .run();
+  json detail{{"parent", p.policy.head.value_or("")}, {"step", step}, {"blob", blob}};
+  if (options.expires_ms != 0) detail["expires_ms"] = options.expires_ms;
   impl_->audit(p.tenant_id, options.actor, "commit", fmt::format("{}@{}", p.policy.address(), id),
-               json{{"parent", p.policy.head.value_or("")}, {"step", step}, {"blob", blob}}.dump());
+               detail.dump());
   RevisionRow row = impl_->revision_by_seq(seq);
   txn.commit();  // 3. acknowledged once this returns: the WAL is fsynced
   return std::move(row.revision);
 }
 
+// A blob read right after get(): collect_expired may have collected the revision in between
+// (it deletes blobs in its own transaction). Then the caller hears "expired", not "blob
+// missing": get() again says so.
+std::string Catalog::Impl::read_resolved_blob(std::string_view tenant, const Address& address,
+                                             const std::string& blob, Catalog& cat) {
+  try {
+    return blobs.get(blob);  // verifies the checksum
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::not_found) throw;
+    cat.get(tenant, address);  // throws not_found "... expired at ..." when it was collected
+    throw;
+  }
+}
+
 adapters::DecodedRevision Catalog::read_revision(std::string_view tenant, const Address& address) {
   const Resolved r = get(tenant, address);
-  const std::string bytes = impl_->blobs.get(r.revision.blob);  // verifies the checksum
+  const std::string bytes = impl_->read_resolved_blob(tenant, address, r.revision.blob, *this);
   return adapters::decode_revision(
       bytes, fmt::format("{}@{} (blob {})", r.policy.address(), r.revision.id, r.revision.blob));
 }
@@ -135,7 +157,7 @@ std::optional<engine::AdamW> Catalog::read_optimizer_state(std::string_view tena
                                                           const Address& address) {
   const Resolved r = get(tenant, address);
   if (!r.revision.state_blob) return std::nullopt;
-  std::string bytes = impl_->blobs.get(*r.revision.state_blob);  // verifies the checksum
+  std::string bytes = impl_->read_resolved_blob(tenant, address, *r.revision.state_blob, *this);
   return engine::AdamW::deserialize(
       std::move(bytes), fmt::format("{}@{} optimizer state (blob {})", r.policy.address(),
                                     r.revision.id, *r.revision.state_blob));

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <ctime>
 
 #include "catalog_impl.h"
 #include "spindle/core/error.h"
@@ -19,16 +20,21 @@ using engine::LoraTarget;
   "(SELECT f.id FROM revisions f WHERE f.seq = p.forked_seq), p.description, "       \
   "p.created_ms, p.updated_ms, "                                                     \
   "(SELECT group_concat(g.tag, ',') FROM policy_tags g WHERE g.policy_id = p.id), "  \
-  "p.head_seq, p.forked_seq "
+  "p.head_seq, p.forked_seq, p.user_metadata "
 
 const char* const kPolicyColumnsSql = SPINDLE_POLICY_COLUMNS;
 const char* const kPolicySelect =
     SPINDLE_POLICY_COLUMNS "FROM policies p JOIN tenants t ON t.id = p.tenant_id ";
 
-#define SPINDLE_REVISION_COLUMNS                                              \
-  "SELECT r.id, r.policy_id, p.tenant_id, p.name, p.deleted_ms IS NOT NULL, " \
-  "(SELECT x.id FROM revisions x WHERE x.seq = r.parent_seq), "               \
-  "r.step, r.blob, r.bytes, r.metrics, r.created_ms, r.seq, r.parent_seq, r.state_blob "
+// The expiry columns are subqueries on revision_expiry's primary key (schema v5; a row only
+// for ephemeral revisions), not a LEFT JOIN: an outer join would pin the join order and turn
+// the lineage queries' "JOIN anc" into a scan of every revision.
+#define SPINDLE_REVISION_COLUMNS                                                          \
+  "SELECT r.id, r.policy_id, p.tenant_id, p.name, p.deleted_ms IS NOT NULL, "             \
+  "(SELECT x.id FROM revisions x WHERE x.seq = r.parent_seq), "                           \
+  "r.step, r.blob, r.bytes, r.metrics, r.created_ms, r.seq, r.parent_seq, r.state_blob, " \
+  "(SELECT e.expires_ms FROM revision_expiry e WHERE e.seq = r.seq), "                    \
+  "coalesce((SELECT e.expired_ms IS NOT NULL FROM revision_expiry e WHERE e.seq = r.seq), 0) "
 #define SPINDLE_REVISION_FROM "FROM revisions r JOIN policies p ON p.id = r.policy_id "
 
 const char* const kRevisionColumnsSql = SPINDLE_REVISION_COLUMNS;
@@ -88,6 +94,7 @@ PolicyRow policy_row(const detail::Query& q) {
     start = comma + 1;
   }
   std::sort(p.tags.begin(), p.tags.end());
+  p.user_metadata_json = q.text(17);
   return row;
 }
 
@@ -108,6 +115,8 @@ RevisionRow revision_from_row(const detail::Query& q, int c) {
   row.seq = q.int64(c + 11);
   row.parent_seq = q.opt_int64(c + 12);
   r.state_blob = q.opt_text(c + 13);
+  r.expires_ms = q.opt_int64(c + 14).value_or(0);
+  r.expired = q.int64(c + 15) != 0;
   return row;
 }
 
@@ -127,13 +136,30 @@ void check_lora_spec(const LoraSpec& s) {
 
 void check_spec(const PolicySpec& spec) {
   check_name("policy name", spec.name);
-  check_name("base model id", spec.base_id);
+  check_base_id(spec.base_id);
   check_lora_spec(spec.lora);
+  check_user_metadata(spec.user_metadata_json);
   SPINDLE_CHECK(spec.description.size() <= 4096, invalid_argument,
                 "policy description has {} bytes, at most 4096 allowed", spec.description.size());
   SPINDLE_CHECK(spec.tags.size() <= 64, invalid_argument, "a policy has at most 64 tags, got {}",
                 spec.tags.size());
   for (const auto& t : spec.tags) check_tag(t);
+}
+
+void check_user_metadata(std::string_view text) {
+  if (text.empty()) return;
+  SPINDLE_CHECK(text.size() <= kMaxUserMetadataBytes, invalid_argument,
+                "policy user_metadata_json has {} bytes, at most {} allowed", text.size(),
+                kMaxUserMetadataBytes);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    SPINDLE_THROW(invalid_argument, "policy user_metadata_json is not valid JSON: {}", e.what());
+  }
+  SPINDLE_CHECK(j.is_object(), invalid_argument,
+                "policy user_metadata_json must be a JSON object (or empty), got {}",
+                j.type_name());
 }
 
 std::string canonical_json_object(std::string_view text, std::string_view what) {
@@ -145,6 +171,15 @@ std::string canonical_json_object(std::string_view text, std::string_view what) 
   }
   SPINDLE_CHECK(j.is_object(), invalid_argument, "{} must be a JSON object", what);
   return j.dump();
+}
+
+std::string utc_time(int64_t ms) {
+  const std::time_t t = std::time_t(ms / 1000);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[40];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S UTC", &tm);
+  return buf;
 }
 
 void throw_policy_not_found(std::string_view tenant, std::string_view name) {
@@ -254,6 +289,22 @@ RevisionRow Catalog::Impl::resolve_revision(const PolicyRow& policy, const Addre
                 "revision prefix {} is ambiguous in {}: it matches {} and {}; give more digits",
                 address.revision, where, matches[0].revision.id, matches[1].revision.id);
   return std::move(matches[0]);
+}
+
+void Catalog::Impl::require_unexpired(const PolicyRow& policy, const RevisionRow& rev,
+                                      const Address& address) {
+  if (!rev.revision.expired) return;
+  const std::string owner = fmt::format("spindle://{}/{}", policy.policy.tenant, rev.revision.policy);
+  if (address.latest()) {
+    SPINDLE_THROW(not_found,
+                  "the head of {}, revision {} of {}, expired at {} (ephemeral; promote it "
+                  "before expiry to keep it, or roll back to a durable revision)",
+                  policy.policy.address(), rev.revision.id, owner,
+                  utc_time(rev.revision.expires_ms));
+  }
+  SPINDLE_THROW(not_found,
+                "revision {} of {} expired at {} (ephemeral; promote it before expiry to keep it)",
+                rev.revision.id, owner, utc_time(rev.revision.expires_ms));
 }
 
 void Catalog::Impl::audit(std::optional<int64_t> tenant_id, std::string_view actor,

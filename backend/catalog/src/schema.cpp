@@ -188,8 +188,24 @@ CREATE TABLE run_metrics(
   PRIMARY KEY (run_seq, step, policy)) WITHOUT ROWID;
 )sql";
 
-const Migration kMigrations[] = {{1, kV1}, {2, kV2}, {3, kV3}, {4, kV4}};
-constexpr int kLatest = 4;
+// Version 5: Tinker's drop-in.
+//  - policies.user_metadata: the creating client's user_metadata ("" or a JSON object).
+//  - revision_expiry: one row per ephemeral revision (revisions are immutable, so expiry lives
+//    beside them). No row = durable; promote deletes the row. expired_ms is set when
+//    collect_expired collected it (blobs released; the revision row stays for lineage). The
+//    partial index holds only rows still to collect, so collecting costs O(due). Deleting a
+//    revision (gc) deletes its row with it.
+constexpr const char* kV5 = R"sql(
+ALTER TABLE policies ADD COLUMN user_metadata TEXT NOT NULL DEFAULT '';
+CREATE TABLE revision_expiry(
+  seq INTEGER PRIMARY KEY REFERENCES revisions(seq) ON DELETE CASCADE,
+  expires_ms INTEGER NOT NULL,
+  expired_ms INTEGER);
+CREATE INDEX revision_expiry_due ON revision_expiry(expires_ms) WHERE expired_ms IS NULL;
+)sql";
+
+const Migration kMigrations[] = {{1, kV1}, {2, kV2}, {3, kV3}, {4, kV4}, {5, kV5}};
+constexpr int kLatest = 5;
 
 }  // namespace
 

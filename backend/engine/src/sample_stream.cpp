@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "spindle/core/error.h"
 
@@ -32,6 +33,24 @@ float token_logprob(const float* logits, int64_t vocab, int32_t token) {
   for (int64_t i = 0; i < vocab; ++i) sum += std::exp(double(logits[i] - max_logit));
   const double log_z = double(max_logit) + std::log(sum);
   return float(double(logits[token]) - log_z);
+}
+
+void top_logprobs(const float* logits, int64_t vocab, int32_t k, int32_t* ids, float* logprobs) {
+  SPINDLE_CHECK(k >= 0 && k <= vocab, invalid_argument, "top_logprobs: k {} outside [0, {}]", k,
+                vocab);
+  const float max_logit = *std::max_element(logits, logits + vocab);
+  double sum = 0.0;
+  for (int64_t i = 0; i < vocab; ++i) sum += std::exp(double(logits[i] - max_logit));
+  const double log_z = double(max_logit) + std::log(sum);
+  std::vector<int32_t> order(static_cast<size_t>(vocab));
+  for (int64_t i = 0; i < vocab; ++i) order[size_t(i)] = int32_t(i);
+  std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
+  for (int32_t j = 0; j < k; ++j) {
+    ids[j] = order[size_t(j)];
+    logprobs[j] = float(double(logits[order[size_t(j)]]) - log_z);
+  }
 }
 
 SampleStream::SampleStream(uint64_t seed, int32_t index, int32_t prompt_last, int64_t max_len)

@@ -113,6 +113,7 @@ BpeTokenizer::BpeTokenizer(BpeSpec spec)
   std::vector<std::string> raw_patterns, norm_patterns;
   std::vector<AddedToken> raw_tokens, norm_tokens;
   for (const auto& t : spec.added_tokens) {
+    if (t.special) specials_.push_back({t.id, t.content});
     added_by_content_.emplace(t.content, t.id);  // first listed wins for token_id()
     id_known_[t.id] = 1;
     id_bytes_[t.id] = t.content;
@@ -147,6 +148,11 @@ BpeTokenizer::BpeTokenizer(BpeSpec spec)
     }
     return id;
   };
+  std::sort(specials_.begin(), specials_.end(),
+            [](const SpecialToken& a, const SpecialToken& b) { return a.id < b.id; });
+  specials_.erase(std::unique(specials_.begin(), specials_.end(),
+                              [](const SpecialToken& a, const SpecialToken& b) { return a.id == b.id; }),
+                  specials_.end());
   bos_id_ = resolve(spec.bos_token, "bos_token");
   eos_id_ = resolve(spec.eos_token, "eos_token");
   if (!bos_id_ && single_template_ && !single_template_->empty() &&

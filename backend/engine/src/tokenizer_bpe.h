@@ -64,6 +64,8 @@ class BpeTokenizer final : public Tokenizer {
   std::optional<int32_t> bos_id() const override { return bos_id_; }
   std::optional<int32_t> eos_id() const override { return eos_id_; }
   std::optional<int32_t> token_id(std::string_view piece) const override;
+  std::vector<SpecialToken> special_tokens() const override { return specials_; }
+  const char* kind() const override { return "bpe"; }
 
  private:
   struct Merge {
@@ -95,6 +97,7 @@ class BpeTokenizer final : public Tokenizer {
   std::optional<std::vector<TemplatePiece>> single_template_;
   int32_t vocab_size_ = 0;
   std::optional<int32_t> bos_id_, eos_id_;
+  std::vector<SpecialToken> specials_;  // added tokens marked special, by id
 };
 
 // GPT-2's bytes_to_unicode: the code point each byte is written as in a byte-level vocab.

@@ -37,6 +37,10 @@ class Llama2cTokenizer final : public Tokenizer {
   std::optional<int32_t> bos_id() const override { return kBos; }
   std::optional<int32_t> eos_id() const override { return kEos; }
   std::optional<int32_t> token_id(std::string_view piece) const override;
+  std::vector<SpecialToken> special_tokens() const override {
+    return {{0, "<unk>"}, {kBos, "<s>"}, {kEos, "</s>"}};
+  }
+  const char* kind() const override { return "llama2c"; }
 
  private:
   Llama2cTokenizer() = default;

@@ -1,6 +1,7 @@
 // SampleBatcher: intake, tenant round robin, cold-adapter parking and KV-block planning.
 
 #include <algorithm>
+#include <limits>
 
 #include "sample_batcher.h"
 #include "spindle/core/error.h"
@@ -52,6 +53,9 @@ void SampleBatcher::add(SampleRequestPtr request) {
         SPINDLE_CHECK(tok >= 0 && tok < c.vocab_size, invalid_argument,
                       "compute_logprobs: token {} outside vocab [0, {})", tok, c.vocab_size);
       }
+      SPINDLE_CHECK(r.logprobs.top_k >= 0 && r.logprobs.top_k <= c.vocab_size, invalid_argument,
+                    "compute_logprobs: top_k {} outside [0, vocab {}]", r.logprobs.top_k,
+                    c.vocab_size);
     }
     const int64_t blocks = blocks_for(r);
     SPINDLE_CHECK(blocks <= cache_->n_blocks(), resource,
@@ -225,6 +229,9 @@ void SampleBatcher::admit(int64_t& budget, std::vector<Row>& main, std::vector<R
                             config_.max_seq_len);
     } else {
       run.logprobs.assign(size_t(P), 0.0f);
+      const size_t k = size_t(std::max(run.req->logprobs.top_k, 0));
+      run.top_ids.assign(size_t(P) * k, -1);
+      run.top_logprobs.assign(size_t(P) * k, std::numeric_limits<float>::quiet_NaN());
     }
     run.feed_seq = cache_->create();
     runs_.push_back(std::move(run));

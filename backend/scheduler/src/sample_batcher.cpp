@@ -215,10 +215,16 @@ void SampleBatcher::forward_scored(std::vector<Row>& rows, const engine::SlotPoo
     const Row& row = rows[k];
     Run& run = *row.run;
     const auto& tokens = run.req->logprobs.tokens;
+    const int32_t top_k = run.req->logprobs.top_k;
     for (int64_t i = row.start; i < row.start + row.n; ++i, ++out_row) {
       if (i + 1 < int64_t(tokens.size())) {
         run.logprobs[size_t(i + 1)] =
             engine::token_logprob(out.row(out_row), vocab, tokens[size_t(i + 1)]);
+        if (top_k > 0) {
+          const size_t at = size_t(i + 1) * size_t(top_k);
+          engine::top_logprobs(out.row(out_row), vocab, top_k, &run.top_ids[at],
+                               &run.top_logprobs[at]);
+        }
       }
     }
     run.fed += row.n;
@@ -291,6 +297,12 @@ void SampleBatcher::finish_runs() {
         run.finished = true;
         release_run(run);
         if (run.training_pool) ++counters_.session_sample_jobs;
+        if (run.req->logprobs.top_k > 0 && run.req->logprobs.on_top_k) {
+          try {
+            run.req->logprobs.on_top_k(std::move(run.top_ids), std::move(run.top_logprobs));
+          } catch (...) {  // a callback's failure is its own (done still runs)
+          }
+        }
         finish_ok(run.req->logprobs.done, std::move(run.logprobs), counters_);
         notify_session(*run.req);
       }

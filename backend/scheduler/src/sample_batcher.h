@@ -101,6 +101,8 @@ class SampleBatcher {
     std::vector<Seq> seqs;         // sample: after the prompt is in
     int32_t live = 0;              // sample: sequences still decoding
     std::vector<float> logprobs;   // logprobs job
+    std::vector<int32_t> top_ids;  // logprobs job with top_k: [P, top_k]
+    std::vector<float> top_logprobs;
     bool finished = false;         // done was called (success or failure)
   };
   struct Row {

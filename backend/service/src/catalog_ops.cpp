@@ -32,6 +32,7 @@ protocol::PolicyInfo policy_info(const catalog::Policy& p) {
   i.description = p.description;
   i.created_ms = p.created_ms;
   i.updated_ms = p.updated_ms;
+  i.user_metadata_json = p.user_metadata_json;
   return i;
 }
 
@@ -46,6 +47,8 @@ protocol::RevisionInfo revision_info(const catalog::Revision& r) {
   i.has_state = r.state_blob.has_value();
   i.metrics_json = r.metrics_json;
   i.created_ms = r.created_ms;
+  i.expires_ms = r.expires_ms;
+  i.expired = r.expired;
   return i;
 }
 
@@ -97,8 +100,9 @@ struct ScratchDir {
 
 PolicyReply import_peft(Daemon& d, catalog::Catalog& cat, const Call& call,
                         const ImportPeftRequest& req, const Frames& frames) {
-  const std::string base_id = req.base_id.empty() ? d.base_id : req.base_id;
+  const std::string base_id = req.base_id.empty() ? d.default_base().id : req.base_id;
   const catalog::BaseModel base = cat.get_base(base_id);
+  const ServedBase* served = d.find_base(base_id);
   const std::string_view bytes = read_bytes(req.adapter_model, frames, "adapter_model");
   const ScratchDir dir(d.paths.data_dir);
   write_file_atomic(dir.path / "adapter_config.json", req.adapter_config_json);
@@ -106,9 +110,8 @@ PolicyReply import_peft(Daemon& d, catalog::Catalog& cat, const Call& call,
   const adapters::PeftConfig cfg =
       adapters::parse_peft_config(req.adapter_config_json, "adapter_config.json");
   // Full shape validation against the served base; structural checks for another base.
-  engine::LoraWeights weights = base_id == d.base_id
-                                    ? adapters::load_peft(dir.path, d.weights.config)
-                                    : adapters::read_peft_dir(dir.path).weights;
+  engine::LoraWeights weights = served ? adapters::load_peft(dir.path, served->weights.config)
+                                       : adapters::read_peft_dir(dir.path).weights;
   try {
     cat.get_policy(call.tenant, req.name);
   } catch (const Error& e) {
@@ -214,6 +217,14 @@ void run_op(Daemon& d, catalog::Catalog& cat, const Call& call, const Request& r
       for (const auto& t : q.add) p = cat.tag(tenant, a.policy, t, actor(call));
       for (const auto& t : q.remove) p = cat.untag(tenant, a.policy, t, actor(call));
       d.replies->ok(call, policy_reply(cat, tenant, p, std::nullopt));
+      return;
+    }
+    case Op::catalog_promote: {
+      const auto& q = std::get<AddressRequest>(req.body);
+      const catalog::Address a = client_address(d, cat, call, q.address);
+      const catalog::Revision rev = cat.promote_revision(tenant, a, actor(call));
+      const catalog::Policy p = cat.get_policy(tenant, a.policy);
+      d.replies->ok(call, policy_reply(cat, tenant, p, rev));
       return;
     }
     case Op::catalog_delete: {

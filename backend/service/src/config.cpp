@@ -19,10 +19,14 @@ template <class F>
 void for_each_field(ServiceConfig& c, F&& f) {
   f("data-dir", "data directory (default: $SPINDLE_DATA_DIR, $XDG_DATA_HOME/spindle or "
                 "~/.local/share/spindle)", c.data_dir);
-  f("model", "base model: HF directory or llama2.c .bin (default: <data-dir>/bases/arith, "
-             "built by `spindle make-base` when missing)", c.model);
-  f("tokenizer", "tokenizer file (default: found beside the model)", c.tokenizer);
-  f("base-id", "catalog id of the base (default: the model file or directory stem)", c.base_id);
+  f("model", "a base model: HF directory or llama2.c .bin; repeat to serve several, the first "
+             "is the default (default: <data-dir>/bases/arith, built by `spindle make-base` "
+             "when missing)", c.models);
+  f("tokenizer", "tokenizer file of the base given at the same position (default: found beside "
+                 "the model)", c.tokenizers);
+  f("base-id", "catalog id of the base given at the same position, e.g. Qwen/Qwen3-0.6B "
+               "(default: its config.json _name_or_path, else the file or directory stem)",
+    c.base_ids);
   f("device", "where the engine runs: auto (the first GPU when one exists, else the CPU), cpu, "
               "cuda or cuda:N", c.device);
   f("dtype", "the resident base's element type on the device: auto (bf16 on a GPU, f32 on the "
@@ -66,6 +70,12 @@ void for_each_field(ServiceConfig& c, F&& f) {
   f("max-running", "sequences decoding at once", c.max_running);
   f("kv-blocks", "KV cache blocks of 16 tokens", c.kv_blocks);
   f("drain-timeout-s", "on SIGTERM, the longest wait for in-flight work", c.drain_timeout_s);
+  f("session-lease-s", "close a training session after this long without a request or heartbeat "
+                       "naming it (its saved revisions stay)", c.session_lease_s);
+  f("memory-budget-mib", "refuse to start when the bases' weights, KV caches and slot pools "
+                         "need more (0: no budget)", c.memory_budget_mib);
+  f("expiry-sweep-s", "how often ephemeral revisions past their expiry are collected",
+    c.expiry_sweep_s);
 }
 
 }  // namespace
@@ -96,7 +106,13 @@ void apply_config_file(CLI::App& app, ServiceConfig& config) {
     known.insert(name);
     if (!j.contains(name) || app.get_option(std::string("--") + name)->count() > 0) return;
     try {
-      field = j.at(name).get<std::decay_t<decltype(field)>>();
+      using T = std::decay_t<decltype(field)>;
+      if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+        // A list, or one string for the single-base case ("model": "/srv/qwen3").
+        field = j.at(name).is_string() ? T{j.at(name).get<std::string>()} : j.at(name).get<T>();
+      } else {
+        field = j.at(name).get<T>();
+      }
     } catch (const nlohmann::json::exception& e) {
       SPINDLE_THROW(format, "--config {}: key '{}': {}", path, name, e.what());
     }

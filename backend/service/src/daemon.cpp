@@ -47,12 +47,6 @@ void install_signal_handlers() {
   signal(SIGPIPE, SIG_IGN);
 }
 
-std::string default_base_id(const fs::path& model) {
-  fs::path p = model.lexically_normal();
-  if (p.filename().empty()) p = p.parent_path();
-  return fs::is_directory(p) ? p.filename().string() : p.stem().string();
-}
-
 // One daemon per data directory: an flock held for the process lifetime.
 int lock_data_dir(const Paths& paths) {
   const fs::path lock = paths.data_dir / "spindled.lock";
@@ -90,27 +84,42 @@ int serve(Daemon& d) {
   spdlog::logger& log = *d.log;
   const int lock_fd = lock_data_dir(d.paths);
 
-  // The base, its tokenizer and its catalog entry.
-  d.model_path = resolve_model(c, d.paths, log);
-  d.weights = engine::load_model(d.model_path);
-  d.backend = execution::open_backend(d.weights, {.device = c.device, .dtype = c.dtype});
-  {
-    const engine::MemoryReport m = d.backend->memory();
-    log.info("engine on {} ({}): base {} resident in {}, {:.1f} MiB", d.backend->device().name(),
-             m.device_name, d.model_path.filename().string(), dtype_name(d.backend->dtype()),
-             double(m.base_bytes) / double(1 << 20));
+  // The bases, their tokenizers and catalog entries; then each one's engine (below).
+  const std::vector<fs::path> models = resolve_models(c, d.paths, log);
+  for (size_t i = 0; i < models.size(); ++i) {
+    auto b = std::make_unique<ServedBase>();
+    b->model_path = models[i];
+    const std::string tokenizer = i < c.tokenizers.size() ? c.tokenizers[i] : "";
+    const std::string id = i < c.base_ids.size() ? c.base_ids[i] : "";
+    b->id = id.empty() ? default_base_id(b->model_path) : id;
+    SPINDLE_CHECK(!d.find_base(b->id) || d.bases.empty(), invalid_argument,
+                  "two bases have the id '{}' ({} and {}): give one --base-id", b->id,
+                  d.base(b->id).model_path.string(), b->model_path.string());
+    b->weights = engine::load_model(b->model_path);
+    b->backend = execution::open_backend(b->weights, {.device = c.device, .dtype = c.dtype});
+    {
+      const engine::MemoryReport m = b->backend->memory();
+      log.info("engine on {} ({}): base '{}' ({}) resident in {}, {:.1f} MiB",
+               b->backend->device().name(), m.device_name, b->id, b->model_path.string(),
+               dtype_name(b->backend->dtype()), double(m.base_bytes) / double(1 << 20));
+    }
+    try {
+      const fs::path tok = tokenizer.empty() ? engine::default_tokenizer_path(b->model_path)
+                                             : fs::path(tokenizer);
+      b->tokenizer = engine::load_tokenizer(tok);
+      b->tokenizer_kind = b->tokenizer->kind();
+    } catch (const Error& e) {
+      if (!tokenizer.empty() || e.code() != ErrorCode::not_found) throw;
+      log.warn("no tokenizer beside {}: completions carry no text, stop strings are refused",
+               b->model_path.string());
+    }
+    const TokenizerConfig tc = read_tokenizer_config(b->model_path, b->tokenizer.get());
+    b->chat_template = tc.chat_template;
+    b->pad_token = tc.pad_token;
+    b->add_bos_token = tc.add_bos_token;
+    register_base(d.paths, b->id, b->model_path, b->weights.config, log);
+    d.bases.push_back(std::move(b));
   }
-  try {
-    const fs::path tok = c.tokenizer.empty() ? engine::default_tokenizer_path(d.model_path)
-                                             : fs::path(c.tokenizer);
-    d.tokenizer = engine::load_tokenizer(tok);
-  } catch (const Error& e) {
-    if (!c.tokenizer.empty() || e.code() != ErrorCode::not_found) throw;
-    log.warn("no tokenizer beside {}: completions carry no text, stop strings are refused",
-             d.model_path.string());
-  }
-  d.base_id = c.base_id.empty() ? default_base_id(d.model_path) : c.base_id;
-  register_base(d.paths, d.base_id, d.model_path, d.weights.config, log);
   d.tokens = load_or_create_tokens(d.paths, log);
   if (c.group_access) {  // the local tenant's token, for the daemon's group (tokens.json stays 0600)
     std::error_code ec;
@@ -119,7 +128,7 @@ int serve(Daemon& d) {
                     fs::perm_options::replace, ec);
   }
 
-  // Residency tiers and the engine thread.
+  // Residency tiers and one engine thread per base, all over one blob store.
   d.blobs = std::make_unique<adapters::BlobStore>(d.paths.data_dir / "blobs");
   scheduler::EngineStackOptions eo;
   eo.serving_slots = c.serving_slots;
@@ -131,11 +140,29 @@ int serve(Daemon& d) {
   eo.scheduler.training_slots = int32_t(c.max_sessions);
   eo.scheduler.training_max_rank = int32_t(c.limits.max_rank);
   eo.scheduler.kv_blocks = c.kv_blocks;
-  d.engine = std::make_unique<scheduler::EngineStack>(
-      *d.backend, d.tokenizer.get(), adapters::blob_store_load_fn(*d.blobs, d.weights.config), eo);
-  d.scheduler = &d.engine->scheduler();
-  d.host_cache = &d.engine->host_cache();
-  d.loader = &d.engine->loader();
+  uint64_t resident = 0;
+  std::string budget_detail;
+  for (auto& b : d.bases) {
+    b->engine = std::make_unique<scheduler::EngineStack>(
+        *b->backend, b->tokenizer.get(), adapters::blob_store_load_fn(*d.blobs, b->weights.config),
+        eo);
+    b->scheduler = &b->engine->scheduler();
+    b->host_cache = &b->engine->host_cache();
+    b->loader = &b->engine->loader();
+    const scheduler::SchedulerStats st = b->scheduler->stats();
+    const uint64_t bytes = st.memory.base_bytes + st.kv_bytes + st.serving_pool_bytes +
+                           st.training_pool_bytes;
+    resident += bytes;
+    budget_detail += fmt::format("{}'{}' {:.1f} MiB", budget_detail.empty() ? "" : ", ", b->id,
+                                 double(bytes) / double(1 << 20));
+  }
+  if (c.memory_budget_mib > 0) {
+    SPINDLE_CHECK(resident <= uint64_t(c.memory_budget_mib) << 20, resource,
+                  "the bases need {:.1f} MiB resident (weights, KV caches, slot pools: {}), over "
+                  "--memory-budget-mib {}; serve fewer bases or lower --kv-blocks / "
+                  "--serving-slots / --max-sessions",
+                  double(resident) / double(1 << 20), budget_detail, c.memory_budget_mib);
+  }
   d.catalog.start(d.paths.data_dir);
   // Runs left "running" by a daemon that died are stopped now; `run_resume` continues them.
   d.runs = std::make_unique<RunManager>(d);
@@ -195,7 +222,7 @@ int serve(Daemon& d) {
 
   std::string ready;
   for (const auto& e : endpoints) ready += (ready.empty() ? "" : " ") + e;
-  log.info("serving base {} ({}) on {}; events on {}", d.base_id, d.model_path.string(), ready,
+  log.info("serving {} base(s) {} on {}; events on {}", d.bases.size(), d.served_ids(), ready,
            d.paths.pub);
   std::printf("spindled ready: %s\n", ready.c_str());
   std::fflush(stdout);
@@ -210,7 +237,7 @@ int serve(Daemon& d) {
   if (metrics) metrics->stop();
   d.runs->stop_all();  // each saves its step in progress, on the still-running scheduler
   d.reward_tests->stop();  // runs what is queued (sampling needs the scheduler and catalog)
-  d.scheduler->stop(/*drain=*/false);
+  for (auto& b : d.bases) b->scheduler->stop(/*drain=*/false);
   d.catalog.stop();
   if (zap) zap->stop();
   close_thread_push();
@@ -218,7 +245,7 @@ int serve(Daemon& d) {
   pub.close();
   pull.close();
   zap.reset();
-  d.engine.reset();
+  for (auto& b : d.bases) b->engine.reset();
   d.context.reset();
   log.info("stopped: {} requests served, {} failed", d.replies->served.load(), d.replies->failed.load());
   ::close(lock_fd);

@@ -37,15 +37,47 @@ std::string SessionTable::add(Session s) {
     s.id = "s-" + random_hex(12);
   } while (sessions_.count(s.id) != 0);
   const std::string id = s.id;
-  sessions_.emplace(id, std::move(s));
+  sessions_.emplace(id, Entry{std::move(s), Clock::now(), false, false, {}});
   return id;
 }
 
-std::optional<Session> SessionTable::find(const std::string& tenant, const std::string& id) const {
+std::optional<Session> SessionTable::find(const std::string& tenant, const std::string& id) {
   std::lock_guard lock(mutex_);
   const auto it = sessions_.find(id);
-  if (it == sessions_.end() || it->second.tenant != tenant) return std::nullopt;
-  return it->second;
+  if (it == sessions_.end() || it->second.session.tenant != tenant) return std::nullopt;
+  it->second.renewed = Clock::now();
+  return it->second.session;
+}
+
+std::vector<std::string> SessionTable::renew(const std::string& tenant,
+                                             const std::vector<std::string>& ids) {
+  std::vector<std::string> unknown;
+  const auto now = Clock::now();
+  std::lock_guard lock(mutex_);
+  for (const std::string& id : ids) {
+    const auto it = sessions_.find(id);
+    if (it == sessions_.end() || it->second.session.tenant != tenant) {
+      unknown.push_back(id);
+    } else {
+      it->second.renewed = now;
+    }
+  }
+  return unknown;
+}
+
+std::vector<Session> SessionTable::take_expired(Clock::time_point now, Clock::duration lease) {
+  std::vector<Session> out;
+  std::lock_guard lock(mutex_);
+  for (auto it = sessions_.begin(); it != sessions_.end();) {
+    // A session waiting on its own load_state is busy, not silent.
+    if (!it->second.blocked && !it->second.draining && now - it->second.renewed > lease) {
+      out.push_back(std::move(it->second.session));
+      it = sessions_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return out;
 }
 
 void SessionTable::erase(const std::string& id) {
@@ -56,6 +88,78 @@ void SessionTable::erase(const std::string& id) {
 size_t SessionTable::size() const {
   std::lock_guard lock(mutex_);
   return sessions_.size();
+}
+
+size_t SessionTable::size_on(const ServedBase* base) const {
+  std::lock_guard lock(mutex_);
+  size_t n = 0;
+  for (const auto& [id, e] : sessions_) n += e.session.base == base ? 1 : 0;
+  return n;
+}
+
+bool SessionTable::run_or_defer(const std::string& id, Task task) {
+  {
+    std::lock_guard lock(mutex_);
+    const auto it = sessions_.find(id);
+    if (it == sessions_.end()) return false;
+    if (it->second.blocked || it->second.draining) {
+      it->second.deferred.push_back(std::move(task));
+      return true;
+    }
+  }
+  task();
+  return true;
+}
+
+void SessionTable::block(const std::string& id) {
+  std::lock_guard lock(mutex_);
+  const auto it = sessions_.find(id);
+  if (it != sessions_.end()) it->second.blocked = true;
+}
+
+void SessionTable::unblock(const std::string& id) {
+  {
+    std::lock_guard lock(mutex_);
+    const auto it = sessions_.find(id);
+    if (it == sessions_.end()) return;
+    it->second.blocked = false;
+    it->second.draining = true;  // new arrivals queue behind the deferred ones
+  }
+  for (;;) {
+    Task next;
+    {
+      std::lock_guard lock(mutex_);
+      const auto it = sessions_.find(id);
+      if (it == sessions_.end()) return;
+      if (it->second.blocked || it->second.deferred.empty()) {
+        it->second.draining = false;
+        return;
+      }
+      next = std::move(it->second.deferred.front());
+      it->second.deferred.pop_front();
+    }
+    next();
+  }
+}
+
+ServedBase* Daemon::find_base(std::string_view id) const {
+  if (id.empty()) return bases.empty() ? nullptr : bases.front().get();
+  for (const auto& b : bases)
+    if (b->id == id) return b.get();
+  return nullptr;
+}
+
+ServedBase& Daemon::base(std::string_view id) const {
+  ServedBase* b = find_base(id);
+  SPINDLE_CHECK(b != nullptr, not_found, "base '{}' is not served here; served: {}", id,
+                served_ids());
+  return *b;
+}
+
+std::string Daemon::served_ids() const {
+  std::string out;
+  for (const auto& b : bases) out += (out.empty() ? "'" : ", '") + b->id + "'";
+  return out;
 }
 
 std::optional<ResolvedAdapter> ResolutionCache::find(const std::string& key) const {
@@ -78,6 +182,12 @@ void ResolutionCache::drop_policy(const std::string& tenant, const std::string& 
        it != entries_.end() && it->first.compare(0, prefix.size(), prefix) == 0;) {
     it = entries_.erase(it);
   }
+}
+
+void ResolutionCache::drop_revision(const std::string& tenant, const std::string& policy,
+                                    const std::string& revision_id) {
+  std::lock_guard lock(mutex_);
+  entries_.erase(tenant + "/" + policy + "@" + revision_id);
 }
 
 void AdapterOwners::note(const std::string& blob, const std::string& tenant) {
@@ -167,6 +277,7 @@ const char* wire_code(ErrorCode code) {
   return protocol::errc::internal;
 }
 
+
 std::pair<std::string, std::string> wire_error(const std::exception& e) {
   if (const auto* pe = dynamic_cast<const protocol::ProtocolError*>(&e)) {
     return {pe->code(), pe->what()};
@@ -177,18 +288,18 @@ std::pair<std::string, std::string> wire_error(const std::exception& e) {
   return {protocol::errc::internal, e.what()};
 }
 
-void check_served_base(const Daemon& d, const catalog::Policy& policy) {
-  if (policy.base_id == d.base_id) return;
+ServedBase& served_base_of(const Daemon& d, const catalog::Policy& policy) {
+  if (ServedBase* b = d.find_base(policy.base_id); b && !policy.base_id.empty()) return *b;
   throw protocol::ProtocolError(
       protocol::errc::failed_precondition,
-      fmt::format("policy {} is on base '{}'; this server serves '{}'", policy.address(),
-                  policy.base_id, d.base_id));
+      fmt::format("policy {} is on base '{}', which this server does not serve (served: {})",
+                  policy.address(), policy.base_id, d.served_ids()));
 }
 
-void reply_scheduler_full(Daemon& d, const Call& call) {
-  d.log->warn("request {} ({}): scheduler queue full, answered overloaded", call.request_id,
-              protocol::op_name(call.op));
-  d.replies->overloaded(call, d.scheduler->stats().queued, d.config.max_queue,
+void reply_scheduler_full(Daemon& d, const Call& call, const ServedBase& base) {
+  d.log->warn("request {} ({}): scheduler of base '{}' full, answered overloaded",
+              call.request_id, protocol::op_name(call.op), base.id);
+  d.replies->overloaded(call, base.scheduler->stats().queued, d.config.max_queue,
                         d.config.retry_after_ms);
 }
 

@@ -40,33 +40,87 @@ struct Paths {
   std::filesystem::path tokens_file, authorized_clients, curve_dir, log_file;
 };
 
+// One served base: its weights resident on the engine's device, its tokenizer, and its own
+// residency tiers, KV and slot pools and scheduler (one engine thread per base). Built before
+// any thread starts; immutable afterwards (the pointed-to engine is thread-safe).
+struct ServedBase {
+  std::string id;  // catalog id, may contain '/' ("Qwen/Qwen3-0.6B")
+  std::filesystem::path model_path;
+  engine::ModelWeights weights;
+  std::unique_ptr<engine::ExecutionBackend> backend;  // the engine on --device
+  std::unique_ptr<engine::Tokenizer> tokenizer;       // null: none beside the model
+  std::string tokenizer_kind;  // "llama2c" | "bpe" ("" without a tokenizer)
+  // From the model directory's tokenizer_config.json, when it has one.
+  std::string chat_template;  // "" = none
+  std::optional<int32_t> pad_token;
+  bool add_bos_token = false;
+  std::unique_ptr<scheduler::EngineStack> engine;
+  // Views into `engine` (valid while it lives), named for the call sites.
+  scheduler::Scheduler* scheduler = nullptr;
+  adapters::HostCache* host_cache = nullptr;
+  adapters::Loader* loader = nullptr;
+};
+
 // A training session: the scheduler's session plus what the service needs to commit it.
 struct Session {
   std::string id;  // on the wire
   std::string tenant;
   std::string policy;
+  ServedBase* base = nullptr;  // the policy's base (lives as long as the daemon)
   scheduler::SessionId sid = 0;
   int64_t rank = 0;
   float alpha = 0.0f;
 };
 
-// Thread-safe: one mutex, held only for map updates.
+// Live sessions with their leases and their request gates. Thread-safe: one mutex, held only
+// for map updates (never while a deferred task runs).
+//
+// Lease: a session not named by a request (find) and not listed by a heartbeat (renew) for
+// `lease` is returned once by take_expired, which removes it.
+//
+// Gate: while a session is blocked (load_state reading its revision on the catalog thread), the
+// session's later requests are deferred instead of submitted, and run in arrival order by
+// unblock(), so a pipelined request never overtakes the load_state sent before it.
 class SessionTable {
  public:
-  // A fresh random id for `s` (s.id is ignored), then stored.
+  using Clock = std::chrono::steady_clock;
+  using Task = std::function<void()>;
+
+  // A fresh random id for `s` (s.id is ignored), then stored with a fresh lease.
   std::string add(Session s);
-  // The session when it exists and belongs to `tenant`.
-  std::optional<Session> find(const std::string& tenant, const std::string& id) const;
+  // The session when it exists and belongs to `tenant`; renews its lease.
+  std::optional<Session> find(const std::string& tenant, const std::string& id);
+  // Renews the leases of `ids` (tenant's); returns the ids that are not live sessions of it.
+  std::vector<std::string> renew(const std::string& tenant, const std::vector<std::string>& ids);
+  // Removes and returns the sessions whose lease ran out before `now`.
+  std::vector<Session> take_expired(Clock::time_point now, Clock::duration lease);
   void erase(const std::string& id);
   size_t size() const;
+  size_t size_on(const ServedBase* base) const;
+
+  // Runs `task` now unless the session is blocked, else queues it (false: no such session,
+  // task dropped).
+  bool run_or_defer(const std::string& id, Task task);
+  void block(const std::string& id);
+  // Unblocks, then runs the queued tasks in order until one blocks the session again.
+  void unblock(const std::string& id);
 
  private:
+  struct Entry {
+    Session session;
+    Clock::time_point renewed;
+    bool blocked = false;
+    bool draining = false;  // unblock() is running the deferred tasks
+    std::deque<Task> deferred;
+  };
   mutable std::mutex mutex_;
-  std::unordered_map<std::string, Session> sessions_;
+  std::unordered_map<std::string, Entry> sessions_;
 };
 
-// What an address resolved to, for sampling: revision id and its blob (the residency key).
+// What an address resolved to, for sampling: the base, revision id and its blob (the
+// residency key; "" with revision "" = the bare base).
 struct ResolvedAdapter {
+  ServedBase* base = nullptr;
   std::string revision_id;
   std::string blob;
 };
@@ -78,6 +132,8 @@ class ResolutionCache {
   std::optional<ResolvedAdapter> find(const std::string& key) const;
   void put(const std::string& key, ResolvedAdapter value);
   void drop_policy(const std::string& tenant, const std::string& policy);
+  void drop_revision(const std::string& tenant, const std::string& policy,
+                     const std::string& revision_id);
 
  private:
   mutable std::mutex mutex_;
@@ -143,20 +199,15 @@ struct Daemon {
   std::shared_ptr<spdlog::logger> log;
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
 
-  // The served base.
-  std::string base_id;
-  std::filesystem::path model_path;
-  engine::ModelWeights weights;
-  std::unique_ptr<engine::ExecutionBackend> backend;  // the engine on --device
-  std::unique_ptr<engine::Tokenizer> tokenizer;
+  // The served bases; bases[0] is the default (a request's base_model "").
+  std::vector<std::unique_ptr<ServedBase>> bases;
+  std::unique_ptr<adapters::BlobStore> blobs;  // shared by every base's residency tiers
 
-  // Residency tiers and the scheduler (the engine thread).
-  std::unique_ptr<adapters::BlobStore> blobs;
-  std::unique_ptr<scheduler::EngineStack> engine;
-  // Views into `engine` (valid while it lives), named for the call sites.
-  scheduler::Scheduler* scheduler = nullptr;
-  adapters::HostCache* host_cache = nullptr;
-  adapters::Loader* loader = nullptr;
+  // The base `id` ("" = the default). Throws not_found naming the served ids.
+  ServedBase& base(std::string_view id) const;
+  ServedBase* find_base(std::string_view id) const;
+  ServedBase& default_base() const { return *bases.front(); }
+  std::string served_ids() const;  // "'a', 'b'"
 
   std::map<std::string, std::string> tokens;  // token -> tenant
   SessionTable sessions;
@@ -175,11 +226,12 @@ struct Daemon {
 std::pair<std::string, std::string> wire_error(const std::exception& e);
 const char* wire_code(ErrorCode code);
 
-// Throws ProtocolError(failed_precondition) unless the policy is on the base served here.
-void check_served_base(const Daemon& d, const catalog::Policy& policy);
+// The base the policy is on. Throws ProtocolError(failed_precondition) when that base is not
+// served here.
+ServedBase& served_base_of(const Daemon& d, const catalog::Policy& policy);
 
-// `overloaded` for a scheduler submit that was refused (its queue is full).
-void reply_scheduler_full(Daemon& d, const Call& call);
+// `overloaded` for a submit to `base`'s scheduler that was refused (its queue is full).
+void reply_scheduler_full(Daemon& d, const Call& call, const ServedBase& base);
 
 // Sends the error for `e` on `call` (and counts it as failed).
 void reply_exception(Daemon& d, const Call& call, const std::exception& e);

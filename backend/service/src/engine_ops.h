@@ -4,10 +4,10 @@
 // (front, catalog or the scheduler's engine thread), except sample_stream, which sends
 // non-final messages from the engine thread and then exactly one final reply (or an error).
 //
-// Ordering: a session's forward/forward_backward/optim_step/save_* are submitted to the
-// scheduler from the front thread in arrival order, so they run in that order. load_state
-// reads the revision on the catalog thread first; requests sent after it without waiting for
-// its reply may run before it.
+// Ordering: a session's requests run in arrival order. forward/forward_backward/optim_step/
+// save_*/close are submitted to the scheduler from the front thread in arrival order;
+// load_state reads the revision on the catalog thread first, and the session's requests that
+// arrive meanwhile wait behind it (SessionTable's gate) and are submitted after it.
 
 #include "daemon_state.h"
 
@@ -15,5 +15,8 @@ namespace spindle::service {
 
 void dispatch_training_op(Daemon& d, Call call, protocol::Request request);
 void dispatch_sampling_op(Daemon& d, Call call, protocol::Request request);
+
+// Closes the sessions whose lease ran out (front thread, about once a second).
+void close_expired_sessions(Daemon& d);
 
 }  // namespace spindle::service

@@ -7,6 +7,7 @@
 #include "peer_send.h"
 #include "reward_tests.h"
 #include "server_status.h"
+#include "tokenizer_ops.h"
 #include "spindle/engine/loss.h"
 #include "spindle/rl/config.h"
 
@@ -28,7 +29,8 @@ std::vector<std::string> recv_parts(zmq::socket_t& s) {
 
 bool is_front_op(Op op) {
   return op == Op::handshake || op == Op::capabilities || op == Op::status ||
-         op == Op::tokenize || op == Op::subscribe || op == Op::unsubscribe;
+         op == Op::tokenize || op == Op::detokenize || op == Op::tokenizer_info ||
+         op == Op::heartbeat || op == Op::subscribe || op == Op::unsubscribe;
 }
 
 // Served by RewardTester's workers (reward_tests.h, worker_ops.h).
@@ -65,6 +67,7 @@ bool is_catalog_op(Op op) {
     case Op::catalog_list: case Op::catalog_search: case Op::catalog_show:
     case Op::catalog_lineage: case Op::catalog_fork: case Op::catalog_rollback:
     case Op::catalog_tag: case Op::catalog_delete: case Op::import_peft: case Op::export_peft:
+    case Op::catalog_promote:
       return true;
     default:
       return false;
@@ -118,7 +121,33 @@ void Front::run(const std::atomic<bool>& stop, std::atomic<bool>& rescan) {
     }
     sample_throughput();
     publish_residency();
+    housekeeping();
   }
+}
+
+// About once a second: expired session leases; every expiry_sweep_s, ephemeral revisions past
+// expiry (collected on the catalog thread, their cached resolutions dropped).
+void Front::housekeeping() {
+  const auto now = Clock::now();
+  if (now - last_housekeeping_ < std::chrono::seconds(1)) return;
+  last_housekeeping_ = now;
+  close_expired_sessions(d_);
+  if (now - last_expiry_sweep_ < std::chrono::duration<double>(d_.config.expiry_sweep_s)) return;
+  last_expiry_sweep_ = now;
+  d_.catalog.post([&d = d_](catalog::Catalog& cat) {
+    try {
+      const catalog::ExpiryReport r = cat.collect_expired("spindled");
+      for (const catalog::ExpiredRevision& e : r.expired) {
+        d.resolutions.drop_revision(e.tenant, e.policy, e.revision_id);
+      }
+      if (!r.expired.empty()) {
+        d.log->info("collected {} expired ephemeral revision(s): {} blob(s), {:.1f} MiB freed",
+                    r.expired.size(), r.blobs_deleted, double(r.bytes_freed) / double(1 << 20));
+      }
+    } catch (const std::exception& e) {
+      d.log->error("collecting expired revisions failed: {}", e.what());
+    }
+  });
 }
 
 void Front::on_reply(std::vector<std::string> parts) {
@@ -241,9 +270,11 @@ void Front::on_front_op(const Call& call, const Request& req) {
       send_direct(call, make_ok(call, HandshakeReply{kProtocolVersion, kServerVersion, call.tenant}, {}));
     } else if (req.op == Op::capabilities) {
       CapabilitiesReply c;
-      const auto& m = d_.weights.config;
-      c.bases.push_back({d_.base_id, engine::arch_name(m.arch), m.n_layers, m.dim, m.vocab_size,
-                         m.max_seq_len, m.bos_id, m.eos_id});
+      for (const auto& b : d_.bases) {
+        const auto& m = b->weights.config;
+        c.bases.push_back({b->id, engine::arch_name(m.arch), m.n_layers, m.dim, m.vocab_size,
+                           m.max_seq_len, m.bos_id, m.eos_id});
+      }
       c.limits = d_.config.limits.info();
       c.limits.max_queue = d_.config.max_queue;
       c.limits.max_sessions = d_.config.max_sessions;
@@ -255,22 +286,19 @@ void Front::on_front_op(const Call& call, const Request& req) {
       c.default_run_config_json = rl::default_arith_config().to_json();
       send_direct(call, make_ok(call, std::move(c), {}));
     } else if (req.op == Op::tokenize) {
-      const auto& t = std::get<TokenizeRequest>(req.body);
-      if (!t.base_model.empty() && t.base_model != d_.base_id) {
-        return send_direct(call, make_error(call, errc::not_found,
-                                            "base model '" + t.base_model + "' is not served here (this server: '" +
-                                                d_.base_id + "')"));
-      }
-      if (!d_.tokenizer) {
-        return send_direct(call, make_error(call, errc::failed_precondition,
-                                            "the base '" + d_.base_id + "' has no tokenizer"));
-      }
-      engine::EncodeOptions eo;
-      eo.add_special_tokens = t.add_special_tokens;
-      const std::vector<int32_t> ids = d_.tokenizer->encode(t.text, eo);
       Frames frames;
-      TokenizeReply out{d_.base_id, add_tensor(frames, std::span<const int32_t>(ids))};
+      TokenizeReply out = tokenize(d_, std::get<TokenizeRequest>(req.body), frames);
       send_direct(call, make_ok(call, std::move(out), std::move(frames)));
+    } else if (req.op == Op::detokenize) {
+      send_direct(call, make_ok(call, detokenize(d_, std::get<DetokenizeRequest>(req.body), req.frames), {}));
+    } else if (req.op == Op::tokenizer_info) {
+      send_direct(call, make_ok(call, tokenizer_info(d_, std::get<TokenizerInfoRequest>(req.body)), {}));
+    } else if (req.op == Op::heartbeat) {
+      const auto& h = std::get<HeartbeatRequest>(req.body);
+      HeartbeatReply out;
+      out.lease_ms = uint32_t(d_.config.session_lease_s * 1000.0);
+      out.unknown = d_.sessions.renew(call.tenant, h.session_ids);
+      send_direct(call, make_ok(call, std::move(out), {}));
     } else if (req.op == Op::subscribe) {
       try {
         events_.subscribe(call, std::get<SubscribeRequest>(req.body));
@@ -291,12 +319,16 @@ void Front::on_front_op(const Call& call, const Request& req) {
       send_direct(call, make_ok(call, d_.owners.for_tenant(status(), call.tenant), {}));
     }
   } catch (const std::exception& e) {
-    send_direct(call, make_error(call, errc::internal, e.what()));
+    auto [code, message] = wire_error(e);
+    if (code == errc::internal) {
+      d_.log->error("request {} ({}) failed: {}", call.request_id, op_name(call.op), message);
+    }
+    send_direct(call, make_error(call, code, message));
   }
 }
 
 StatusReply Front::status() const {
-  return server_status(d_, d_.scheduler->stats(), in_flight_, tokens_per_s());
+  return server_status(d_, scheduler_stats(d_), in_flight_, tokens_per_s());
 }
 
 double Front::tokens_per_s() const {
@@ -315,7 +347,9 @@ void Front::set_in_flight(uint64_t n) {
 void Front::sample_throughput() {
   const auto now = Clock::now();
   if (!throughput_.empty() && now - throughput_.back().first < std::chrono::seconds(1)) return;
-  throughput_.emplace_back(now, d_.scheduler->stats().sampled_tokens);
+  uint64_t sampled = 0;
+  for (const auto& b : d_.bases) sampled += b->scheduler->stats().sampled_tokens;
+  throughput_.emplace_back(now, sampled);
   while (throughput_.size() > 11) throughput_.pop_front();
   d_.front_figures.tokens_per_s.store(tokens_per_s(), std::memory_order_relaxed);
 }

@@ -34,6 +34,7 @@ class Front {
   double tokens_per_s() const;
   void publish_residency();
   void sample_throughput();
+  void housekeeping();
   void set_in_flight(uint64_t n);  // in_flight_ and its mirror in d_.front_figures
 
   Daemon& d_;
@@ -45,6 +46,8 @@ class Front {
   bool draining_ = false;
   std::chrono::steady_clock::time_point last_publish_{};
   std::string last_residency_;
+  std::chrono::steady_clock::time_point last_housekeeping_{};
+  std::chrono::steady_clock::time_point last_expiry_sweep_ = std::chrono::steady_clock::now();
   // (time, sampled tokens) about once a second, the last ~10 s: tokens_per_s.
   std::deque<std::pair<std::chrono::steady_clock::time_point, uint64_t>> throughput_;
 };

@@ -69,11 +69,11 @@ class Exposition {
 }  // namespace
 
 MetricsSample collect_metrics(const Daemon& d) {
-  const scheduler::SchedulerStats st = d.scheduler->stats();
+  const std::vector<scheduler::SchedulerStats> stats = scheduler_stats(d);
   MetricsSample m;
-  m.status = server_status(d, st, d.front_figures.queue_depth.load(std::memory_order_relaxed),
+  m.status = server_status(d, stats, d.front_figures.queue_depth.load(std::memory_order_relaxed),
                            d.front_figures.tokens_per_s.load(std::memory_order_relaxed));
-  m.sampled_tokens = st.sampled_tokens;
+  for (const auto& st : stats) m.sampled_tokens += st.sampled_tokens;
   m.replies = d.replies->counters.snapshot();
   return m;
 }

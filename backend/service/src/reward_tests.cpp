@@ -27,10 +27,11 @@ using SampleOutcome = scheduler::Outcome<Completions>;
 // is resolved on the catalog thread; this worker waits for it.
 ResolvedAdapter resolve(Daemon& d, const Call& call, const std::string& text) {
   if (!text.starts_with("spindle://")) {
-    SPINDLE_CHECK(text == d.base_id, not_found,
-                  "'{}' is neither the served base ('{}') nor a spindle://tenant/policy address",
-                  text, d.base_id);
-    return {};
+    ServedBase* base = d.find_base(text);
+    SPINDLE_CHECK(base != nullptr && !text.empty(), not_found,
+                  "'{}' is neither a served base ({}) nor a spindle://tenant/policy address",
+                  text, d.served_ids());
+    return {base, "", ""};
   }
   const catalog::Address a = catalog::parse_address(text);
   if (a.tenant != call.tenant) {
@@ -43,9 +44,9 @@ ResolvedAdapter resolve(Daemon& d, const Call& call, const std::string& text) {
   d.catalog.post([&d, tenant = call.tenant, a, promise](catalog::Catalog& cat) {
     try {
       const catalog::Resolved r = cat.get(tenant, a);
-      check_served_base(d, r.policy);
+      ServedBase& base = served_base_of(d, r.policy);
       d.owners.note(r.revision.blob, tenant);
-      promise->set_value({r.revision.id, r.revision.blob});
+      promise->set_value({&base, r.revision.id, r.revision.blob});
     } catch (...) {
       promise->set_exception(std::current_exception());
     }
@@ -53,9 +54,10 @@ ResolvedAdapter resolve(Daemon& d, const Call& call, const std::string& text) {
   return resolved.get();
 }
 
-std::vector<int32_t> encode_prompt(const Daemon& d, const std::string& text, size_t row) {
-  std::vector<int32_t> ids = d.tokenizer->encode(text);
-  if (ids.empty() && d.tokenizer->bos_id()) ids.push_back(*d.tokenizer->bos_id());
+std::vector<int32_t> encode_prompt(const engine::Tokenizer& tokenizer, const std::string& text,
+                                   size_t row) {
+  std::vector<int32_t> ids = tokenizer.encode(text);
+  if (ids.empty() && tokenizer.bos_id()) ids.push_back(*tokenizer.bos_id());
   SPINDLE_CHECK(!ids.empty(), invalid_argument, "rows[{}].prompt encodes to no tokens", row);
   return ids;
 }
@@ -78,7 +80,7 @@ engine::SamplingParams sampling_params(const SamplingParamsMsg& p) {
 // their callbacks outlive nothing here but their promises.
 std::optional<std::vector<Completions>> sample_rows(Daemon& d, const Call& call,
                                                     const RewardTestRequest& r,
-                                                    const std::string& adapter_key) {
+                                                    const ResolvedAdapter& adapter) {
   const engine::SamplingParams params = sampling_params(r.sampling_params);
   std::vector<std::future<SampleOutcome>> pending;
   bool refused = false;
@@ -86,13 +88,13 @@ std::optional<std::vector<Completions>> sample_rows(Daemon& d, const Call& call,
     auto promise = std::make_shared<std::promise<SampleOutcome>>();
     scheduler::SampleJob job;
     job.tenant = call.tenant;
-    job.adapter_key = adapter_key;
-    job.prompt = encode_prompt(d, r.rows[i].prompt, i);
+    job.adapter_key = adapter.blob;
+    job.prompt = encode_prompt(*adapter.base->tokenizer, r.rows[i].prompt, i);
     job.num_samples = r.num_samples;
     job.params = params;
     job.done = [promise](SampleOutcome o) { promise->set_value(std::move(o)); };
     std::future<SampleOutcome> f = promise->get_future();
-    if (d.scheduler->submit_sample(std::move(job))) {
+    if (adapter.base->scheduler->submit_sample(std::move(job))) {
       pending.push_back(std::move(f));
     } else {
       refused = true;
@@ -129,13 +131,13 @@ void run_reward_test(Daemon& d, rewards::RewardScorer& scorer, const Call& call,
   scorer.validate(spec);
   std::vector<std::string> metadata;
   for (size_t i = 0; i < r.rows.size(); ++i) metadata.push_back(metadata_of(r.rows[i], i));
-  if (!d.tokenizer) {
-    throw ProtocolError(errc::failed_precondition,
-                        "reward_test needs a tokenizer; the base '" + d.base_id + "' has none");
-  }
   const ResolvedAdapter adapter = resolve(d, call, r.address);
-  std::optional<std::vector<Completions>> sampled = sample_rows(d, call, r, adapter.blob);
-  if (!sampled) return reply_scheduler_full(d, call);
+  if (!adapter.base->tokenizer) {
+    throw ProtocolError(errc::failed_precondition, "reward_test needs a tokenizer; the base '" +
+                                                       adapter.base->id + "' has none");
+  }
+  std::optional<std::vector<Completions>> sampled = sample_rows(d, call, r, adapter);
+  if (!sampled) return reply_scheduler_full(d, call, *adapter.base);
 
   std::vector<rewards::RewardItem> items;
   for (size_t i = 0; i < r.rows.size(); ++i) {

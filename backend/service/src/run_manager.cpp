@@ -112,15 +112,17 @@ void RunManager::start(const catalog::RunRecord& record, rl::RunConfig config, b
     throw ProtocolError(errc::failed_precondition,
                         "run " + record.id + " is still active (a stop may be in progress)");
   }
+  // Runs train on the default base (the first --model).
+  const ServedBase& base = d_.default_base();
   rl::RunContext ctx;
-  ctx.scheduler = d_.scheduler;
-  ctx.model_config = d_.weights.config;
-  ctx.tokenizer = d_.tokenizer.get();
+  ctx.scheduler = base.scheduler;
+  ctx.model_config = base.weights.config;
+  ctx.tokenizer = base.tokenizer.get();
   ctx.catalog_dir = d_.paths.data_dir;
-  ctx.base_id = d_.base_id;
+  ctx.base_id = base.id;
   ctx.data_root = data_root_of(d_.config);
   SPINDLE_CHECK(ctx.tokenizer, invalid_argument,
-                "GRPO runs need a tokenizer; the base '{}' has none", d_.base_id);
+                "GRPO runs need a tokenizer; the base '{}' has none", base.id);
   auto a = std::make_unique<Active>();
   a->run = std::make_unique<rl::GrpoRun>(std::move(config), ctx, rl::RunOptions{.resume = resume});
   Active& ref = *a;

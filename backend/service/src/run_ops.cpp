@@ -47,7 +47,12 @@ RunStartReply run_start(Daemon& d, catalog::Catalog& cat, const Call& call,
     const std::string address = "spindle://" + call.tenant + "/" + p.name;
     try {
       const catalog::Policy existing = cat.get_policy(call.tenant, p.name);
-      check_served_base(d, existing);
+      if (&served_base_of(d, existing) != &d.default_base()) {
+        throw ProtocolError(errc::failed_precondition,
+                            "policy " + address + " is on base '" + existing.base_id +
+                                "'; GRPO runs train on the default base '" +
+                                d.default_base().id + "'");
+      }
       if (existing.head && !r.resume) {
         throw ProtocolError(errc::already_exists,
                             "policy " + address + " already has revisions: choose another name, "

@@ -3,6 +3,7 @@
 // are cached, so a hot revision skips the catalog thread.
 
 #include <algorithm>
+#include <mutex>
 
 #include "catalog_ops.h"
 #include "engine_ops.h"
@@ -38,7 +39,7 @@ std::vector<SequenceMsg> sequences(const std::vector<engine::Completion>& comple
   return out;
 }
 
-scheduler::SampleJob sample_job(const Call& call, const Request& req,
+scheduler::SampleJob sample_job(const Daemon& d, const Call& call, const Request& req,
                                 const ResolvedAdapter& adapter) {
   const auto& s = std::get<SampleRequest>(req.body);
   scheduler::SampleJob job;
@@ -48,6 +49,13 @@ scheduler::SampleJob sample_job(const Call& call, const Request& req,
   job.num_samples = s.num_samples;
   const auto& p = s.sampling_params;
   job.params.max_tokens = p.max_tokens;
+  if (p.max_tokens == 0) {  // Tinker's None: to a stop, the context's end or the server's bound
+    const int64_t room = adapter.base->weights.config.max_seq_len - int64_t(job.prompt.size());
+    SPINDLE_CHECK(room >= 1, invalid_argument,
+                  "prompt: {} tokens leave no room in the context of {} for a completion",
+                  job.prompt.size(), adapter.base->weights.config.max_seq_len);
+    job.params.max_tokens = int32_t(std::min<int64_t>(room, d.config.limits.max_sample_tokens));
+  }
   job.params.temperature = p.temperature;
   job.params.top_k = p.top_k;
   job.params.top_p = p.top_p;
@@ -79,9 +87,11 @@ std::vector<std::string> delta_pieces(const engine::Tokenizer* tokenizer,
 
 // sample_stream: one non-final message per engine step that produced tokens (engine thread:
 // building it costs what any reply costs), then the final one with exactly sample's sequences.
-void stream_replies(Daemon& d, const Call& call, const std::string& rev,
+void stream_replies(Daemon& d, const Call& call, const ResolvedAdapter& adapter,
                     scheduler::SampleJob& job) {
-  job.progress = [&d, call, rev, stops = job.params.stop_token_ids](
+  const std::string rev = adapter.revision_id;
+  job.progress = [&d, call, rev, tokenizer = adapter.base->tokenizer.get(),
+                  stops = job.params.stop_token_ids](
                      std::span<const scheduler::SampleDelta> deltas) {
     SampleStreamReply out;
     out.revision_id = rev;
@@ -89,7 +99,7 @@ void stream_replies(Daemon& d, const Call& call, const std::string& rev,
     for (const scheduler::SampleDelta& delta : deltas) {
       out.deltas.push_back({uint32_t(delta.sequence), add_tensor(frames, delta.tokens),
                             add_tensor(frames, delta.logprobs),
-                            delta_pieces(d.tokenizer.get(), delta, stops)});
+                            delta_pieces(tokenizer, delta, stops)});
     }
     d.replies->ok(call, std::move(out), std::move(frames));
   };
@@ -104,25 +114,111 @@ void stream_replies(Daemon& d, const Call& call, const std::string& rev,
   };
 }
 
+// A sample with prompt logprobs: the completions and a scoring pass over the prompt run as two
+// scheduler jobs on the same adapter; the reply goes when both are done (both callbacks run on
+// the base's engine thread; the mutex keeps that an implementation detail).
+struct JoinedSample {
+  std::mutex mutex;
+  int pending = 2;
+  std::optional<std::pair<std::string, std::string>> error;  // (code, message), the first
+  std::vector<engine::Completion> completions;
+  std::vector<float> prompt_logprobs;
+  std::vector<int32_t> top_ids;
+  std::vector<float> top_logprobs;
+};
+
+void finish_joined(Daemon& d, const Call& call, const std::string& rev, int32_t k,
+                   JoinedSample& j) {
+  if (j.error) return d.replies->error(call, j.error->first, j.error->second);
+  SampleReply out;
+  out.revision_id = rev;
+  Frames frames;
+  out.sequences = sequences(j.completions, frames);
+  const int64_t n = int64_t(j.prompt_logprobs.size());
+  out.prompt_logprobs = add_tensor(frames, std::span<const float>(j.prompt_logprobs));
+  out.topk_prompt_ids = add_tensor(frames, std::span<const int32_t>(j.top_ids), {k > 0 ? n : 0, k});
+  out.topk_prompt_logprobs =
+      add_tensor(frames, std::span<const float>(j.top_logprobs), {k > 0 ? n : 0, k});
+  d.replies->ok(call, std::move(out), std::move(frames));
+}
+
+bool submit_sample_with_prompt(Daemon& d, const Call& call, const Request& req,
+                               const ResolvedAdapter& adapter, scheduler::SampleJob job) {
+  const auto& s = std::get<SampleRequest>(req.body);
+  const int32_t k = s.topk_prompt_logprobs;
+  auto joined = std::make_shared<JoinedSample>();
+  auto arrive = [&d, call, rev = adapter.revision_id, k, joined](auto fill) {
+    std::lock_guard lock(joined->mutex);
+    fill(*joined);
+    if (--joined->pending == 0) finish_joined(d, call, rev, k, *joined);
+  };
+  scheduler::LogprobsJob scoring;
+  scoring.tenant = call.tenant;
+  scoring.adapter_key = adapter.blob;
+  scoring.tokens = job.prompt;
+  scoring.top_k = k;
+  scoring.on_top_k = [joined](std::vector<int32_t> ids, std::vector<float> lps) {
+    std::lock_guard lock(joined->mutex);
+    joined->top_ids = std::move(ids);
+    joined->top_logprobs = std::move(lps);
+  };
+  scoring.done = [arrive](scheduler::Outcome<std::vector<float>> r) {
+    arrive([&](JoinedSample& j) {
+      if (!r.ok()) {
+        if (!j.error) j.error.emplace(wire_code(r.error.code), r.error.message);
+      } else {
+        j.prompt_logprobs = std::move(*r.value);
+      }
+    });
+  };
+  job.done = [arrive](scheduler::Outcome<std::vector<engine::Completion>> r) {
+    arrive([&](JoinedSample& j) {
+      if (!r.ok()) {
+        if (!j.error) j.error.emplace(wire_code(r.error.code), r.error.message);
+      } else {
+        j.completions = std::move(*r.value);
+      }
+    });
+  };
+  scheduler::Scheduler& sched = *adapter.base->scheduler;
+  if (!sched.submit_logprobs(std::move(scoring))) return false;
+  if (!sched.submit_sample(std::move(job))) {
+    // The scoring job is in: its reply waits for this one, which now fails as overloaded.
+    arrive([&](JoinedSample& j) {
+      if (!j.error) j.error.emplace(errc::overloaded, "scheduler queue full: retry later");
+    });
+  }
+  return true;
+}
+
 void submit(Daemon& d, const Call& call, const Request& req, const ResolvedAdapter& adapter) {
   bool queued = false;
   d.owners.note(adapter.blob, call.tenant);
+  scheduler::Scheduler& sched = *adapter.base->scheduler;
   if (call.op == Op::sample_stream) {
-    scheduler::SampleJob job = sample_job(call, req, adapter);
-    stream_replies(d, call, adapter.revision_id, job);
-    queued = d.scheduler->submit_sample(std::move(job));
+    scheduler::SampleJob job = sample_job(d, call, req, adapter);
+    stream_replies(d, call, adapter, job);
+    queued = sched.submit_sample(std::move(job));
   } else if (call.op == Op::sample) {
-    scheduler::SampleJob job = sample_job(call, req, adapter);
-    job.done = [&d, call, rev = adapter.revision_id](
-                   scheduler::Outcome<std::vector<engine::Completion>> r) {
-      if (!r.ok()) return d.replies->error(call, wire_code(r.error.code), r.error.message);
-      SampleReply out;
-      out.revision_id = rev;
-      Frames frames;
-      out.sequences = sequences(*r.value, frames);
-      d.replies->ok(call, std::move(out), std::move(frames));
-    };
-    queued = d.scheduler->submit_sample(std::move(job));
+    scheduler::SampleJob job = sample_job(d, call, req, adapter);
+    const auto& s = std::get<SampleRequest>(req.body);
+    if (s.include_prompt_logprobs || s.topk_prompt_logprobs > 0) {
+      queued = submit_sample_with_prompt(d, call, req, adapter, std::move(job));
+    } else {
+      job.done = [&d, call, rev = adapter.revision_id](
+                     scheduler::Outcome<std::vector<engine::Completion>> r) {
+        if (!r.ok()) return d.replies->error(call, wire_code(r.error.code), r.error.message);
+        SampleReply out;
+        out.revision_id = rev;
+        Frames frames;
+        out.sequences = sequences(*r.value, frames);
+        out.prompt_logprobs = add_tensor(frames, std::span<const float>());
+        out.topk_prompt_ids = add_tensor(frames, std::span<const int32_t>(), {0, 0});
+        out.topk_prompt_logprobs = add_tensor(frames, std::span<const float>(), {0, 0});
+        d.replies->ok(call, std::move(out), std::move(frames));
+      };
+      queued = sched.submit_sample(std::move(job));
+    }
   } else {
     const auto& s = std::get<ComputeLogprobsRequest>(req.body);
     scheduler::LogprobsJob job;
@@ -137,9 +233,9 @@ void submit(Daemon& d, const Call& call, const Request& req, const ResolvedAdapt
       out.logprobs = add_tensor(frames, std::span<const float>(*r.value));
       d.replies->ok(call, std::move(out), std::move(frames));
     };
-    queued = d.scheduler->submit_logprobs(std::move(job));
+    queued = sched.submit_logprobs(std::move(job));
   }
-  if (!queued) reply_scheduler_full(d, call);
+  if (!queued) reply_scheduler_full(d, call, *adapter.base);
 }
 
 const std::string& address_of(const Request& req) {
@@ -153,10 +249,11 @@ void dispatch_sampling_op(Daemon& d, Call call, protocol::Request request) {
   try {
     const std::string& text = address_of(request);
     if (!text.starts_with("spindle://")) {
-      SPINDLE_CHECK(text == d.base_id, not_found,
-                    "'{}' is neither the served base ('{}') nor a spindle://tenant/policy "
-                    "address", text, d.base_id);
-      return submit(d, call, request, {});
+      ServedBase* base = d.find_base(text);
+      SPINDLE_CHECK(base != nullptr && !text.empty(), not_found,
+                    "'{}' is neither a served base ({}) nor a spindle://tenant/policy address",
+                    text, d.served_ids());
+      return submit(d, call, request, {base, "", ""});
     }
     const catalog::Address a = catalog::parse_address(text);
     if (a.tenant != call.tenant) {
@@ -172,8 +269,7 @@ void dispatch_sampling_op(Daemon& d, Call call, protocol::Request request) {
     d.catalog.post([&d, call, a, request = std::move(request)](catalog::Catalog& cat) {
       try {
         const catalog::Resolved r = cat.get(call.tenant, a);
-        check_served_base(d, r.policy);
-        const ResolvedAdapter adapter{r.revision.id, r.revision.blob};
+        const ResolvedAdapter adapter{&served_base_of(d, r.policy), r.revision.id, r.revision.blob};
         if (is_full_id(a.revision)) d.resolutions.put(cache_key(call.tenant, a), adapter);
         submit(d, call, request, adapter);
       } catch (const std::exception& e) {

@@ -72,11 +72,88 @@ std::shared_ptr<spdlog::logger> make_logger(const Paths& paths, const std::strin
   return log;
 }
 
-fs::path resolve_model(const ServiceConfig& c, const Paths& paths, spdlog::logger& log) {
-  if (!c.model.empty()) {
-    SPINDLE_CHECK(fs::exists(c.model), not_found, "--model {}: no such file or directory", c.model);
-    return fs::absolute(c.model);
+std::vector<fs::path> resolve_models(const ServiceConfig& c, const Paths& paths,
+                                     spdlog::logger& log) {
+  SPINDLE_CHECK(c.tokenizers.size() <= std::max<size_t>(c.models.size(), 1), invalid_argument,
+                "{} --tokenizer values for {} --model: each --tokenizer pairs with the --model "
+                "at its position", c.tokenizers.size(), c.models.size());
+  SPINDLE_CHECK(c.base_ids.size() <= std::max<size_t>(c.models.size(), 1), invalid_argument,
+                "{} --base-id values for {} --model: each --base-id pairs with the --model at "
+                "its position", c.base_ids.size(), c.models.size());
+  if (c.models.empty()) return {resolve_default_model(paths, log)};
+  std::vector<fs::path> out;
+  for (const std::string& m : c.models) {
+    SPINDLE_CHECK(fs::exists(m), not_found, "--model {}: no such file or directory", m);
+    out.push_back(fs::absolute(m));
   }
+  return out;
+}
+
+std::string default_base_id(const fs::path& model) {
+  fs::path p = model.lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();
+  if (fs::is_directory(p) && fs::exists(p / "config.json")) {
+    // A hub id (org/name) recorded by save_pretrained; a path recorded there is not an id.
+    const nlohmann::json j = nlohmann::json::parse(read_file_to_string(p / "config.json"), nullptr, false);
+    if (j.is_object() && j.contains("_name_or_path") && j["_name_or_path"].is_string()) {
+      const std::string name = j["_name_or_path"].get<std::string>();
+      bool ok = !name.empty() && name.front() != '.' && name.front() != '~' &&
+                name.find('\\') == std::string::npos;
+      if (ok) {
+        try {
+          catalog::check_base_id(name);
+        } catch (const Error&) {
+          ok = false;
+        }
+      }
+      if (ok) return name;
+    }
+  }
+  return fs::is_directory(p) ? p.filename().string() : p.stem().string();
+}
+
+TokenizerConfig read_tokenizer_config(const fs::path& model_path, const engine::Tokenizer* tok) {
+  TokenizerConfig out;
+  const fs::path dir = fs::is_directory(model_path) ? model_path : model_path.parent_path();
+  const fs::path file = dir / "tokenizer_config.json";
+  if (tok) out.add_bos_token = std::string_view(tok->kind()) == "llama2c";
+  if (!fs::exists(file)) return out;
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(read_file_to_string(file));
+  } catch (const nlohmann::json::exception& e) {
+    SPINDLE_THROW(format, "{}: not JSON: {}", file.string(), e.what());
+  }
+  SPINDLE_CHECK(j.is_object(), format, "{}: expected a JSON object", file.string());
+  if (const auto it = j.find("chat_template"); it != j.end()) {
+    if (it->is_string()) {
+      out.chat_template = it->get<std::string>();
+    } else if (it->is_array()) {  // [{"name": "default", "template": ...}, {"name": "tool_use", ...}]
+      for (const auto& e : *it) {
+        if (e.is_object() && e.value("name", "") == "default" && e.contains("template") &&
+            e["template"].is_string()) {
+          out.chat_template = e["template"].get<std::string>();
+        }
+      }
+    } else if (!it->is_null()) {
+      SPINDLE_THROW(format, "{}: chat_template must be a string or a list of {{name, template}}",
+                    file.string());
+    }
+  }
+  // pad_token: a string or {"content": ...} (AddedToken form).
+  if (const auto it = j.find("pad_token"); it != j.end() && tok) {
+    std::string text;
+    if (it->is_string()) text = it->get<std::string>();
+    if (it->is_object() && it->contains("content") && (*it)["content"].is_string())
+      text = (*it)["content"].get<std::string>();
+    if (!text.empty()) out.pad_token = tok->token_id(text);
+  }
+  if (const auto it = j.find("add_bos_token"); it != j.end() && it->is_boolean())
+    out.add_bos_token = it->get<bool>();
+  return out;
+}
+
+fs::path resolve_default_model(const Paths& paths, spdlog::logger& log) {
   const fs::path dir = paths.data_dir / "bases" / "arith";
   if (fs::exists(dir / "config.json")) return dir;
   std::error_code ec;
@@ -106,7 +183,7 @@ fs::path resolve_model(const ServiceConfig& c, const Paths& paths, spdlog::logge
 
 void register_base(const Paths& paths, const std::string& base_id, const fs::path& model_path,
                    const engine::ModelConfig& config, spdlog::logger& log) {
-  catalog::check_name("base model id", base_id);
+  catalog::check_base_id(base_id);
   catalog::Catalog cat(paths.data_dir);
   try {
     const catalog::BaseModel b = cat.get_base(base_id);

@@ -12,11 +12,28 @@ Paths resolve_paths(const ServiceConfig& config);
 // Console (stderr) + <data_dir>/logs/spindled.log.
 std::shared_ptr<spdlog::logger> make_logger(const Paths& paths, const std::string& level);
 
-// The model path: --model, else <data_dir>/bases/arith, built first by running
-// `<dir of this executable>/spindle make-base --task arithmetic --out DIR` (output streams
-// through) when it has no config.json.
-std::filesystem::path resolve_model(const ServiceConfig& config, const Paths& paths,
-                                    spdlog::logger& log);
+// The model paths: every --model (absolute), else the default base alone. Throws
+// invalid_argument when more --tokenizer or --base-id values than models are given.
+std::vector<std::filesystem::path> resolve_models(const ServiceConfig& config, const Paths& paths,
+                                                  spdlog::logger& log);
+// <data_dir>/bases/arith, built first by running `<dir of this executable>/spindle make-base
+// --task arithmetic --out DIR` (output streams through) when it has no config.json.
+std::filesystem::path resolve_default_model(const Paths& paths, spdlog::logger& log);
+
+// A base's default id: an HF directory's config.json `_name_or_path` when it is a hub id
+// ("Qwen/Qwen3-0.6B", not a filesystem path), else the directory name or the file stem.
+std::string default_base_id(const std::filesystem::path& model);
+
+// What the model directory's tokenizer_config.json says beyond the tokenizer itself.
+struct TokenizerConfig {
+  std::string chat_template;       // "" = none
+  std::optional<int32_t> pad_token;
+  bool add_bos_token = false;      // llama2.c: true (its encode prepends BOS)
+};
+// Throws format naming the file when tokenizer_config.json is not JSON or chat_template has
+// another type. No file: only the tokenizer's defaults.
+TokenizerConfig read_tokenizer_config(const std::filesystem::path& model_path,
+                                      const engine::Tokenizer* tokenizer);
 
 // Registers the served base in the catalog's base_models when absent (arch, path, checksum
 // as `spindle catalog import-peft --base-path` records them).

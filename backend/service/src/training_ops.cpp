@@ -18,6 +18,12 @@ namespace {
 
 std::string actor(const Call& call) { return "tenant:" + call.tenant; }
 
+int64_t unix_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
 std::vector<engine::LoraTarget> targets_of(const CreateTrainingRequest& r) {
   using T = engine::LoraTarget;
   std::vector<T> t;
@@ -35,39 +41,67 @@ void check_session_room(Daemon& d) {
                 d.config.max_sessions);
 }
 
-// Opens a scheduler session on `weights` and replies with the new session.
-void open_session(Daemon& d, const Call& call, const std::string& policy, engine::LoraWeights weights,
-                  engine::AdamW adam) {
-  const int64_t rank = weights.rank;
-  const float alpha = weights.alpha;
-  const int64_t step = adam.step_count();
-  d.scheduler->open_session(
-      std::move(weights), std::move(adam),
-      [&d, call, policy, rank, alpha, step](scheduler::Outcome<scheduler::SessionId> r) {
+// "" or a JSON object (what the policy stores); throws invalid_argument otherwise.
+std::string checked_user_metadata(const std::string& text) {
+  if (text.empty()) return text;
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  SPINDLE_CHECK(!j.is_discarded() && j.is_object(), invalid_argument,
+                "user_metadata_json must be a JSON object");
+  return text;
+}
+
+uint32_t lease_ms(const Daemon& d) { return uint32_t(d.config.session_lease_s * 1000.0); }
+
+TrainingSessionReply session_reply(const Daemon& d, const Call& call, const Session& s,
+                                   int64_t step, std::string revision_id,
+                                   std::string user_metadata) {
+  TrainingSessionReply out;
+  out.session_id = s.id;
+  out.policy_address = "spindle://" + call.tenant + "/" + s.policy;
+  out.base_model = s.base->id;
+  out.rank = int32_t(s.rank);
+  out.alpha = s.alpha;
+  out.step = step;
+  out.lease_ms = lease_ms(d);
+  out.user_metadata_json = std::move(user_metadata);
+  out.revision_id = std::move(revision_id);
+  return out;
+}
+
+// What a new session starts from.
+struct SessionStart {
+  ServedBase* base = nullptr;
+  std::string policy;
+  engine::LoraWeights weights;
+  engine::AdamW adam;
+  int64_t step = 0;  // the revision's (a fresh optimizer still reports it)
+  std::string revision_id;
+  std::string user_metadata;
+};
+
+// Opens a scheduler session on the start's weights and replies with the new session.
+void open_session(Daemon& d, const Call& call, SessionStart start) {
+  Session proto{.id = "", .tenant = call.tenant, .policy = start.policy, .base = start.base,
+                .sid = 0, .rank = start.weights.rank, .alpha = start.weights.alpha};
+  start.base->scheduler->open_session(
+      std::move(start.weights), std::move(start.adam),
+      [&d, call, proto, step = start.step, rev = start.revision_id,
+       meta = start.user_metadata](scheduler::Outcome<scheduler::SessionId> r) mutable {
         if (!r.ok()) {
           d.replies->error(call, wire_code(r.error.code), r.error.message);
           return;
         }
-        const std::string id = d.sessions.add(
-            {.id = "", .tenant = call.tenant, .policy = policy, .sid = *r.value, .rank = rank, .alpha = alpha});
-        d.log->info("tenant {}: session {} on spindle://{}/{} (rank {})", call.tenant, id,
-                    call.tenant, policy, rank);
-        TrainingSessionReply out;
-        out.session_id = id;
-        out.policy_address = "spindle://" + call.tenant + "/" + policy;
-        out.base_model = d.base_id;
-        out.rank = int32_t(rank);
-        out.alpha = alpha;
-        out.step = step;
-        d.replies->ok(call, std::move(out));
+        proto.sid = *r.value;
+        proto.id = d.sessions.add(proto);
+        d.log->info("tenant {}: session {} on spindle://{}/{} (base '{}', rank {})", call.tenant,
+                    proto.id, call.tenant, proto.policy, proto.base->id, proto.rank);
+        d.replies->ok(call, session_reply(d, call, proto, step, rev, meta));
       });
 }
 
 void create_training(Daemon& d, catalog::Catalog& cat, const Call& call,
                      const CreateTrainingRequest& req) {
-  const std::string base = req.base_model.empty() ? d.base_id : req.base_model;
-  SPINDLE_CHECK(base == d.base_id, not_found, "base model '{}' is not served here (this server: '{}')",
-                base, d.base_id);
+  ServedBase& base = d.base(req.base_model);
   SPINDLE_CHECK(req.rank >= 1 && uint32_t(req.rank) <= d.config.limits.max_rank, invalid_argument,
                 "rank {} outside 1..{}", req.rank, d.config.limits.max_rank);
   check_session_room(d);
@@ -80,14 +114,26 @@ void create_training(Daemon& d, catalog::Catalog& cat, const Call& call,
   const auto targets = targets_of(req);
   catalog::PolicySpec spec;
   spec.name = name;
-  spec.base_id = d.base_id;
+  spec.base_id = base.id;
   spec.lora.rank = req.rank;
   spec.lora.alpha = alpha;
   spec.lora.targets = targets;
   spec.description = req.description;
+  spec.user_metadata_json = checked_user_metadata(req.user_metadata_json);
   cat.create_policy(call.tenant, spec, actor(call));
-  open_session(d, call, name,
-               engine::init_lora(d.weights.config, req.rank, alpha, targets, req.seed), {});
+  open_session(d, call,
+               {.base = &base,
+                .policy = name,
+                .weights = engine::init_lora(base.weights.config, req.rank, alpha, targets, req.seed),
+                .adam = {},
+                .step = 0,
+                .revision_id = "",
+                .user_metadata = spec.user_metadata_json});
+}
+
+std::string fork_name(const std::string& policy) {
+  std::random_device rd;
+  return fmt::format("{}-{:08x}", policy.substr(0, 100), rd());
 }
 
 void create_from_state(Daemon& d, catalog::Catalog& cat, const Call& call,
@@ -95,11 +141,30 @@ void create_from_state(Daemon& d, catalog::Catalog& cat, const Call& call,
   check_session_room(d);
   const catalog::Address a = client_address(d, cat, call, req.address);
   const catalog::Resolved r = cat.get(call.tenant, a);
-  check_served_base(d, r.policy);
+  ServedBase& base = served_base_of(d, r.policy);
   const catalog::Address exact{a.tenant, a.policy, r.revision.id};
   engine::LoraWeights w = cat.read_revision(call.tenant, exact).weights;
-  std::optional<engine::AdamW> adam = cat.read_optimizer_state(call.tenant, exact);
-  open_session(d, call, r.policy.name, std::move(w), adam ? std::move(*adam) : engine::AdamW{});
+  std::optional<engine::AdamW> adam;
+  if (req.with_optimizer) adam = cat.read_optimizer_state(call.tenant, exact);
+  std::string policy = r.policy.name;
+  std::string metadata = r.policy.user_metadata_json;
+  if (req.fork) {
+    // A new policy line whose head is the revision: later saves never move the source's head.
+    const std::string name = req.policy.empty() ? fork_name(r.policy.name) : req.policy;
+    catalog::Policy forked = cat.fork(call.tenant, exact, name, actor(call));
+    policy = forked.name;
+    metadata = forked.user_metadata_json;
+  }
+  SPINDLE_CHECK(req.user_metadata_json.empty() || req.fork, invalid_argument,
+                "user_metadata_json is stored on a new policy: it needs fork = true");
+  open_session(d, call,
+               {.base = &base,
+                .policy = policy,
+                .weights = std::move(w),
+                .adam = adam ? std::move(*adam) : engine::AdamW{},
+                .step = r.revision.step,
+                .revision_id = r.revision.id,
+                .user_metadata = metadata});
 }
 
 engine::LossConfig loss_config(const std::vector<NamedValue>& values) {
@@ -145,7 +210,7 @@ void forward_backward(Daemon& d, const Call& call, const Session& s, const Reque
                 "loss_fn '{}' is not one of cross_entropy, importance_sampling, ppo, cispo, dro",
                 fb.loss_fn);
   const bool backward = call.op == Op::forward_backward;
-  const bool queued = d.scheduler->submit_forward_backward(
+  const bool queued = s.base->scheduler->submit_forward_backward(
       s.sid, train_data(fb, req.frames), *fn, loss_config(fb.loss_fn_config), backward,
       [&d, call](scheduler::Outcome<scheduler::TrainBatchResult> r) {
         if (!r.ok()) return d.replies->error(call, wire_code(r.error.code), r.error.message);
@@ -160,7 +225,7 @@ void forward_backward(Daemon& d, const Call& call, const Session& s, const Reque
                        {"clip_fraction:mean", m.clip_fraction()}};
         d.replies->ok(call, std::move(out), std::move(frames));
       });
-  if (!queued) reply_scheduler_full(d, call);
+  if (!queued) reply_scheduler_full(d, call, *s.base);
 }
 
 void optim_step(Daemon& d, const Call& call, const Session& s, const OptimStepRequest& req) {
@@ -172,12 +237,12 @@ void optim_step(Daemon& d, const Call& call, const Session& s, const OptimStepRe
   p.weight_decay = req.adam_params.weight_decay;
   p.grad_clip_norm = req.adam_params.grad_clip_norm;
   p.validate();
-  const bool queued = d.scheduler->submit_optim_step(
+  const bool queued = s.base->scheduler->submit_optim_step(
       s.sid, p, [&d, call](scheduler::Outcome<engine::OptimStepResult> r) {
         if (!r.ok()) return d.replies->error(call, wire_code(r.error.code), r.error.message);
         d.replies->ok(call, OptimStepReply{r.value->step, r.value->grad_norm, r.value->clipped});
       });
-  if (!queued) reply_scheduler_full(d, call);
+  if (!queued) reply_scheduler_full(d, call, *s.base);
 }
 
 // Snapshot (engine thread, in session order) -> commit (catalog thread, durable) -> host cache
@@ -194,20 +259,22 @@ void save(Daemon& d, const Call& call, const Session& s, const SaveRequest& req)
   }
   if (!req.name.empty()) metrics["name"] = req.name;
   const bool with_state = call.op == Op::save_state;
-  const bool queued = d.scheduler->submit_snapshot(
+  const int64_t ttl_ms = req.ttl_seconds * 1000;
+  const bool queued = s.base->scheduler->submit_snapshot(
       s.sid, with_state,
-      [&d, call, s, with_state, metrics = metrics.dump()](scheduler::Outcome<scheduler::SessionSnapshot> r) {
+      [&d, call, s, with_state, ttl_ms, metrics = metrics.dump()](scheduler::Outcome<scheduler::SessionSnapshot> r) {
         if (!r.ok()) return d.replies->error(call, wire_code(r.error.code), r.error.message);
-        d.catalog.post([&d, call, s, with_state, metrics, snap = std::move(*r.value)](catalog::Catalog& cat) {
+        d.catalog.post([&d, call, s, with_state, ttl_ms, metrics, snap = std::move(*r.value)](catalog::Catalog& cat) {
           try {
             catalog::CommitOptions opts;
             opts.actor = actor(call);
             opts.step = snap.step;
             opts.metrics_json = metrics;
             opts.optimizer_state = with_state ? snap.optimizer.get() : nullptr;
+            if (ttl_ms > 0) opts.expires_ms = unix_ms() + ttl_ms;
             const catalog::Revision rev = cat.commit_revision(call.tenant, s.policy, *snap.weights, opts);
             try {
-              d.host_cache->insert(rev.blob, snap.weights);
+              s.base->host_cache->insert(rev.blob, snap.weights);
             } catch (const Error& e) {
               d.log->warn("revision {} not cached in host memory: {}", rev.id, e.what());
             }
@@ -215,49 +282,55 @@ void save(Daemon& d, const Call& call, const Session& s, const SaveRequest& req)
             out.revision_id = rev.id;
             out.address = fmt::format("spindle://{}/{}@{}", call.tenant, s.policy, rev.id);
             out.bytes = rev.bytes;
+            out.expires_ms = rev.expires_ms;
             d.replies->ok(call, std::move(out));
           } catch (const std::exception& e) {
             reply_exception(d, call, e);
           }
         });
       });
-  if (!queued) reply_scheduler_full(d, call);
+  if (!queued) reply_scheduler_full(d, call, *s.base);
 }
 
+// The session's later requests wait behind the catalog read (SessionTable's gate), so the load
+// reaches the scheduler in arrival order and nothing sent after it runs on the old weights.
 void load_state(Daemon& d, const Call& call, const Session& s, const LoadStateRequest& req) {
-  d.catalog.post([&d, call, s, address = req.address](catalog::Catalog& cat) {
+  d.sessions.block(s.id);
+  d.catalog.post([&d, call, s, address = req.address,
+                  with_optimizer = req.with_optimizer](catalog::Catalog& cat) {
     try {
       const catalog::Address a = client_address(d, cat, call, address);
       const catalog::Resolved r = cat.get(call.tenant, a);
-      check_served_base(d, r.policy);
+      ServedBase& base = served_base_of(d, r.policy);
+      if (&base != s.base) {
+        throw ProtocolError(errc::failed_precondition,
+                            fmt::format("{} is on base '{}'; session {} trains on '{}'",
+                                        r.policy.address(), base.id, s.id, s.base->id));
+      }
       const catalog::Address exact{a.tenant, a.policy, r.revision.id};
       engine::LoraWeights w = cat.read_revision(call.tenant, exact).weights;
-      std::optional<engine::AdamW> adam = cat.read_optimizer_state(call.tenant, exact);
-      const int64_t rank = w.rank;
-      const float alpha = w.alpha;
-      const bool queued = d.scheduler->submit_load(
+      std::optional<engine::AdamW> adam;
+      if (with_optimizer) adam = cat.read_optimizer_state(call.tenant, exact);
+      const int64_t step = r.revision.step;
+      const bool queued = s.base->scheduler->submit_load(
           s.sid, std::move(w), adam ? std::move(*adam) : engine::AdamW{},
-          [&d, call, s, rank, alpha](scheduler::Outcome<int64_t> r) {
-            if (!r.ok()) return d.replies->error(call, wire_code(r.error.code), r.error.message);
-            TrainingSessionReply out;
-            out.session_id = s.id;
-            out.policy_address = "spindle://" + call.tenant + "/" + s.policy;
-            out.base_model = d.base_id;
-            out.rank = int32_t(rank);
-            out.alpha = alpha;
-            out.step = *r.value;
-            d.replies->ok(call, std::move(out));
+          [&d, call, s, step, rev = r.revision.id,
+           meta = r.policy.user_metadata_json](scheduler::Outcome<int64_t> out) {
+            if (!out.ok()) return d.replies->error(call, wire_code(out.error.code), out.error.message);
+            Session now = s;
+            d.replies->ok(call, session_reply(d, call, now, step, rev, meta));
           });
-      if (!queued) reply_scheduler_full(d, call);
+      if (!queued) reply_scheduler_full(d, call, *s.base);
     } catch (const std::exception& e) {
       reply_exception(d, call, e);
     }
+    d.sessions.unblock(s.id);
   });
 }
 
 void close_training(Daemon& d, const Call& call, const Session& s) {
   d.sessions.erase(s.id);
-  d.scheduler->close_session(s.sid, [&d, call](scheduler::Outcome<bool> r) {
+  s.base->scheduler->close_session(s.sid, [&d, call](scheduler::Outcome<bool> r) {
     if (!r.ok()) return d.replies->error(call, wire_code(r.error.code), r.error.message);
     d.replies->ok(call, Empty{});
   });
@@ -274,6 +347,19 @@ const std::string& session_id_of(const Request& req) {
         }
       },
       req.body);
+}
+
+void run_session_op(Daemon& d, const Call& call, const Session& s, const Request& request) {
+  switch (call.op) {
+    case Op::forward:
+    case Op::forward_backward: return forward_backward(d, call, s, request);
+    case Op::optim_step: return optim_step(d, call, s, std::get<OptimStepRequest>(request.body));
+    case Op::save_weights:
+    case Op::save_state: return save(d, call, s, std::get<SaveRequest>(request.body));
+    case Op::load_state: return load_state(d, call, s, std::get<LoadStateRequest>(request.body));
+    case Op::close_training: return close_training(d, call, s);
+    default: SPINDLE_THROW(internal, "{} is not a training operation", op_name(call.op));
+  }
 }
 
 }  // namespace
@@ -303,25 +389,39 @@ void dispatch_training_op(Daemon& d, Call call, protocol::Request request) {
       default:
         break;
     }
-    const std::string& sid = session_id_of(request);
-    const std::optional<Session> s = d.sessions.find(call.tenant, sid);
+    const std::string sid = session_id_of(request);
+    const std::optional<Session> s = d.sessions.find(call.tenant, sid);  // renews its lease
     if (!s) {
       d.log->warn("refused request {} ({}): tenant '{}' has no session '{}'", call.request_id,
                   op_name(call.op), call.tenant, sid);
-      SPINDLE_THROW(not_found, "training session '{}' not found", sid);
+      SPINDLE_THROW(not_found, "training session '{}' not found (closed, or its lease expired)",
+                    sid);
     }
-    switch (call.op) {
-      case Op::forward:
-      case Op::forward_backward: return forward_backward(d, call, *s, request);
-      case Op::optim_step: return optim_step(d, call, *s, std::get<OptimStepRequest>(request.body));
-      case Op::save_weights:
-      case Op::save_state: return save(d, call, *s, std::get<SaveRequest>(request.body));
-      case Op::load_state: return load_state(d, call, *s, std::get<LoadStateRequest>(request.body));
-      case Op::close_training: return close_training(d, call, *s);
-      default: SPINDLE_THROW(internal, "{} is not a training operation", op_name(call.op));
-    }
+    // Behind a pending load_state of the session, this waits its turn (SessionTable's gate).
+    const bool known = d.sessions.run_or_defer(
+        sid, [&d, call, s = *s, request = std::make_shared<protocol::Request>(std::move(request))] {
+          try {
+            run_session_op(d, call, s, *request);
+          } catch (const std::exception& e) {
+            reply_exception(d, call, e);
+          }
+        });
+    if (!known) SPINDLE_THROW(not_found, "training session '{}' not found", sid);
   } catch (const std::exception& e) {
     reply_exception(d, call, e);
+  }
+}
+
+void close_expired_sessions(Daemon& d) {
+  const auto lease = std::chrono::duration_cast<SessionTable::Clock::duration>(
+      std::chrono::duration<double>(d.config.session_lease_s));
+  for (const Session& s : d.sessions.take_expired(SessionTable::Clock::now(), lease)) {
+    d.log->warn("tenant {}: session {} on spindle://{}/{} expired after {:.0f} s without a "
+                "request or heartbeat: closed (its saved revisions stay)",
+                s.tenant, s.id, s.tenant, s.policy, d.config.session_lease_s);
+    s.base->scheduler->close_session(s.sid, [&d, id = s.id](scheduler::Outcome<bool> r) {
+      if (!r.ok()) d.log->error("closing expired session {}: {}", id, r.error.message);
+    });
   }
 }
 

@@ -11,6 +11,7 @@ from . import _wire
 from .errors import TIMEOUT, SpindleError
 
 T = TypeVar("T")
+U = TypeVar("U")
 
 
 class APIFuture(Generic[T]):
@@ -32,6 +33,16 @@ class APIFuture(Generic[T]):
         raw: concurrent.futures.Future = concurrent.futures.Future()
         raw.set_result(None)
         return cls(raw, lambda _: value)
+
+    @classmethod
+    def from_call(cls, executor, fn: Callable[[], T]) -> "APIFuture[T]":
+        """fn() run on `executor` (a concurrent.futures executor): for results that take
+        several requests (the RestClient's listings)."""
+        return cls(executor.submit(fn), lambda value: value)
+
+    def then(self, fn: Callable[[T], "U"]) -> "APIFuture[U]":
+        """A future of fn(this future's value), resolved with it (fn runs at most once)."""
+        return APIFuture(self._raw, lambda reply: fn(self._convert(reply)))
 
     def done(self) -> bool:
         return self._raw.done()

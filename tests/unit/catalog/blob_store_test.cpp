@@ -89,6 +89,18 @@ TEST_F(BlobStoreTest, MissingAndMalformedIds) {
   EXPECT_FALSE(store_.exists(sha256_hex("nope")));
 }
 
+TEST_F(BlobStoreTest, RemoveDeletesOneBlobWhateverItsAge) {
+  const std::string a = store_.put("young blob"), b = store_.put("kept blob");
+  EXPECT_EQ(store_.remove(a), 10u);  // its size
+  EXPECT_FALSE(store_.exists(a));
+  EXPECT_TRUE(store_.exists(b));
+  EXPECT_EQ(store_.remove(a), std::nullopt);  // already gone
+  EXPECT_EQ(catch_error([&] { store_.remove("not-a-blob-id"); }).code,
+            ErrorCode::invalid_argument);
+  EXPECT_EQ(store_.put("young blob"), a);  // put writes it anew
+  EXPECT_EQ(store_.get(a), "young blob");
+}
+
 TEST_F(BlobStoreTest, GcDeletesOnlyOldUnreferencedBlobs) {
   const std::string keep = store_.put("referenced");
   const std::string old_orphan = store_.put("old orphan");

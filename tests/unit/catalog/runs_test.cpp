@@ -160,8 +160,8 @@ TEST(RunsMigration, Version3DatabaseGainsRunTables) {
   }
   {
     Catalog cat(dir);
-    EXPECT_EQ(schema_version(dir), 4);
-    EXPECT_EQ(latest_schema_version(), 4);
+    EXPECT_EQ(schema_version(dir), latest_schema_version());  // run tables arrive in version 4
+    EXPECT_GE(latest_schema_version(), 4);
     RunRecord r;
     r.config_json = "{}";
     r.steps = 2;

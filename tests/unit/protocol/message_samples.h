@@ -25,6 +25,7 @@ inline PolicyInfo sample_policy(int i) {
   p.description = "line1\nline2 \"quoted\" \\ tab\t";
   p.created_ms = 1700000000000 + i;
   p.updated_ms = 1700000000999 + i;
+  p.user_metadata_json = i % 2 ? R"({"owner": "alice ✓"})" : "";
   return p;
 }
 
@@ -39,6 +40,8 @@ inline RevisionInfo sample_revision(int i) {
   r.has_state = i % 2 == 0;
   r.metrics_json = R"({"reward": 0.5})";
   r.created_ms = -5;
+  r.expires_ms = i % 2 ? 1700000003600000 + i : 0;
+  r.expired = i % 3 == 1;
   return r;
 }
 
@@ -57,10 +60,12 @@ inline Request sample_request(Op op, Encoding encoding = Encoding::binary) {
     case Op::status: r.body = Empty{}; break;
     case Op::create_training:
       r.body = CreateTrainingRequest{"stories260K", "pol", 16, 8.5f, false, true, true,
-                                     std::numeric_limits<uint64_t>::max(), "desc"};
+                                     std::numeric_limits<uint64_t>::max(), "desc",
+                                     R"({"run": "exp-7 ✓"})"};
       break;
     case Op::create_training_from_state:
-      r.body = CreateTrainingFromStateRequest{"spindle://alice/p@latest"};
+      r.body = CreateTrainingFromStateRequest{"spindle://alice/p@latest", false, true, "p-fork",
+                                              R"({"k": "v"})"};
       break;
     case Op::forward:
     case Op::forward_backward: {
@@ -88,8 +93,8 @@ inline Request sample_request(Op op, Encoding encoding = Encoding::binary) {
       r.body = OptimStepRequest{"sess-1", AdamParamsMsg{3e-4f, 0.8f, 0.99f, 1e-8f, 0.01f, 1.0f}};
       break;
     case Op::save_weights:
-    case Op::save_state: r.body = SaveRequest{"sess-1", "step-10", R"({"loss": 1.5})"}; break;
-    case Op::load_state: r.body = LoadStateRequest{"sess-1", "spindle://alice/p@ab12"}; break;
+    case Op::save_state: r.body = SaveRequest{"sess-1", "step-10", R"({"loss": 1.5})", 3600}; break;
+    case Op::load_state: r.body = LoadStateRequest{"sess-1", "spindle://alice/p@ab12", false}; break;
     case Op::close_training: r.body = SessionRequest{"sess-1"}; break;
     case Op::sample: {
       SampleRequest b;
@@ -97,6 +102,8 @@ inline Request sample_request(Op op, Encoding encoding = Encoding::binary) {
       b.prompt = add_tensor(f, std::span<const int32_t>(tokens));
       b.num_samples = 4;
       b.sampling_params = {32, 0.7f, 40, 0.9f, 12345, {2, 13}, {"\n\n", "The end"}};
+      b.include_prompt_logprobs = true;
+      b.topk_prompt_logprobs = 5;
       r.body = b;
       break;
     }
@@ -158,6 +165,12 @@ inline Request sample_request(Op op, Encoding encoding = Encoding::binary) {
     }
     case Op::subscribe: r.body = SubscribeRequest{{"metrics", "residency"}}; break;
     case Op::unsubscribe: r.body = UnsubscribeRequest{std::numeric_limits<uint64_t>::max()}; break;
+    case Op::detokenize:
+      r.body = DetokenizeRequest{"Qwen/Qwen3-0.6B", add_tensor(f, std::span<const int32_t>(tokens)), true};
+      break;
+    case Op::tokenizer_info: r.body = TokenizerInfoRequest{"Qwen/Qwen3-0.6B"}; break;
+    case Op::heartbeat: r.body = HeartbeatRequest{{"s-1", "s-2"}}; break;
+    case Op::catalog_promote: r.body = AddressRequest{"spindle://alice/p@ab12"}; break;
   }
   return r;
 }
@@ -170,7 +183,8 @@ inline Reply sample_reply(Op op, Encoding encoding = Encoding::binary) {
   Frames& f = r.frames;
   const std::vector<int32_t> tokens = {5, 6, 7};
   const std::vector<float> lps = {-0.5f, -1.5f, -2.25f};
-  TrainingSessionReply session{"sess-1", "spindle://alice/p", "stories260K", 16, 32.0f, 12};
+  TrainingSessionReply session{"sess-1", "spindle://alice/p", "stories260K", 16, 32.0f, 12,
+                               60000, R"({"run": 7})", std::string(64, 'c')};
   PolicyReply policy{sample_policy(1), sample_revision(1), {sample_revision(2), sample_revision(3)}};
   switch (op) {
     case Op::handshake: r.body = HandshakeReply{1, "0.1.0", "alice"}; break;
@@ -208,6 +222,9 @@ inline Reply sample_reply(Op op, Encoding encoding = Encoding::binary) {
       s.host_hit_rate = 0.5;
       s.mean_load_wait_ms = 3.25;
       s.placements = {{"rev1", "device", 0, 2}, {"rev2", "host", -1, 0}};
+      s.device = "cpu";
+      s.bases = {{"stories260K", "cpu", "F32", 1 << 20, 1 << 22, 1 << 16, 1 << 17, 16, 2, 3, 1, 4},
+                 {"Qwen/Qwen3-0.6B", "cpu", "F32", 5, 6, 7, 8, 4, 0, 0, 0, 0}};
       r.body = s;
       break;
     }
@@ -225,7 +242,7 @@ inline Reply sample_reply(Op op, Encoding encoding = Encoding::binary) {
     }
     case Op::optim_step: r.body = OptimStepReply{13, 0.125, true}; break;
     case Op::save_weights:
-    case Op::save_state: r.body = SaveReply{"ab12", "spindle://alice/p@ab12", 4096}; break;
+    case Op::save_state: r.body = SaveReply{"ab12", "spindle://alice/p@ab12", 4096, 1700000003600000}; break;
     case Op::close_training:
     case Op::catalog_delete: r.body = Empty{}; break;
     case Op::sample: {
@@ -235,6 +252,11 @@ inline Reply sample_reply(Op op, Encoding encoding = Encoding::binary) {
         s.sequences.push_back({add_tensor(f, std::span<const int32_t>(tokens)),
                                add_tensor(f, std::span<const float>(lps)),
                                i ? "length" : "stop", "Once upon ✨"});
+      s.prompt_logprobs = add_tensor(f, std::span<const float>(lps));
+      const std::vector<int32_t> top_ids(lps.size() * 2, 7);
+      const std::vector<float> top_lps(lps.size() * 2, -0.5f);
+      s.topk_prompt_ids = add_tensor(f, std::span<const int32_t>(top_ids), {int64_t(lps.size()), 2});
+      s.topk_prompt_logprobs = add_tensor(f, std::span<const float>(top_lps), {int64_t(lps.size()), 2});
       r.body = s;
       break;
     }
@@ -249,6 +271,7 @@ inline Reply sample_reply(Op op, Encoding encoding = Encoding::binary) {
     case Op::catalog_fork:
     case Op::catalog_rollback:
     case Op::catalog_tag:
+    case Op::catalog_promote:
     case Op::import_peft: r.body = policy; break;
     case Op::catalog_lineage:
       r.body = LineageReply{sample_revision(0),
@@ -339,6 +362,14 @@ inline Reply sample_reply(Op op, Encoding encoding = Encoding::binary) {
       break;
     }
     case Op::unsubscribe: r.body = Empty{}; break;
+    case Op::detokenize: r.body = DetokenizeReply{"Qwen/Qwen3-0.6B", "Once upon ✨"}; break;
+    case Op::tokenizer_info:
+      r.body = TokenizerInfoReply{"Qwen/Qwen3-0.6B", "bpe", 151936, -1, 151645, 151643,
+                                  "", "<|im_end|>", "<|endoftext|>",
+                                  {{151643, "<|endoftext|>"}, {151645, "<|im_end|>"}},
+                                  "{% for m in messages %}{{ m['content'] }}{% endfor %}", false};
+      break;
+    case Op::heartbeat: r.body = HeartbeatReply{60000, {"s-gone"}}; break;
   }
   return r;
 }

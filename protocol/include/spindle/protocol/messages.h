@@ -162,6 +162,29 @@ struct PlacementInfo {
   }
 };
 
+/// One served base in StatusReply (version 3).
+struct BaseStatus {
+  bool operator==(const BaseStatus&) const = default;
+  std::string id;
+  std::string device;  // "cpu", "cuda:0"
+  std::string dtype;
+  uint64_t base_bytes = 0;
+  uint64_t kv_bytes = 0;
+  uint64_t serving_pool_bytes = 0;
+  uint64_t training_pool_bytes = 0;
+  uint32_t device_slots = 0;
+  uint32_t device_slots_used = 0;
+  uint64_t running_sequences = 0;
+  uint64_t training_sessions = 0;
+  uint64_t queue_depth = 0;  // scheduler work queued or running on this base
+  template <class A> void serialize(A& ar, uint32_t) {
+    ar(CEREAL_NVP(id), CEREAL_NVP(device), CEREAL_NVP(dtype), CEREAL_NVP(base_bytes),
+       CEREAL_NVP(kv_bytes), CEREAL_NVP(serving_pool_bytes), CEREAL_NVP(training_pool_bytes),
+       CEREAL_NVP(device_slots), CEREAL_NVP(device_slots_used), CEREAL_NVP(running_sequences),
+       CEREAL_NVP(training_sessions), CEREAL_NVP(queue_depth));
+  }
+};
+
 struct StatusReply {
   bool operator==(const StatusReply&) const = default;
   std::string server_version;
@@ -194,6 +217,9 @@ struct StatusReply {
   uint64_t training_pool_bytes = 0; // training slots (weights; gradients and moments beyond)
   uint64_t device_free_bytes = 0;   // the CPU: MemAvailable
   uint64_t device_total_bytes = 0;
+  /// Version 3: every served base (the fields above sum over them; device/dtype are the
+  /// first's).
+  std::vector<BaseStatus> bases;
   template <class A> void serialize(A& ar, uint32_t version) {
     ar(CEREAL_NVP(server_version), CEREAL_NVP(uptime_s), CEREAL_NVP(queue_depth),
        CEREAL_NVP(parked), CEREAL_NVP(running_sequences), CEREAL_NVP(training_sessions),
@@ -207,6 +233,7 @@ struct StatusReply {
          CEREAL_NVP(kv_bytes), CEREAL_NVP(serving_pool_bytes), CEREAL_NVP(training_pool_bytes),
          CEREAL_NVP(device_free_bytes), CEREAL_NVP(device_total_bytes));
     }
+    if (version >= 3) ar(CEREAL_NVP(bases));
   }
 };
 
@@ -225,19 +252,36 @@ struct CreateTrainingRequest {
   bool train_unembed = false;
   uint64_t seed = 0;
   std::string description;
-  template <class A> void serialize(A& ar, uint32_t) {
+  /// Version 2: the client's user_metadata (Tinker's ServiceClient(user_metadata=...)): "" or a
+  /// JSON object of at most 16384 bytes, stored on the policy (PolicyInfo.user_metadata_json).
+  std::string user_metadata_json;
+  template <class A> void serialize(A& ar, uint32_t version) {
     ar(CEREAL_NVP(base_model), CEREAL_NVP(policy), CEREAL_NVP(rank), CEREAL_NVP(alpha),
        CEREAL_NVP(train_attn), CEREAL_NVP(train_mlp), CEREAL_NVP(train_unembed), CEREAL_NVP(seed),
        CEREAL_NVP(description));
+    if (version >= 2) ar(CEREAL_NVP(user_metadata_json));
   }
 };
 
-/// Tinker's create_training_client_from_state: a new session on the policy of `address`, its
-/// weights and (if saved) optimizer state loaded from that revision.
+/// A new session whose weights (and, with_optimizer, AdamW state) come from revision `address`.
+/// Version 1 readers get fork = false, with_optimizer = true: a session on the revision's own
+/// policy, resuming exactly (Tinker's create_training_client_from_state_with_optimizer).
+/// fork = true makes a new policy forked at that revision (as catalog_fork) and puts the
+/// session on it; with fork and !with_optimizer this is Tinker's
+/// create_training_client_from_state (weights only, a fresh optimizer, a new policy line).
 struct CreateTrainingFromStateRequest {
   bool operator==(const CreateTrainingFromStateRequest&) const = default;
   std::string address;
-  template <class A> void serialize(A& ar, uint32_t) { ar(CEREAL_NVP(address)); }
+  bool with_optimizer = true;   // version 2
+  bool fork = false;            // version 2
+  std::string policy;           // version 2: the fork's name ("" = "<policy>-<8 hex>")
+  std::string user_metadata_json;  // version 2: stored on the fork (as CreateTrainingRequest)
+  template <class A> void serialize(A& ar, uint32_t version) {
+    ar(CEREAL_NVP(address));
+    if (version >= 2)
+      ar(CEREAL_NVP(with_optimizer), CEREAL_NVP(fork), CEREAL_NVP(policy),
+         CEREAL_NVP(user_metadata_json));
+  }
 };
 
 struct TrainingSessionReply {
@@ -248,9 +292,16 @@ struct TrainingSessionReply {
   int32_t rank = 0;
   float alpha = 0.0f;
   int64_t step = 0;            // optimizer steps so far
-  template <class A> void serialize(A& ar, uint32_t) {
+  /// Version 2. The session is closed (slots, KV and optimizer memory freed; saved revisions
+  /// stay) after lease_ms without a request naming it or a `heartbeat` listing it.
+  uint32_t lease_ms = 0;
+  std::string user_metadata_json;  // the policy's
+  std::string revision_id;         // the revision the weights came from ("" = fresh)
+  template <class A> void serialize(A& ar, uint32_t version) {
     ar(CEREAL_NVP(session_id), CEREAL_NVP(policy_address), CEREAL_NVP(base_model),
        CEREAL_NVP(rank), CEREAL_NVP(alpha), CEREAL_NVP(step));
+    if (version >= 2)
+      ar(CEREAL_NVP(lease_ms), CEREAL_NVP(user_metadata_json), CEREAL_NVP(revision_id));
   }
 };
 
@@ -320,14 +371,19 @@ struct OptimStepReply {
 };
 
 /// op "save_weights" (weights only: a sampler revision) and "save_state" (weights + AdamW).
-/// The revision is durable and in the catalog before the reply.
+/// The revision is in the catalog (and its file synced) before the reply.
 struct SaveRequest {
   bool operator==(const SaveRequest&) const = default;
   std::string session_id;
   std::string name;          // free-form label, recorded in the revision's metrics JSON
   std::string metrics_json;  // "" or a JSON object stored with the revision
-  template <class A> void serialize(A& ar, uint32_t) {
+  /// Version 2: 0 = durable; > 0 = ephemeral (Tinker's ttl_seconds): servable and addressable
+  /// until that many seconds after the save (at most 30 days), then collected unless promoted
+  /// (catalog_promote).
+  int64_t ttl_seconds = 0;
+  template <class A> void serialize(A& ar, uint32_t version) {
     ar(CEREAL_NVP(session_id), CEREAL_NVP(name), CEREAL_NVP(metrics_json));
+    if (version >= 2) ar(CEREAL_NVP(ttl_seconds));
   }
 };
 struct SaveReply {
@@ -335,18 +391,25 @@ struct SaveReply {
   std::string revision_id;
   std::string address;  // spindle://tenant/policy@revision
   int64_t bytes = 0;
-  template <class A> void serialize(A& ar, uint32_t) {
+  int64_t expires_ms = 0;  // version 2: Unix ms when an ephemeral revision expires; 0 = durable
+  template <class A> void serialize(A& ar, uint32_t version) {
     ar(CEREAL_NVP(revision_id), CEREAL_NVP(address), CEREAL_NVP(bytes));
+    if (version >= 2) ar(CEREAL_NVP(expires_ms));
   }
 };
 
-/// Loads weights (and optimizer state, when the revision has it) into the session.
+/// Loads the revision's weights into the session; with_optimizer (version 1: always) also its
+/// AdamW state when it has one, else the optimizer starts fresh (Tinker's load_state is
+/// with_optimizer = false, load_state_with_optimizer true). Ordered after every request of the
+/// session sent before it (the session's requests run in arrival order).
 struct LoadStateRequest {
   bool operator==(const LoadStateRequest&) const = default;
   std::string session_id;
   std::string address;
-  template <class A> void serialize(A& ar, uint32_t) {
+  bool with_optimizer = true;  // version 2
+  template <class A> void serialize(A& ar, uint32_t version) {
     ar(CEREAL_NVP(session_id), CEREAL_NVP(address));
+    if (version >= 2) ar(CEREAL_NVP(with_optimizer));
   }
 };
 
@@ -380,9 +443,14 @@ struct SampleRequest {
   TensorRef prompt;  // int32 [n], n >= 1
   int32_t num_samples = 1;
   SamplingParamsMsg sampling_params;
-  template <class A> void serialize(A& ar, uint32_t) {
+  /// Version 2 (op sample only): also score the prompt (SampleReply.prompt_logprobs) and list
+  /// the top topk_prompt_logprobs (0..20) tokens at each prompt position.
+  bool include_prompt_logprobs = false;
+  int32_t topk_prompt_logprobs = 0;
+  template <class A> void serialize(A& ar, uint32_t version) {
     ar(CEREAL_NVP(address), CEREAL_NVP(prompt), CEREAL_NVP(num_samples),
        CEREAL_NVP(sampling_params));
+    if (version >= 2) ar(CEREAL_NVP(include_prompt_logprobs), CEREAL_NVP(topk_prompt_logprobs));
   }
 };
 
@@ -400,8 +468,18 @@ struct SampleReply {
   bool operator==(const SampleReply&) const = default;
   std::string revision_id;  // what actually served the request ("" = base)
   std::vector<SequenceMsg> sequences;
-  template <class A> void serialize(A& ar, uint32_t) {
+  /// Version 2, always present (shape [0] / [0, 0] when not asked for):
+  /// prompt_logprobs float32 [n] (log p of each prompt token given the ones before; entry 0
+  /// NaN); topk_prompt_ids int32 [n, k] and topk_prompt_logprobs float32 [n, k], each row the
+  /// k most likely next tokens at that position, most likely first (row 0: ids -1, NaN).
+  TensorRef prompt_logprobs;
+  TensorRef topk_prompt_ids;
+  TensorRef topk_prompt_logprobs;
+  template <class A> void serialize(A& ar, uint32_t version) {
     ar(CEREAL_NVP(revision_id), CEREAL_NVP(sequences));
+    if (version >= 2)
+      ar(CEREAL_NVP(prompt_logprobs), CEREAL_NVP(topk_prompt_ids),
+         CEREAL_NVP(topk_prompt_logprobs));
   }
 };
 
@@ -443,6 +521,78 @@ struct TokenizeReply {
   }
 };
 
+/// op "detokenize": token ids -> text with the base's tokenizer (the exact inverse `tokenize`
+/// and sampling use). skip_special_tokens drops the tokenizer's special tokens first.
+struct DetokenizeRequest {
+  bool operator==(const DetokenizeRequest&) const = default;
+  std::string base_model;  // "" = the server's default base
+  TensorRef tokens;        // int32 [n]
+  bool skip_special_tokens = false;
+  template <class A> void serialize(A& ar, uint32_t) {
+    ar(CEREAL_NVP(base_model), CEREAL_NVP(tokens), CEREAL_NVP(skip_special_tokens));
+  }
+};
+struct DetokenizeReply {
+  bool operator==(const DetokenizeReply&) const = default;
+  std::string base_model;
+  std::string text;  // invalid UTF-8 (a split character) is repaired to U+FFFD on the JSON wire
+  template <class A> void serialize(A& ar, uint32_t) {
+    ar(CEREAL_NVP(base_model), CEREAL_NVP(text));
+  }
+};
+
+struct SpecialTokenMsg {
+  bool operator==(const SpecialTokenMsg&) const = default;
+  int32_t id = 0;
+  std::string text;
+  template <class A> void serialize(A& ar, uint32_t) { ar(CEREAL_NVP(id), CEREAL_NVP(text)); }
+};
+
+/// op "tokenizer_info": what a client-side tokenizer object needs besides encode/decode.
+struct TokenizerInfoRequest {
+  bool operator==(const TokenizerInfoRequest&) const = default;
+  std::string base_model;  // "" = the server's default base
+  template <class A> void serialize(A& ar, uint32_t) { ar(CEREAL_NVP(base_model)); }
+};
+struct TokenizerInfoReply {
+  bool operator==(const TokenizerInfoReply&) const = default;
+  std::string base_model;
+  std::string kind;  // "llama2c" | "bpe"
+  int32_t vocab_size = 0;
+  int32_t bos_token = -1;  // -1 = none
+  int32_t eos_token = -1;
+  int32_t pad_token = -1;
+  std::string bos_text, eos_text, pad_text;  // "" = none
+  std::vector<SpecialTokenMsg> special_tokens;  // by id
+  /// The base's tokenizer_config.json chat_template (a string, or the list entry named
+  /// "default"); "" = none. Clients render it with Jinja (Hugging Face's sandboxed rules).
+  std::string chat_template;
+  bool add_bos_token = false;  // whether tokenize's add_special_tokens prepends BOS
+  template <class A> void serialize(A& ar, uint32_t) {
+    ar(CEREAL_NVP(base_model), CEREAL_NVP(kind), CEREAL_NVP(vocab_size), CEREAL_NVP(bos_token),
+       CEREAL_NVP(eos_token), CEREAL_NVP(pad_token), CEREAL_NVP(bos_text), CEREAL_NVP(eos_text),
+       CEREAL_NVP(pad_text), CEREAL_NVP(special_tokens), CEREAL_NVP(chat_template),
+       CEREAL_NVP(add_bos_token));
+  }
+};
+
+/// op "heartbeat": renews the leases of the caller's sessions `session_ids` (any request naming
+/// a session renews it too). unknown: the ids that are not (or no longer) live sessions of the
+/// caller's tenant, e.g. expired ones.
+struct HeartbeatRequest {
+  bool operator==(const HeartbeatRequest&) const = default;
+  std::vector<std::string> session_ids;
+  template <class A> void serialize(A& ar, uint32_t) { ar(CEREAL_NVP(session_ids)); }
+};
+struct HeartbeatReply {
+  bool operator==(const HeartbeatReply&) const = default;
+  uint32_t lease_ms = 0;
+  std::vector<std::string> unknown;
+  template <class A> void serialize(A& ar, uint32_t) {
+    ar(CEREAL_NVP(lease_ms), CEREAL_NVP(unknown));
+  }
+};
+
 }  // namespace spindle::protocol
 
 CEREAL_CLASS_VERSION(spindle::protocol::TensorRef, 1);
@@ -456,28 +606,36 @@ CEREAL_CLASS_VERSION(spindle::protocol::BaseInfo, 1);
 CEREAL_CLASS_VERSION(spindle::protocol::LimitsInfo, 1);
 CEREAL_CLASS_VERSION(spindle::protocol::CapabilitiesReply, 2);
 CEREAL_CLASS_VERSION(spindle::protocol::PlacementInfo, 1);
-CEREAL_CLASS_VERSION(spindle::protocol::StatusReply, 2);
-CEREAL_CLASS_VERSION(spindle::protocol::CreateTrainingRequest, 1);
-CEREAL_CLASS_VERSION(spindle::protocol::CreateTrainingFromStateRequest, 1);
-CEREAL_CLASS_VERSION(spindle::protocol::TrainingSessionReply, 1);
+CEREAL_CLASS_VERSION(spindle::protocol::StatusReply, 3);
+CEREAL_CLASS_VERSION(spindle::protocol::CreateTrainingRequest, 2);
+CEREAL_CLASS_VERSION(spindle::protocol::CreateTrainingFromStateRequest, 2);
+CEREAL_CLASS_VERSION(spindle::protocol::TrainingSessionReply, 2);
 CEREAL_CLASS_VERSION(spindle::protocol::DatumMsg, 1);
 CEREAL_CLASS_VERSION(spindle::protocol::ForwardBackwardRequest, 1);
 CEREAL_CLASS_VERSION(spindle::protocol::ForwardBackwardReply, 1);
 CEREAL_CLASS_VERSION(spindle::protocol::AdamParamsMsg, 1);
 CEREAL_CLASS_VERSION(spindle::protocol::OptimStepRequest, 1);
 CEREAL_CLASS_VERSION(spindle::protocol::OptimStepReply, 1);
-CEREAL_CLASS_VERSION(spindle::protocol::SaveRequest, 1);
-CEREAL_CLASS_VERSION(spindle::protocol::SaveReply, 1);
-CEREAL_CLASS_VERSION(spindle::protocol::LoadStateRequest, 1);
+CEREAL_CLASS_VERSION(spindle::protocol::SaveRequest, 2);
+CEREAL_CLASS_VERSION(spindle::protocol::SaveReply, 2);
+CEREAL_CLASS_VERSION(spindle::protocol::LoadStateRequest, 2);
 CEREAL_CLASS_VERSION(spindle::protocol::SessionRequest, 1);
 CEREAL_CLASS_VERSION(spindle::protocol::SamplingParamsMsg, 1);
-CEREAL_CLASS_VERSION(spindle::protocol::SampleRequest, 1);
+CEREAL_CLASS_VERSION(spindle::protocol::SampleRequest, 2);
 CEREAL_CLASS_VERSION(spindle::protocol::SequenceMsg, 1);
-CEREAL_CLASS_VERSION(spindle::protocol::SampleReply, 1);
+CEREAL_CLASS_VERSION(spindle::protocol::SampleReply, 2);
 CEREAL_CLASS_VERSION(spindle::protocol::ComputeLogprobsRequest, 1);
 CEREAL_CLASS_VERSION(spindle::protocol::ComputeLogprobsReply, 1);
 CEREAL_CLASS_VERSION(spindle::protocol::TokenizeRequest, 1);
 CEREAL_CLASS_VERSION(spindle::protocol::TokenizeReply, 1);
+CEREAL_CLASS_VERSION(spindle::protocol::DetokenizeRequest, 1);
+CEREAL_CLASS_VERSION(spindle::protocol::DetokenizeReply, 1);
+CEREAL_CLASS_VERSION(spindle::protocol::SpecialTokenMsg, 1);
+CEREAL_CLASS_VERSION(spindle::protocol::TokenizerInfoRequest, 1);
+CEREAL_CLASS_VERSION(spindle::protocol::TokenizerInfoReply, 1);
+CEREAL_CLASS_VERSION(spindle::protocol::HeartbeatRequest, 1);
+CEREAL_CLASS_VERSION(spindle::protocol::HeartbeatReply, 1);
+CEREAL_CLASS_VERSION(spindle::protocol::BaseStatus, 1);
 
 // The other groups of messages, in files of their own.
 #include "spindle/protocol/messages_catalog.h"  // IWYU pragma: export

@@ -24,11 +24,14 @@ struct PolicyInfo {
   std::string description;
   int64_t created_ms = 0;
   int64_t updated_ms = 0;
-  template <class A> void serialize(A& ar, uint32_t) {
+  /// Version 2: the user_metadata of the client that created it ("" or a JSON object).
+  std::string user_metadata_json;
+  template <class A> void serialize(A& ar, uint32_t version) {
     ar(CEREAL_NVP(address), CEREAL_NVP(tenant), CEREAL_NVP(name), CEREAL_NVP(base_id),
        CEREAL_NVP(rank), CEREAL_NVP(alpha), CEREAL_NVP(targets), CEREAL_NVP(head),
        CEREAL_NVP(forked_from), CEREAL_NVP(tags), CEREAL_NVP(description),
        CEREAL_NVP(created_ms), CEREAL_NVP(updated_ms));
+    if (version >= 2) ar(CEREAL_NVP(user_metadata_json));
   }
 };
 
@@ -43,10 +46,16 @@ struct RevisionInfo {
   bool has_state = false;  // optimizer state saved with it
   std::string metrics_json;
   int64_t created_ms = 0;
-  template <class A> void serialize(A& ar, uint32_t) {
+  /// Version 2. expires_ms: an ephemeral revision's expiry (Unix ms), 0 = durable. expired:
+  /// past expiry and collected: its weights are gone, the row stays for lineage, and
+  /// addressing it is not_found.
+  int64_t expires_ms = 0;
+  bool expired = false;
+  template <class A> void serialize(A& ar, uint32_t version) {
     ar(CEREAL_NVP(id), CEREAL_NVP(policy), CEREAL_NVP(parent), CEREAL_NVP(step),
        CEREAL_NVP(blob), CEREAL_NVP(bytes), CEREAL_NVP(has_state), CEREAL_NVP(metrics_json),
        CEREAL_NVP(created_ms));
+    if (version >= 2) ar(CEREAL_NVP(expires_ms), CEREAL_NVP(expired));
   }
 };
 
@@ -163,8 +172,8 @@ struct ExportPeftReply {
 
 }  // namespace spindle::protocol
 
-CEREAL_CLASS_VERSION(spindle::protocol::PolicyInfo, 1);
-CEREAL_CLASS_VERSION(spindle::protocol::RevisionInfo, 1);
+CEREAL_CLASS_VERSION(spindle::protocol::PolicyInfo, 2);
+CEREAL_CLASS_VERSION(spindle::protocol::RevisionInfo, 2);
 CEREAL_CLASS_VERSION(spindle::protocol::CatalogListRequest, 1);
 CEREAL_CLASS_VERSION(spindle::protocol::CatalogSearchRequest, 1);
 CEREAL_CLASS_VERSION(spindle::protocol::PolicyListReply, 1);

@@ -63,8 +63,12 @@ enum class Op : uint8_t {
   sample_stream,               // SampleRequest -> SampleStreamReply... (a stream, last final)
   subscribe,                   // SubscribeRequest -> EventReply... (a stream, last final)
   unsubscribe,                 // UnsubscribeRequest -> Empty
+  detokenize,                  // DetokenizeRequest -> DetokenizeReply
+  tokenizer_info,              // TokenizerInfoRequest -> TokenizerInfoReply
+  heartbeat,                   // HeartbeatRequest -> HeartbeatReply
+  catalog_promote,             // AddressRequest -> PolicyReply (an ephemeral revision made durable)
 };
-inline constexpr int kOpCount = int(Op::unsubscribe) + 1;
+inline constexpr int kOpCount = int(Op::catalog_promote) + 1;
 
 const char* op_name(Op op);
 std::optional<Op> op_from_name(std::string_view name);
@@ -109,14 +113,16 @@ using RequestBody =
                  CatalogSearchRequest, AddressRequest, LineageRequest, ForkRequest, TagRequest,
                  ImportPeftRequest, TokenizeRequest, RunStartRequest, RunListRequest,
                  RunStatusRequest, RunIdRequest, RewardTestRequest, DatasetsRequest,
-                 SubscribeRequest, UnsubscribeRequest>;
+                 SubscribeRequest, UnsubscribeRequest, DetokenizeRequest,
+                 TokenizerInfoRequest, HeartbeatRequest>;
 using ReplyBody =
     std::variant<Empty, HandshakeReply, CapabilitiesReply, StatusReply, TrainingSessionReply,
                  ForwardBackwardReply, OptimStepReply, SaveReply, SampleReply,
                  ComputeLogprobsReply, PolicyListReply, PolicyReply, LineageReply,
                  ExportPeftReply, TokenizeReply, RunStartReply, RunListReply,
                  RunStatusReply, RewardTestReply, RewardPluginsReply, DatasetsReply,
-                 SampleStreamReply, EventReply>;
+                 SampleStreamReply, EventReply, DetokenizeReply, TokenizerInfoReply,
+                 HeartbeatReply>;
 
 /// The body a request (reply) of `op` must hold, default-constructed.
 RequestBody empty_request_body(Op op);

@@ -20,6 +20,7 @@ class PolicyInfo:
     description: str = ""
     created_ms: int = 0
     updated_ms: int = 0
+    user_metadata_json: str = ""  # the creating client's user_metadata ("" or a JSON object)
 
 
 @dataclass
@@ -33,6 +34,8 @@ class RevisionInfo:
     has_state: bool = False  # optimizer state saved with it (save_state)
     metrics_json: str = ""
     created_ms: int = 0
+    expires_ms: int = 0  # ephemeral (saved with ttl_seconds): Unix ms of expiry; 0 = durable
+    expired: bool = False  # past expiry and collected: weights gone, row kept for lineage
 
 
 @dataclass

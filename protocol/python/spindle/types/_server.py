@@ -32,7 +32,9 @@ class LimitsInfo:
 
 @dataclass
 class SupportedModel:
-    model_name: str
+    """Tinker's SupportedModel: a served base's id and context length."""
+    model_name: str | None = None
+    max_context_length: int | None = None
 
 
 @dataclass
@@ -45,7 +47,8 @@ class ServerCapabilities:
     @property
     def supported_models(self) -> list[SupportedModel]:
         """Tinker's name for the base models served."""
-        return [SupportedModel(model_name=b.id) for b in self.bases]
+        return [SupportedModel(model_name=b.id, max_context_length=b.max_seq_len or None)
+                for b in self.bases]
 
 
 GetServerCapabilitiesResponse = ServerCapabilities
@@ -57,6 +60,23 @@ class PlacementInfo:
     tier: str = ""  # "device" | "host" | "loading" | "cold"
     slot: int = -1
     in_use: int = 0
+
+
+@dataclass
+class BaseStatus:
+    """One served base in ServerStatus.bases (its device memory, slots and load)."""
+    id: str = ""
+    device: str = ""
+    dtype: str = ""
+    base_bytes: int = 0
+    kv_bytes: int = 0
+    serving_pool_bytes: int = 0
+    training_pool_bytes: int = 0
+    device_slots: int = 0
+    device_slots_used: int = 0
+    running_sequences: int = 0
+    training_sessions: int = 0
+    queue_depth: int = 0
 
 
 @dataclass
@@ -90,6 +110,8 @@ class ServerStatus:
     training_pool_bytes: int = 0
     device_free_bytes: int = 0
     device_total_bytes: int = 0
+    # Every served base (the fields above sum over them; device/dtype are the first's).
+    bases: list[BaseStatus] = field(default_factory=list)
 
 
 @dataclass

@@ -76,6 +76,13 @@ class BlobStore {
   // Where the blob lives (whether or not it exists). Throws invalid_argument on a bad id.
   std::filesystem::path path_of(std::string_view id) const;
 
+  // Deletes one blob now, whatever its age (under <root>/.lock exclusively, like gc()'s
+  // unlink, so it never interleaves with a put()). Returns its size, or nullopt when it was
+  // absent. The caller must know nothing references it, and serialise "is it referenced? ->
+  // remove" against "blob present? -> insert a reference" (the catalog's collect_expired
+  // does both inside its write transaction, as gc() does with run_batch).
+  std::optional<uint64_t> remove(std::string_view id) const;
+
   // Deletes unreferenced blobs and stale temp files older than the cutoff (protocol above).
   // is_referenced(id) is called for old blobs only, inside run_batch.
   BlobGcReport gc(const std::function<bool(std::string_view id)>& is_referenced,

@@ -38,6 +38,9 @@ Address parse_address_or_name(std::string_view text, std::string_view default_te
 
 // Throw invalid_argument naming `kind` ("tenant", "policy name") and what is wrong.
 void check_name(std::string_view kind, std::string_view name);
+// A base model id: a name, or several names joined by single '/' (Hugging Face's
+// "Qwen/Qwen3-0.6B"); at most kMaxNameChars in all. Throws invalid_argument naming the id.
+void check_base_id(std::string_view id);
 void check_tag(std::string_view tag);
 
 }  // namespace spindle::catalog

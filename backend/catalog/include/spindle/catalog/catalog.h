@@ -93,6 +93,17 @@ class Catalog {
              std::string_view actor);
   Policy untag(std::string_view tenant, std::string_view policy, std::string_view tag,
                std::string_view actor);
+  // An ephemeral revision made durable (idempotent on a durable one); audit "promote".
+  // not_found when the revision already expired (naming when).
+  Revision promote_revision(std::string_view tenant, const Address& address,
+                            std::string_view actor);
+  // Operator, every tenant: collects the ephemeral revisions whose expires_ms <= now that are
+  // not collected yet: marks them expired and deletes their weights and state blobs unless a
+  // live (durable or unexpired) revision references the same blob. Addressing a collected
+  // revision (get, read_revision, a head that expired) is not_found "... expired at ...".
+  // Cost: O(revisions due) via an index, never a scan of all revisions or blobs.
+  ExpiryReport collect_expired(std::string_view actor);
+
   // Soft delete: the name is free again at once, the rows stay until gc() after retention.
   void remove(std::string_view tenant, std::string_view policy, std::string_view actor);
 
@@ -123,7 +134,9 @@ class Catalog {
   std::vector<std::string> interrupt_running_runs(std::string_view actor);
 
   // ---- maintenance (operator) -------------------------------------------------------------
-  // Purges soft-deleted policies past retention, then deletes unreferenced blobs. Blob
+  // Purges soft-deleted policies past retention, then deletes unreferenced blobs (a blob that
+  // only collected ephemeral revisions name is unreferenced; gc does not collect them itself:
+  // run collect_expired first). Blob
   // deletion runs in batches inside the catalog's write transaction, so it never races a
   // commit (which re-checks its blob inside its own write transaction).
   GcReport gc(const GcOptions& options);

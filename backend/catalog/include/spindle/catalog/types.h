@@ -25,7 +25,7 @@ struct LoraSpec {
 
 // A resident base model. Global (not per tenant): operators register bases, tenants use them.
 struct BaseModel {
-  std::string id;        // e.g. "qwen3-0.6b"; same charset as policy names
+  std::string id;        // e.g. "qwen3-0.6b", "Qwen/Qwen3-0.6B" (check_base_id)
   std::string arch;      // "llama", "qwen3", ... ("unknown" when imported without one)
   std::string path;      // where the weights live on the serving hosts ("" if unknown)
   std::string checksum;  // recorded in every revision file; "" if unknown
@@ -38,6 +38,7 @@ struct PolicySpec {
   LoraSpec lora;
   std::string description;        // at most 4096 bytes
   std::vector<std::string> tags;  // at most 64
+  std::string user_metadata_json;  // "" or a JSON object of at most 16384 bytes (stored as is)
 };
 
 struct Policy {
@@ -51,6 +52,7 @@ struct Policy {
   std::string description;
   int64_t created_ms = 0;
   int64_t updated_ms = 0;  // last commit, rollback, tag change
+  std::string user_metadata_json;  // PolicySpec's ("" = none); a fork copies its source's
 
   std::string address() const;  // "spindle://<tenant>/<name>"
 };
@@ -67,6 +69,10 @@ struct Revision {
   std::string metrics_json = "{}";
   int64_t created_ms = 0;
   std::optional<std::string> state_blob;  // optimizer state (AdamW) blob, if it was saved
+  // Ephemeral revisions (CommitOptions::expires_ms): expires_ms 0 = durable. `expired`: past
+  // expiry and collected by collect_expired (blobs released; the row stays for lineage).
+  int64_t expires_ms = 0;
+  bool expired = false;
 };
 
 // What an address resolves to.
@@ -127,6 +133,24 @@ struct CommitOptions {
   DType dtype = DType::f32;  // tensor dtype in the revision file: f32, f16 or bf16
   // Optimizer state saved with the revision as its own blob (save_state); null: weights only.
   const engine::AdamW* optimizer_state = nullptr;
+  // 0 = durable. Else an ephemeral revision (Tinker's ttl_seconds): Unix ms after which
+  // collect_expired may collect it; it must be in the future. Servable and addressable like
+  // any revision until collected; promote_revision makes it durable.
+  int64_t expires_ms = 0;
+};
+
+// One revision collect_expired collected.
+struct ExpiredRevision {
+  std::string tenant;
+  std::string policy;
+  std::string revision_id;
+  std::string blob;  // its weights blob (deleted when no live revision shares it)
+};
+
+struct ExpiryReport {
+  std::vector<ExpiredRevision> expired;  // collected now
+  int64_t blobs_deleted = 0;
+  int64_t bytes_freed = 0;
 };
 
 // One policy with one revision whose revision file is already in the blob store.

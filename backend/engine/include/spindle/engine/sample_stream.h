@@ -28,6 +28,10 @@ void validate_sample_request(std::span<const int32_t> prompt, int32_t num_sample
 // so compute_logprobs reports exactly what sampling reported for the same token.
 float token_logprob(const float* logits, int64_t vocab, int32_t token);
 
+// The k most likely tokens of log_softmax(logits), most likely first (ties: lower id first),
+// with token_logprob's normaliser: ids[0..k) and logprobs[0..k). k <= vocab.
+void top_logprobs(const float* logits, int64_t vocab, int32_t k, int32_t* ids, float* logprobs);
+
 // Appends a sampled token to `out` (token, logprob, text) and applies the stop conditions:
 // returns true when the sequence is finished, a stop token (kept, its text not appended), a stop
 // string (cut from the text), max_tokens or `max_len` reached (`length`). `prompt_last` is the

@@ -23,6 +23,13 @@ struct EncodeOptions {
   bool parse_special = true;
 };
 
+// A token that stands for itself, not for text: BOS/EOS, <|endoftext|>, chat markers.
+struct SpecialToken {
+  int32_t id = 0;
+  std::string text;  // its written form ("<s>", "<|im_start|>")
+  bool operator==(const SpecialToken&) const = default;
+};
+
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
@@ -40,6 +47,11 @@ class Tokenizer {
   virtual std::optional<int32_t> eos_id() const = 0;
   // Token id for an exact piece/token string, if it exists (e.g. "<|endoftext|>").
   virtual std::optional<int32_t> token_id(std::string_view piece) const = 0;
+  // The special tokens, by id (Hugging Face: added tokens marked special; llama2.c: <unk>,
+  // <s>, </s>).
+  virtual std::vector<SpecialToken> special_tokens() const = 0;
+  // "bpe" (tokenizer.json) or "llama2c".
+  virtual const char* kind() const = 0;
 };
 
 // tokenizer.json -> BpeTokenizer; any other file -> llama2.c binary format.

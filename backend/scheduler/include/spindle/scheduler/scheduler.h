@@ -106,6 +106,11 @@ struct LogprobsJob {
   std::vector<int32_t> tokens;
   // logprobs[i] = log p(tokens[i] | tokens[<i]); logprobs[0] = NaN.
   std::function<void(Outcome<std::vector<float>>)> done;
+  // top_k > 0 (at most the vocabulary): on success, on_top_k gets, just before `done`, the
+  // top_k most likely tokens at every position, row-major [n, top_k]: row i holds the most
+  // likely values of tokens[i] given tokens[<i] (engine::top_logprobs), row 0 ids -1 and NaN.
+  int32_t top_k = 0;
+  std::function<void(std::vector<int32_t> ids, std::vector<float> logprobs)> on_top_k;
 };
 
 // ---- training ------------------------------------------------------------------------------

@@ -40,9 +40,13 @@ inline constexpr const char* kServerVersion = "spindled " SPINDLE_VERSION;
 
 struct ServiceConfig {
   std::string data_dir;            // "" = $SPINDLE_DATA_DIR, $XDG_DATA_HOME/spindle, ~/.local/share/spindle
-  std::string model;               // "" = <data_dir>/bases/arith (built by `spindle make-base`)
-  std::string tokenizer;           // "" = found beside the model
-  std::string base_id;             // "" = the model file/dir stem
+  // The served bases, one per --model (none = <data_dir>/bases/arith, built by `spindle
+  // make-base`); the first is the default. tokenizers[i] / base_ids[i] pair with models[i]
+  // ("" or absent = the tokenizer beside the model; the config's _name_or_path, else the
+  // file/directory stem).
+  std::vector<std::string> models;
+  std::vector<std::string> tokenizers;
+  std::vector<std::string> base_ids;
   std::string device = "auto";     // auto | cpu | cuda | cuda:N (execution/select.h)
   std::string dtype = "auto";      // auto | bf16 | f32: the resident base's on the device
   std::string ipc;                 // "" = ipc://<data_dir>/spindled.sock
@@ -73,6 +77,12 @@ struct ServiceConfig {
   int32_t max_running = 256;       // scheduler: sequences decoding at once
   int64_t kv_blocks = 4096;        // scheduler: KV cache blocks (16 tokens each)
   double drain_timeout_s = 300.0;  // on SIGTERM: longest wait for in-flight work
+  // A training session without a request naming it or a heartbeat for this long is closed.
+  double session_lease_s = 60.0;
+  // Refuse to start when the bases' resident weights, KV caches and slot pools need more
+  // (MiB; 0 = no budget).
+  int64_t memory_budget_mib = 0;
+  double expiry_sweep_s = 5.0;     // how often ephemeral revisions past expiry are collected
 
   static protocol::Limits default_limits() {
     protocol::Limits l;

@@ -1,0 +1,9 @@
+from __future__ import annotations
+
+from typing import Dict
+
+from .tensor_data import TensorData
+
+LossFnInputs = Dict[str, TensorData]
+
+__all__ = ["LossFnInputs"]
