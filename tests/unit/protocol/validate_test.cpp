@@ -215,3 +215,45 @@ TEST(Validate, BodyMustMatchOp) {
 
 }  // namespace
 }  // namespace spindle::protocol
+
+namespace spindle::protocol {
+namespace {
+
+// Issue 15's fields: each bound names its field and the limit.
+TEST(Validate, TinkerFields) {
+  Request zero = sample_request(Op::sample);
+  std::get<SampleRequest>(zero.body).sampling_params.max_tokens = 0;  // Tinker's None
+  EXPECT_NO_THROW(validate_request(zero, {}));
+  EXPECT_INVALID(Op::sample, errc::limit_exceeded, "topk_prompt_logprobs: 21 exceeds the limit 20",
+                 [](Request& r) { body<SampleRequest>(r).topk_prompt_logprobs = 21; });
+  EXPECT_INVALID(Op::sample, errc::invalid_argument, "topk_prompt_logprobs: -1 is below 0",
+                 [](Request& r) { body<SampleRequest>(r).topk_prompt_logprobs = -1; });
+  EXPECT_INVALID(Op::sample_stream, errc::invalid_argument, "served by op sample only",
+                 [](Request& r) { body<SampleRequest>(r).include_prompt_logprobs = true; });
+  EXPECT_INVALID(Op::save_weights, errc::limit_exceeded, "ttl_seconds (0 = durable): 2592001",
+                 [](Request& r) { body<SaveRequest>(r).ttl_seconds = 30 * 24 * 3600 + 1; });
+  EXPECT_INVALID(Op::save_state, errc::invalid_argument, "ttl_seconds (0 = durable): -1 is below 0",
+                 [](Request& r) { body<SaveRequest>(r).ttl_seconds = -1; });
+  EXPECT_INVALID(Op::create_training, errc::invalid_argument, "user_metadata_json: longer than 16384",
+                 [](Request& r) {
+                   body<CreateTrainingRequest>(r).user_metadata_json = std::string(16385, 'x');
+                 });
+  EXPECT_INVALID(Op::create_training_from_state, errc::invalid_argument,
+                 "policy: names a fork: needs fork = true",
+                 [](Request& r) { body<CreateTrainingFromStateRequest>(r).fork = false; });
+  EXPECT_INVALID(Op::detokenize, errc::invalid_argument, "tokens: dtype float32, expected int32",
+                 [](Request& r) { body<DetokenizeRequest>(r).tokens.dtype = "float32"; });
+  EXPECT_INVALID(Op::heartbeat, errc::limit_exceeded, "session_ids: 1025 exceeds the limit 1024",
+                 [](Request& r) {
+                   body<HeartbeatRequest>(r).session_ids.assign(1025, "s-1");
+                 });
+}
+
+TEST(Validate, RewardTestKeepsMaxTokensAtLeastOne) {
+  Request r = sample_request(Op::reward_test);
+  std::get<RewardTestRequest>(r.body).sampling_params.max_tokens = 0;
+  EXPECT_THROW(validate_request(r, {}), ProtocolError);
+}
+
+}  // namespace
+}  // namespace spindle::protocol
