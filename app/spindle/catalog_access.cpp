@@ -36,6 +36,10 @@ class LocalAccess final : public CatalogAccess {
                            std::string_view actor) override {
     return cat_.rollback(t, to, actor);
   }
+  catalog::Revision promote(std::string_view t, const catalog::Address& a,
+                            std::string_view actor) override {
+    return cat_.promote_revision(t, a, actor);
+  }
   catalog::Policy tag(std::string_view t, std::string_view p, std::string_view tag,
                       std::string_view actor) override {
     return cat_.tag(t, p, tag, actor);
@@ -109,6 +113,16 @@ class RemoteAccess final : public CatalogAccess {
   }
   catalog::Policy rollback(std::string_view, const catalog::Address& to, std::string_view) override {
     return to_catalog(guarded([&] { return c_.catalog_rollback(to.str()); }).policy);
+  }
+  catalog::Revision promote(std::string_view, const catalog::Address& a,
+                            std::string_view) override {
+    // PolicyReply::revision is the promoted revision (the daemon's catalog_promote).
+    const auto reply = guarded([&] {
+      const protocol::Reply r =
+          c_.call(protocol::Op::catalog_promote, protocol::AddressRequest{a.str()});
+      return std::get<protocol::PolicyReply>(r.body);
+    });
+    return to_catalog(reply.revision);
   }
   catalog::Policy tag(std::string_view, std::string_view p, std::string_view tag,
                       std::string_view) override {

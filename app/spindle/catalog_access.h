@@ -27,6 +27,9 @@ class CatalogAccess {
                                std::string_view name, std::string_view actor) = 0;
   virtual catalog::Policy rollback(std::string_view tenant, const catalog::Address& to,
                                    std::string_view actor) = 0;
+  // An ephemeral revision made durable (remote: op catalog_promote).
+  virtual catalog::Revision promote(std::string_view tenant, const catalog::Address& a,
+                                    std::string_view actor) = 0;
   virtual catalog::Policy tag(std::string_view tenant, std::string_view policy,
                               std::string_view tag, std::string_view actor) = 0;
   virtual catalog::Policy untag(std::string_view tenant, std::string_view policy,

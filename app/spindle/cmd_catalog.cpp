@@ -1,13 +1,13 @@
 // spindle catalog: the policy catalog over a data directory.
 //   spindle catalog [--data-dir DIR] [--tenant T] [--json] <ls|show|lineage|search|fork|
-//                    rollback|tag|rm|gc|check|import-peft|export-peft|bulk-register> ...
+//                    rollback|promote|tag|rm|gc|check|import-peft|export-peft|bulk-register> ...
 // Data dir: --data-dir, else $SPINDLE_DATA_DIR, else $XDG_DATA_HOME/spindle, else
 // ~/.local/share/spindle. Addresses are spindle://<tenant>/<policy>[@<rev>|@latest] or the
 // short form <policy>[@<rev>] in --tenant. Stdout carries results (human tables, or one JSON
 // document with --json); notes go to stderr.
 //
 // This file: the shared context and the read commands (ls, show, lineage, search).
-// cmd_catalog_edit.cpp: fork, rollback, tag, rm, gc, check. cmd_catalog_peft.cpp: PEFT I/O.
+// cmd_catalog_edit.cpp: fork, rollback, promote, tag, rm, gc, check. cmd_catalog_peft.cpp: PEFT I/O.
 // cmd_catalog_bulk.cpp: bulk-register.
 
 #include <fmt/format.h>
@@ -112,7 +112,9 @@ json policy_json(const catalog::Policy& p) {
           {"tags", p.tags},
           {"description", p.description},
           {"created_ms", p.created_ms},
-          {"updated_ms", p.updated_ms}};
+          {"updated_ms", p.updated_ms},
+          {"user_metadata",
+           p.user_metadata_json.empty() ? json(nullptr) : json::parse(p.user_metadata_json)}};
 }
 
 json revision_json(const catalog::Revision& r) {
@@ -124,7 +126,33 @@ json revision_json(const catalog::Revision& r) {
           {"blob", r.blob},
           {"bytes", r.bytes},
           {"metrics", json::parse(r.metrics_json)},
-          {"created_ms", r.created_ms}};
+          {"created_ms", r.created_ms},
+          {"expires_ms", r.expires_ms},
+          {"expired", r.expired}};
+}
+
+std::string expiry_text(const catalog::Revision& r) {
+  if (r.expired) return fmt::format("expired at {}", format_time(r.expires_ms));
+  if (r.expires_ms != 0) return fmt::format("ephemeral, expires {}", format_time(r.expires_ms));
+  return "";
+}
+
+catalog::Revision shown_revision(CatalogAccess& cat, const std::string& tenant,
+                                 const catalog::Address& a) {
+  try {
+    return cat.get(tenant, a).revision;
+  } catch (const Error& e) {
+    // An expired revision is not servable (get), but still listed: lineage resolves it.
+    if (e.code() != ErrorCode::not_found) throw;
+    catalog::Lineage l;
+    try {
+      l = cat.lineage(tenant, a, {.max_ancestors = 0, .max_descendants = 0});
+    } catch (const Error&) {
+      throw e;
+    }
+    if (!l.revision.expired) throw;
+    return l.revision;
+  }
 }
 
 void print_json(const json& j) {
@@ -163,31 +191,53 @@ void run_with_access(const AccessRun& fn) {
 
 namespace {
 
+// A METADATA column (user metadata, compact, cut at 48 characters) only when a row has some.
 void print_policy_table(const std::vector<catalog::Policy>& items) {
   if (items.empty()) {
     std::fprintf(stderr, "(no policies)\n");
     return;
   }
-  size_t w = 4;
-  for (const auto& p : items) w = std::max(w, p.name.size());
-  std::printf("%s\n", fmt::format("{:<{}}  {:<14}  {:>4}  {:<12}  {:<20}  {}", "NAME", w, "BASE",
-                                  "RANK", "HEAD", "UPDATED", "TAGS")
-                          .c_str());
-  for (const auto& p : items) {
-    std::string tags;
-    for (const auto& t : p.tags) tags += (tags.empty() ? "" : ",") + t;
-    std::printf("%s\n",
-                fmt::format("{:<{}}  {:<14}  {:>4}  {:<12}  {:<20}  {}", p.name, w, p.base_id,
-                            p.lora.rank, short_id(p.head), format_time(p.updated_ms), tags)
-                    .c_str());
+  size_t w = 4, wb = 14, wt = 4;
+  bool any_meta = false;
+  std::vector<std::string> tags(items.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    const auto& p = items[i];
+    for (const auto& t : p.tags) tags[i] += (tags[i].empty() ? "" : ",") + t;
+    w = std::max(w, p.name.size());
+    wb = std::max(wb, p.base_id.size());
+    wt = std::max(wt, tags[i].size());
+    any_meta = any_meta || !p.user_metadata_json.empty();
+  }
+  auto line = [&](const std::string& name, const std::string& base, const std::string& rank,
+                  const std::string& head, const std::string& updated, const std::string& tag,
+                  const std::string& meta) {
+    std::string row = fmt::format("{:<{}}  {:<{}}  {:>4}  {:<12}  {:<20}  ", name, w, base, wb,
+                                  rank, head, updated);
+    row += any_meta ? fmt::format("{:<{}}  {}", tag, wt, meta) : tag;
+    while (!row.empty() && row.back() == ' ') row.pop_back();
+    std::printf("%s\n", row.c_str());
+  };
+  line("NAME", "BASE", "RANK", "HEAD", "UPDATED", "TAGS", "METADATA");
+  for (size_t i = 0; i < items.size(); ++i) {
+    const auto& p = items[i];
+    std::string meta;
+    if (!p.user_metadata_json.empty()) {
+      meta = json::parse(p.user_metadata_json).dump();
+      if (meta.size() > 48) meta = meta.substr(0, 45) + "...";
+    }
+    line(p.name, p.base_id, std::to_string(p.lora.rank), short_id(p.head),
+         format_time(p.updated_ms), tags[i], meta);
   }
 }
 
 void print_revision_line(const catalog::Revision& r, const std::string& mark) {
-  std::printf("%s\n", fmt::format("{:>4}  {}  {:<24}  step {:<6}  {}  {}", mark, r.id.substr(0, 12),
-                                  r.policy + (r.policy_deleted ? " (deleted)" : ""), r.step,
-                                  format_time(r.created_ms), r.metrics_json)
-                          .c_str());
+  const std::string expiry = expiry_text(r);
+  std::printf("%s\n",
+              fmt::format("{:>4}  {}  {:<24}  step {:<6}  {}  {}{}", mark, r.id.substr(0, 12),
+                          r.policy + (r.policy_deleted ? " (deleted)" : ""), r.step,
+                          format_time(r.created_ms), r.metrics_json,
+                          expiry.empty() ? "" : "  [" + expiry + "]")
+                  .c_str());
 }
 
 struct LsArgs {
@@ -244,7 +294,7 @@ void register_read(CLI::App& cmd) {
       const catalog::Address a = catalog::parse_address_or_name(*address, tenant);
       const catalog::Policy p = cat.get_policy(tenant, a.policy);
       std::optional<catalog::Revision> rev;
-      if (!a.latest() || p.head) rev = cat.get(tenant, a).revision;
+      if (!a.latest() || p.head) rev = shown_revision(cat, tenant, a);
       if (as_json) {
         print_json({{"policy", policy_json(p)}, {"revision", rev ? revision_json(*rev) : json()}});
         return;
@@ -263,6 +313,9 @@ void register_read(CLI::App& cmd) {
                               p.forked_from.value_or("-"), tags, p.description,
                               format_time(p.created_ms), format_time(p.updated_ms))
                       .c_str());
+      if (!p.user_metadata_json.empty()) {
+        std::printf("user meta    %s\n", json::parse(p.user_metadata_json).dump().c_str());
+      }
       if (rev) {
         std::printf(
             "%s", fmt::format("revision     {}\n  parent     {}\n  step       {}\n  blob    "
@@ -270,6 +323,12 @@ void register_read(CLI::App& cmd) {
                               rev->id, rev->parent.value_or("-"), rev->step, rev->blob, rev->bytes,
                               rev->metrics_json, format_time(rev->created_ms))
                       .c_str());
+        const std::string expiry = expiry_text(*rev);
+        const std::string lifetime =
+            expiry.empty()  ? std::string("durable")
+            : rev->expired  ? expiry + " (not servable: its weights were released)"
+                            : expiry + " (promote it to keep it)";
+        std::printf("  lifetime   %s\n", lifetime.c_str());
       }
     });
   });

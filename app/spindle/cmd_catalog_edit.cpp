@@ -1,4 +1,4 @@
-// spindle catalog fork | rollback | tag | rm | gc | check (see cmd_catalog.cpp).
+// spindle catalog fork | rollback | promote | tag | rm | gc | check (see cmd_catalog.cpp).
 
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
@@ -23,6 +23,8 @@ using AccessRun = std::function<void(CatalogAccess&, const std::string& tenant, 
 void run_with_catalog(const Run& fn);
 void run_with_access(const AccessRun& fn);
 json policy_json(const catalog::Policy& p);
+json revision_json(const catalog::Revision& r);
+std::string format_time(int64_t ms);
 void print_json(const json& j);
 std::string actor();
 
@@ -65,6 +67,21 @@ void register_catalog_edit(CLI::App& cmd) {
     run_with_access([&](CatalogAccess& cat, const std::string& tenant, bool as_json) {
       print_head(cat.rollback(tenant, catalog::parse_address_or_name(a->address, tenant), actor()),
                  as_json);
+    });
+  });
+
+  CLI::App* promote = cmd.add_subcommand(
+      "promote", "Make an ephemeral revision durable, so collection past its expiry keeps it");
+  promote->add_option("ADDRESS", a->address, "policy@revision (@latest: the head)")->required();
+  promote->callback([a] {
+    run_with_access([&](CatalogAccess& cat, const std::string& tenant, bool as_json) {
+      const auto addr = catalog::parse_address_or_name(a->address, tenant);
+      const catalog::Revision r = cat.promote(tenant, addr, actor());
+      if (as_json) {
+        print_json(revision_json(r));
+        return;
+      }
+      std::printf("%s@%s is durable\n", addr.policy_str().c_str(), r.id.c_str());
     });
   });
 
@@ -111,7 +128,9 @@ void register_catalog_edit(CLI::App& cmd) {
   });
 
   CLI::App* gc = cmd.add_subcommand(
-      "gc", "Purge deleted policies past retention, then unreferenced blobs (all tenants)");
+      "gc",
+      "Collect expired ephemeral revisions, purge deleted policies past retention, then "
+      "unreferenced blobs (all tenants)");
   gc->add_option("--retention-days", a->retention_days, "keep deleted policies this long")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
@@ -121,6 +140,8 @@ void register_catalog_edit(CLI::App& cmd) {
       ->capture_default_str();
   gc->callback([a] {
     run_with_catalog([&](catalog::Catalog& cat, const std::string&, bool as_json) {
+      // Expired first: the blobs it releases but could not delete (a crash) go with gc's.
+      const catalog::ExpiryReport e = cat.collect_expired(actor());
       const catalog::GcReport r =
           cat.gc({.actor = actor(),
                   .retention = std::chrono::milliseconds(int64_t(a->retention_days * 86400000.0)),
@@ -129,10 +150,21 @@ void register_catalog_edit(CLI::App& cmd) {
           {"policies_purged", r.policies_purged},      {"revisions_purged", r.revisions_purged},
           {"policies_waiting", r.policies_waiting},    {"blobs_scanned", r.blobs.scanned},
           {"blobs_deleted", r.blobs.deleted},          {"bytes_freed", r.blobs.bytes_freed},
-          {"temp_files_removed", r.blobs.temp_removed}};
+          {"temp_files_removed", r.blobs.temp_removed},
+          {"revisions_expired", e.expired.size()},
+          {"expired_blobs_deleted", e.blobs_deleted},
+          {"expired_bytes_freed", e.bytes_freed}};
       if (as_json) {
         print_json(j);
         return;
+      }
+      std::printf("%s\n", fmt::format("collected {} expired ephemeral revisions: deleted {} blobs "
+                                      "({} bytes)",
+                                      e.expired.size(), e.blobs_deleted, e.bytes_freed)
+                              .c_str());
+      for (const auto& x : e.expired) {
+        std::printf("expired spindle://%s/%s@%s\n", x.tenant.c_str(), x.policy.c_str(),
+                    x.revision_id.c_str());
       }
       std::printf(
           "%s\n",

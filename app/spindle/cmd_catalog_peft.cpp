@@ -55,13 +55,14 @@ DType parse_dtype(const std::string& s) {
 }
 
 // The catalog id for the adapter's base: --base, else base_model_name_or_path when it is a
-// valid id, else its last path component.
+// valid id (a Hugging Face id like "Qwen/Qwen3-0.6B" is), else its last path component (an
+// absolute path's).
 std::string choose_base_id(const PeftArgs& a, const adapters::PeftConfig& cfg) {
   if (!a.base.empty()) return a.base;
   const std::string& nop = cfg.base_model_name_or_path;
   for (const std::string& candidate : {nop, fs::path(nop).filename().string()}) {
     try {
-      catalog::check_name("base model id", candidate);
+      catalog::check_base_id(candidate);
       return candidate;
     } catch (const Error&) {
     }

@@ -110,6 +110,7 @@ catalog::Policy to_catalog(const protocol::PolicyInfo& p) {
   out.description = p.description;
   out.created_ms = p.created_ms;
   out.updated_ms = p.updated_ms;
+  out.user_metadata_json = p.user_metadata_json;
   return out;
 }
 
@@ -123,6 +124,8 @@ catalog::Revision to_catalog(const protocol::RevisionInfo& r) {
   out.bytes = r.bytes;
   out.metrics_json = r.metrics_json.empty() ? "{}" : r.metrics_json;
   out.created_ms = r.created_ms;
+  out.expires_ms = r.expires_ms;
+  out.expired = r.expired;
   return out;
 }
 

@@ -65,7 +65,7 @@ TEST_F(CatalogCli, ImportShowListSearchForkRollbackTagExportRmGc) {
   const RunResult imp = run({"import-peft", peft_dir(1).string(), "math-grpo", "--description",
                              "GRPO on grade school math", "--tag", "rl"});
   ASSERT_EQ(imp.exit_code, 0) << imp.err;
-  EXPECT_NE(imp.err.find("registered base model tiny-base"), std::string::npos) << imp.err;
+  EXPECT_NE(imp.err.find("registered base model org/tiny-base"), std::string::npos) << imp.err;
   const std::string addr1 = imp.out.substr(0, imp.out.find('\n'));
   EXPECT_TRUE(addr1.starts_with("spindle://local/math-grpo@")) << addr1;
   const std::string rev1 = addr1.substr(addr1.find('@') + 1);
@@ -75,7 +75,7 @@ TEST_F(CatalogCli, ImportShowListSearchForkRollbackTagExportRmGc) {
 
   const json show = run_json({"show", "math-grpo"});
   EXPECT_EQ(show["policy"]["address"], "spindle://local/math-grpo");
-  EXPECT_EQ(show["policy"]["base"], "tiny-base");
+  EXPECT_EQ(show["policy"]["base"], "org/tiny-base");  // a Hugging Face id is kept whole
   EXPECT_EQ(show["policy"]["lora"]["rank"], 8);
   EXPECT_EQ(show["revision"]["id"], r2["id"]);
   const RunResult human = run({"show", "spindle://local/math-grpo@" + rev1.substr(0, 10)});

@@ -122,7 +122,8 @@ def test_save_state_and_resume(service, base_model):
     assert saved.path.startswith(training.policy_address + "@") and saved.bytes > 0
     assert service.show(saved.path).revision.has_state
 
-    resumed = service.create_training_client_from_state(saved.path)
+    # Exact resume (Tinker's *_with_optimizer): the same policy, weights and AdamW state.
+    resumed = service.create_training_client_from_state_with_optimizer(saved.path)
     assert resumed.info.step == 2 and resumed.policy_address == training.policy_address
     a = training.forward([datum]).result().loss_fn_outputs[0]["logprobs"].to_numpy()
     b = resumed.forward([datum]).result().loss_fn_outputs[0]["logprobs"].to_numpy()
@@ -136,8 +137,8 @@ def test_save_state_and_resume(service, base_model):
     np.testing.assert_allclose(a, b, atol=1e-6)
 
     fresh = service.create_lora_training_client(base_model, rank=4, seed=10, policy="sdk-state-2")
-    info = fresh.load_state(saved.path).result()
-    assert info.step == 2
+    info = fresh.load_state_with_optimizer(saved.path).result()
+    assert info.step == 2 and info.path == saved.path
     c = fresh.forward([datum]).result().loss_fn_outputs[0]["logprobs"].to_numpy()
     assert not np.allclose(c, a, atol=1e-6)  # the 2-step weights, not the 3-step ones
     np.testing.assert_allclose(

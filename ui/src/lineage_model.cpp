@@ -3,8 +3,10 @@
 
 #include "spindle/ui/lineage_model.h"
 
+#include <QDateTime>
 #include <QHash>
 #include <QJsonArray>
+#include <QLocale>
 #include <QJsonDocument>
 #include <QJsonObject>
 
@@ -49,6 +51,37 @@ QString LineageNode::label() const {
   QString s = QStringLiteral("step %1").arg(step);
   if (!metric_name.isEmpty()) s += QStringLiteral("\n%1 %2").arg(metric_name).arg(metric_value, 0, 'g', 4);
   return s;
+}
+
+namespace {
+
+QDateTime utc(qint64 ms) {
+  return QDateTime::fromMSecsSinceEpoch(ms).toUTC();
+}
+
+QString utc_text(qint64 ms, const char* format) {
+  return QLocale::c().toString(utc(ms), QLatin1String(format)) + QStringLiteral(" UTC");
+}
+
+}  // namespace
+
+QString LineageNode::lifetimeText(qint64 now_ms) const {
+  if (expired) return QObject::tr("expired");
+  if (expires_ms == 0) return {};
+  const bool same_day = utc(expires_ms).date() == utc(now_ms).date();
+  return QObject::tr("ephemeral · expires %1")
+      .arg(utc_text(expires_ms, same_day ? "HH:mm" : "MMM d HH:mm"));
+}
+
+QString LineageNode::lifetimeText() const {
+  return lifetimeText(QDateTime::currentMSecsSinceEpoch());
+}
+
+QString LineageNode::lifetimeDetail() const {
+  const QString when = utc_text(expires_ms, "yyyy-MM-dd HH:mm:ss");
+  if (expired) return QObject::tr("expired at %1 (not servable: its weights were released)").arg(when);
+  if (expires_ms == 0) return QObject::tr("durable");
+  return QObject::tr("ephemeral, expires %1 (promote it to keep it)").arg(when);
 }
 
 LineageModel::LineageModel(Connection* connection, QObject* parent)
@@ -162,7 +195,41 @@ void LineageModel::addRevision(const RevisionInfo& r) {
   n.metrics_json = QString::fromStdString(r.metrics_json);
   keyMetric(n.metrics_json, &n.metric_name, &n.metric_value);
   n.own = r.policy == policy_.name;
+  n.expires_ms = r.expires_ms;
+  n.expired = r.expired;
   nodes_.push_back(n);
+}
+
+void LineageModel::setLineage(const PolicyInfo& policy, const std::vector<RevisionInfo>& revisions) {
+  ++generation_;  // drops replies to an earlier load()
+  address_ = QString::fromStdString(policy.address);
+  loading_ = false;
+  error_code_.clear();
+  error_message_.clear();
+  policy_ = policy;
+  nodes_.clear();
+  edges_.clear();
+  lanes_ = columns_ = 0;
+  truncated_ = false;
+  selected_.clear();
+  emit selectionChanged({});
+  emit headerChanged();
+  for (const RevisionInfo& r : revisions) addRevision(r);
+  finish();
+}
+
+QString LineageModel::userMetadataText() const {
+  if (policy_.user_metadata_json.empty()) return {};
+  const QJsonDocument doc = QJsonDocument::fromJson(QByteArray::fromStdString(policy_.user_metadata_json));
+  return doc.isObject() ? QString::fromUtf8(doc.toJson(QJsonDocument::Compact))
+                        : QString::fromStdString(policy_.user_metadata_json);
+}
+
+QString LineageModel::userMetadataPretty() const {
+  if (policy_.user_metadata_json.empty()) return {};
+  const QJsonDocument doc = QJsonDocument::fromJson(QByteArray::fromStdString(policy_.user_metadata_json));
+  return doc.isObject() ? QString::fromUtf8(doc.toJson(QJsonDocument::Indented)).trimmed()
+                        : QString::fromStdString(policy_.user_metadata_json);
 }
 
 int LineageModel::indexOf(const QString& id) const {
@@ -281,6 +348,26 @@ void LineageModel::rollbackTo(const QString& id) {
     emit actionDone(tr("%1: head is now %2")
                         .arg(QString::fromStdString(policy_.name),
                              QString::fromStdString(policy_.head.substr(0, 12))));
+  });
+}
+
+void LineageModel::promote(const QString& id) {
+  const int i = indexOf(id);
+  if (i < 0 || !nodes_[i].ephemeral()) return;
+  const quint64 generation = generation_;
+  error_code_.clear();
+  AddressRequest q{addressOf(id).toStdString()};
+  connection_->post(this, Op::catalog_promote, q, [this, generation, id](const Reply& r) {
+    if (generation != generation_ || fail(r)) return;
+    const auto& reply = std::get<PolicyReply>(r.body);
+    const int k = indexOf(id);
+    if (k >= 0 && reply.revision.id == id.toStdString()) {
+      nodes_[k].expires_ms = reply.revision.expires_ms;
+      nodes_[k].expired = reply.revision.expired;
+    }
+    emit lineageChanged();
+    if (id == selected_) emit selectionChanged(selected_);
+    emit actionDone(tr("%1@%2 is durable").arg(k >= 0 ? nodes_[k].policy : QString(), id.left(12)));
   });
 }
 

@@ -24,11 +24,14 @@ QColor policy_colour(const QString& policy, const QPalette& p) {
   return QColor::fromHsv(hue, std::max(h.saturation(), 120), std::max(h.value(), 170));
 }
 
-// A revision box; selection draws a thicker outline in the text colour.
+// A revision box; selection draws a thicker outline in the text colour. `border`: solid
+// (durable), dashed (ephemeral) or dotted (expired).
 class NodeItem : public QGraphicsPathItem {
  public:
-  NodeItem(const QPainterPath& path, QColor fill, QColor edge, QColor text, bool head)
-      : QGraphicsPathItem(path), fill_(fill), edge_(edge), text_(text), head_(head) {
+  NodeItem(const QPainterPath& path, QColor fill, QColor edge, QColor text, bool head,
+           Qt::PenStyle border)
+      : QGraphicsPathItem(path), fill_(fill), edge_(edge), text_(text), head_(head),
+        border_(border) {
     setFlag(ItemIsSelectable);
     setCursor(Qt::PointingHandCursor);
   }
@@ -36,13 +39,16 @@ class NodeItem : public QGraphicsPathItem {
     painter->setRenderHint(QPainter::Antialiasing);
     const bool selected = option->state & QStyle::State_Selected;
     painter->setBrush(fill_);
-    painter->setPen(QPen(selected ? text_ : edge_, selected ? 3.0 : head_ ? 2.6 : 1.2));
+    QPen pen(selected ? text_ : edge_, selected ? 3.0 : head_ ? 2.6 : 1.4);
+    pen.setStyle(selected ? Qt::SolidLine : border_);
+    painter->setPen(pen);
     painter->drawPath(path());
   }
 
  private:
   QColor fill_, edge_, text_;
   bool head_;
+  Qt::PenStyle border_;
 };
 
 }  // namespace
@@ -75,25 +81,44 @@ void LineageScene::rebuild(const LineageModel& model, const QPalette& palette) {
     arrow << to << to + QPointF(-7, -4) << to + QPointF(-7, 4);
     addPolygon(arrow, Qt::NoPen, edge_pen.color())->setZValue(-1);
   }
+  const QColor grey = mix(base, text, 0.45);
   for (const LineageNode& n : model.nodes()) {
-    const QColor hue = n.own ? own : policy_colour(n.policy, palette);
+    const QColor hue = n.expired ? grey : n.own ? own : policy_colour(n.policy, palette);
+    const QColor ink = n.expired ? mix(base, text, 0.55) : text;
     QPainterPath box;
     box.addRoundedRect(QRectF(0, 0, kNodeWidth, kNodeHeight), 8, 8);
-    auto* item = new NodeItem(box, mix(base, hue, 0.28), hue, text, n.head);
+    const Qt::PenStyle border = n.expired ? Qt::DotLine : n.ephemeral() ? Qt::DashLine : Qt::SolidLine;
+    auto* item = new NodeItem(box, n.expired ? mix(base, text, 0.08) : mix(base, hue, 0.28), hue,
+                              text, n.head, border);
     item->setPos(pos(n));
     item->setData(0, n.id);
-    item->setToolTip(QStringLiteral("%1@%2\n%3").arg(n.policy, n.id, n.metrics_json));
+    const QString lifetime = n.lifetimeText();
+    item->setToolTip(QStringLiteral("%1@%2\n%3\n%4").arg(n.policy, n.id, n.lifetimeDetail(), n.metrics_json));
     addItem(item);
     items_.insert(n.id, item);
     QString label = n.label();
     if (!n.own) label = n.policy + "\n" + label;
     auto* t = new QGraphicsSimpleTextItem(label, item);
-    t->setBrush(text);
+    t->setBrush(ink);
     QFont f = t->font();
     f.setPointSizeF(f.pointSizeF() * 0.9);
     t->setFont(f);
     const QRectF r = t->boundingRect();
-    t->setPos((kNodeWidth - r.width()) / 2, (kNodeHeight - r.height()) / 2);
+    qreal badge_h = 0;
+    if (!lifetime.isEmpty()) {
+      // The badge at the foot of the box, in the node's colour (grey when expired).
+      auto* b = new QGraphicsSimpleTextItem(lifetime, item);
+      QFont bf = f;
+      bf.setPointSizeF(f.pointSizeF() * 0.85);
+      bf.setItalic(n.expired);
+      bf.setBold(!n.expired);
+      b->setFont(bf);
+      b->setBrush(n.expired ? ink : mix(hue, text, 0.45));
+      const QRectF br = b->boundingRect();
+      badge_h = br.height();
+      b->setPos((kNodeWidth - br.width()) / 2, kNodeHeight - br.height() - 3);
+    }
+    t->setPos((kNodeWidth - r.width()) / 2, (kNodeHeight - badge_h - r.height()) / 2);
     if (n.head) {
       auto* mark = new QGraphicsSimpleTextItem(QObject::tr("head"), item);
       QFont mf = f;

@@ -3,7 +3,10 @@
 // selectable rounded box per revision at (column, lane) of the model's layout, a curve per
 // parent edge. The shown policy's revisions are filled with the palette's highlight; each other
 // policy (forks across policies) gets a colour of its own and its name on the box. The head
-// has a thick border and a "head" mark. Pure drawing: what a node means is the model's.
+// has a thick border and a "head" mark. An ephemeral revision has a dashed border and its
+// badge ("ephemeral · expires 14:05 UTC") at the foot of the box; an expired one is greyed
+// (grey fill and text, dotted border) with the badge "expired". Pure drawing: what a node
+// means is the model's.
 
 #include <QGraphicsScene>
 #include <QHash>
@@ -23,7 +26,7 @@ class LineageScene : public QGraphicsScene {
   QString selectedId() const;        // the selected box's revision id, or ""
   QPointF centerOf(const QString& id) const;
 
-  static constexpr qreal kNodeWidth = 132, kNodeHeight = 54, kColumnStep = 176, kLaneStep = 76;
+  static constexpr qreal kNodeWidth = 150, kNodeHeight = 62, kColumnStep = 190, kLaneStep = 84;
 
  private:
   QHash<QString, QGraphicsItem*> items_;

@@ -66,6 +66,7 @@ PolicyView::PolicyView(Connection* connection, QWidget* parent)
   description_ = value_label(header);
   forked_from_ = value_label(header);
   head_ = value_label(header);
+  metadata_ = value_label(header);
   left->addRow(tr("Policy"), name_);
   left->addRow(tr("Base"), base_);
   left->addRow(tr("Rank / alpha"), rank_);
@@ -74,6 +75,7 @@ PolicyView::PolicyView(Connection* connection, QWidget* parent)
   right->addRow(tr("Description"), description_);
   right->addRow(tr("Forked from"), forked_from_);
   right->addRow(tr("Head"), head_);
+  right->addRow(tr("User metadata"), metadata_);
   columns->addLayout(left, 1);
   columns->addLayout(right, 1);
   alpha_->hide();  // shown in the rank row
@@ -90,6 +92,7 @@ PolicyView::PolicyView(Connection* connection, QWidget* parent)
   auto* dl = new QVBoxLayout(details);
   dl->setContentsMargins(4, 0, 0, 0);
   selected_ = value_label(details);
+  lifetime_ = value_label(details);
   hint_ = new QLabel(tr("Click a revision to see its metrics."), details);
   hint_->setEnabled(false);
   metrics_ = new QTableWidget(0, 2, details);
@@ -100,13 +103,16 @@ PolicyView::PolicyView(Connection* connection, QWidget* parent)
   metrics_->setAlternatingRowColors(true);
   rollback_ = new QPushButton(tr("Rollback to here"), details);
   fork_ = new QPushButton(tr("Fork here…"), details);
+  promote_ = new QPushButton(tr("Keep (promote)"), details);
   playground_ = new QPushButton(tr("Open in playground"), details);
   dl->addWidget(selected_);
+  dl->addWidget(lifetime_);
   dl->addWidget(hint_);
   dl->addWidget(metrics_, 1);
   auto* buttons = new QHBoxLayout;
   buttons->addWidget(rollback_);
   buttons->addWidget(fork_);
+  buttons->addWidget(promote_);
   buttons->addWidget(playground_);
   dl->addLayout(buttons);
 
@@ -132,6 +138,8 @@ PolicyView::PolicyView(Connection* connection, QWidget* parent)
   rollback_action_ = action(tr("Rollback to here"), QKeySequence(tr("Ctrl+Shift+R")),
                             [this] { model_->rollbackTo(model_->selectedId()); });
   fork_action_ = action(tr("Fork here…"), QKeySequence(tr("Ctrl+K")), [this] { askFork(); });
+  promote_action_ = action(tr("Keep (promote)"), QKeySequence(tr("Ctrl+Shift+K")),
+                           [this] { model_->promote(model_->selectedId()); });
   playground_action_ = action(tr("Open in playground"), QKeySequence(tr("Ctrl+P")), [this] {
     if (!model_->selectedId().isEmpty())
       emit openInPlayground(model_->addressOf(model_->selectedId()));
@@ -139,14 +147,19 @@ PolicyView::PolicyView(Connection* connection, QWidget* parent)
   action(tr("Reload"), QKeySequence(QKeySequence::Refresh), [this] { refresh(); });
   rollback_->setToolTip(rollback_action_->shortcut().toString(QKeySequence::NativeText));
   fork_->setToolTip(fork_action_->shortcut().toString(QKeySequence::NativeText));
+  promote_->setToolTip(tr("Make this ephemeral revision durable, so it is not collected at "
+                          "expiry (%1)")
+                           .arg(promote_action_->shortcut().toString(QKeySequence::NativeText)));
   playground_->setToolTip(playground_action_->shortcut().toString(QKeySequence::NativeText));
   connect(rollback_, &QPushButton::clicked, rollback_action_, &QAction::trigger);
   connect(fork_, &QPushButton::clicked, fork_action_, &QAction::trigger);
+  connect(promote_, &QPushButton::clicked, promote_action_, &QAction::trigger);
   connect(playground_, &QPushButton::clicked, playground_action_, &QAction::trigger);
 
   connect(model_, &LineageModel::headerChanged, this, &PolicyView::updateHeader);
   connect(model_, &LineageModel::lineageChanged, this, &PolicyView::updateGraph);
   connect(model_, &LineageModel::lineageChanged, this, &PolicyView::updateHeader);
+  connect(model_, &LineageModel::lineageChanged, this, &PolicyView::updateDetails);
   connect(model_, &LineageModel::selectionChanged, this, &PolicyView::updateDetails);
   connect(model_, &LineageModel::error, banner_, &ViewBanner::showError);
   connect(model_, &LineageModel::actionDone, this, [this](const QString& m) {
@@ -199,8 +212,9 @@ void PolicyView::updateHeader() {
   const auto& p = model_->policy();
   if (!model_->hasPolicy()) {
     name_->setText(model_->isLoading() ? tr("Loading…") : tr("No policy selected"));
-    for (QLabel* l : {base_, rank_, targets_, tags_, description_, forked_from_, head_})
+    for (QLabel* l : {base_, rank_, targets_, tags_, description_, forked_from_, head_, metadata_})
       l->setText(QStringLiteral("—"));
+    metadata_->setToolTip({});
     return;
   }
   name_->setText(QString::fromStdString(p.name));
@@ -219,8 +233,18 @@ void PolicyView::updateHeader() {
                         : k >= 0       ? model_->nodes()[k].policy + " @ " + from.left(12)
                                        : from.left(12));
   forked_from_->setToolTip(QString::fromStdString(p.forked_from));
-  head_->setText(p.head.empty() ? tr("(no revision yet)") : QString::fromStdString(p.head.substr(0, 12)));
+  QString head = p.head.empty() ? tr("(no revision yet)") : QString::fromStdString(p.head.substr(0, 12));
+  if (const int h = model_->indexOf(QString::fromStdString(p.head)); h >= 0) {
+    const QString badge = model_->nodes()[h].lifetimeText();
+    if (!badge.isEmpty()) head += QStringLiteral(" · ") + badge;
+  }
+  head_->setText(head);
   head_->setToolTip(QString::fromStdString(p.head));
+  // User metadata: compact on one line (elided), indented in the tooltip.
+  const QString meta = model_->userMetadataText();
+  metadata_->setText(meta.isEmpty() ? QStringLiteral("—")
+                                    : metadata_->fontMetrics().elidedText(meta, Qt::ElideRight, 420));
+  metadata_->setToolTip(model_->userMetadataPretty());
 }
 
 void PolicyView::updateGraph() {
@@ -249,15 +273,27 @@ void PolicyView::updateDetails() {
   const QString id = model_->selectedId();
   const int i = model_->indexOf(id);
   const bool on = i >= 0;
-  for (QPushButton* b : {rollback_, fork_, playground_}) b->setEnabled(on);
-  for (QAction* a : {rollback_action_, fork_action_, playground_action_}) a->setEnabled(on);
+  const LineageNode* n_ptr = on ? &model_->nodes()[i] : nullptr;
+  // An expired node cannot be served, forked or made the head; only an ephemeral one promoted.
+  const bool live = on && !n_ptr->expired;
+  const bool ephemeral = on && n_ptr->ephemeral();
+  for (QPushButton* b : {rollback_, fork_, playground_}) b->setEnabled(live);
+  for (QAction* a : {rollback_action_, fork_action_, playground_action_}) a->setEnabled(live);
+  promote_->setEnabled(ephemeral);
+  promote_action_->setEnabled(ephemeral);
+  promote_->setVisible(ephemeral);
   hint_->setVisible(!on);
   metrics_->setRowCount(0);
   if (!on) {
     selected_->setText(QString());
+    lifetime_->setText(QString());
+    lifetime_->hide();
     return;
   }
-  const LineageNode& n = model_->nodes()[i];
+  const LineageNode& n = *n_ptr;
+  lifetime_->setText(n.lifetimeDetail());
+  lifetime_->setEnabled(!n.expired);  // greyed, as the node is
+  lifetime_->setVisible(true);
   selected_->setText(tr("<b>%1</b>@%2 · step %3").arg(n.policy.toHtmlEscaped(), id.left(12)).arg(n.step));
   selected_->setToolTip(model_->addressOf(id));
   const auto rows = model_->selectedMetrics();

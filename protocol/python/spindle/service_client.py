@@ -3,61 +3,102 @@
 from __future__ import annotations
 
 import json
+import os
+import threading
 from pathlib import Path
-from typing import Callable, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Dict, Sequence, TypeVar
 
-from . import _config, _convert, _streams, _wire
+from . import _config, _convert, _sessions, _streams, _wire
 from ._futures import APIFuture
 from ._transport import CurveKeys, Transport
-from .errors import INVALID_ARGUMENT, SpindleError
+from .errors import INVALID_ARGUMENT, SpindleError, unsupported
 from .sampling_client import SamplingClient
+from .tokenizer import Tokenizer
 from .training_client import TrainingClient
-from .types import (ExportPeftResponse, HandshakeInfo, LineageResponse, PolicyDetails,
+from .types import (BaseInfo, ExportPeftResponse, HandshakeInfo, LineageResponse, PolicyDetails,
                     PolicyListResponse, SamplingParams, ServerCapabilities, ServerStatus)
 from .types import _rewards, _runs, _studio
 from .types._records import from_wire
+
+if TYPE_CHECKING:
+    from .rest_client import RestClient
 
 T = TypeVar("T")
 
 PEFT_CONFIG = "adapter_config.json"
 PEFT_MODEL = "adapter_model.safetensors"
 
+# reward_test's completion length when no SamplingParams is given (reward_test needs a bound).
+REWARD_TEST_MAX_TOKENS = 16
+
+# Tinker's HTTP-client keyword arguments, accepted and ignored (ZeroMQ has no equivalent).
+IGNORED_TINKER_KWARGS = frozenset({"timeout", "max_retries", "default_headers", "default_query",
+                                   "http_client", "_strict_response_validation"})
+
 
 class ServiceClient:
-    """Connects (DEALER) to `endpoint` and shakes hands, so a wrong token fails here with
-    SpindleError("unauthenticated") and an absent daemon with SpindleError("timeout") after
-    `connect_timeout_s`.
+    """Connects (DEALER) to the daemon and shakes hands, so a wrong token fails here with
+    SpindleError("unauthenticated") (an AuthenticationError) and an absent daemon with
+    SpindleError("timeout") (an APITimeoutError) after `connect_timeout_s`.
 
-    endpoint/token default to $SPINDLE_ENDPOINT / $SPINDLE_TOKEN, else the local daemon of the
-    data dir (ipc://<data_dir>/spindled.sock and <data_dir>/token). For tcp:// endpoints pass
-    server_public_key (z85; printed by spindled, in <data_dir>/curve/server.pub) and
-    client_keys=(public, secret) whose public key is on the daemon's allow-list.
+    Tinker's arguments: base_url is the endpoint (ipc://PATH or tcp://HOST:PORT; HTTP URLs are
+    refused), api_key the token, user_metadata (dict of str) is stored with every policy this
+    client creates (merged under each call's own user_metadata), project_id is kept but unused.
+    `endpoint`/`token` are the same as base_url/api_key. Both default to $SPINDLE_ENDPOINT /
+    $SPINDLE_TOKEN, else the local daemon of the data dir (ipc://<data_dir>/spindled.sock and
+    <data_dir>/token). For tcp:// endpoints pass server_public_key (z85; printed by spindled,
+    in <data_dir>/curve/server.pub) and client_keys=(public, secret) whose public key is on the
+    daemon's allow-list.
 
     One background thread owns the socket; every method is thread-safe and returns quickly
-    (futures) or blocks only on its own reply. Use as a context manager or call close()."""
+    (futures) or blocks only on its own reply. close() (or leaving a `with` block, or the
+    interpreter exiting) ends this client's training sessions and the connection."""
 
-    def __init__(self, endpoint: str | None = None, token: str | None = None,
+    def __init__(self, base_url: str | None = None, api_key: str | None = None,
                  server_public_key: str | None = None,
                  client_keys: tuple[str, str] | None = None, *,
+                 user_metadata: Dict[str, str] | None = None, project_id: str | None = None,
+                 endpoint: str | None = None, token: str | None = None,
                  connect_timeout_s: float = 30.0, max_overloaded_retries: int = 100,
-                 client_name: str = "spindle-python") -> None:
-        self.endpoint = endpoint or _config.default_endpoint()
+                 client_name: str = "spindle-python", **kwargs: Any) -> None:
+        unknown = sorted(set(kwargs) - IGNORED_TINKER_KWARGS)
+        if unknown:
+            raise TypeError(f"ServiceClient() got unexpected keyword arguments {unknown}")
+        if base_url and endpoint and base_url != endpoint:
+            raise TypeError("ServiceClient(): base_url and endpoint name the same thing; pass one")
+        if api_key is not None and token is not None and api_key != token:
+            raise TypeError("ServiceClient(): api_key and token name the same thing; pass one")
+        self.endpoint = base_url or endpoint or _config.default_endpoint()
+        if self.endpoint.startswith(("http://", "https://")):
+            raise SpindleError(INVALID_ARGUMENT, f"base_url {self.endpoint!r}: spindled speaks "
+                               "ZeroMQ; use tcp://HOST:PORT (with server_public_key) or ipc://PATH")
+        self.user_metadata: Dict[str, str] = {str(k): str(v) for k, v in (user_metadata or {}).items()}
+        self.project_id = project_id
+        secret = api_key if api_key is not None else token
         curve = None
         if server_public_key:
             if not client_keys:
                 import zmq
-                public, secret = zmq.curve_keypair()
-                client_keys = (public.decode("ascii"), secret.decode("ascii"))
+                public, private = zmq.curve_keypair()
+                client_keys = (public.decode("ascii"), private.decode("ascii"))
             curve = CurveKeys(server_public_key, client_keys[0], client_keys[1])
-        self._transport = Transport(self.endpoint, token if token is not None else _config.default_token(),
+        self._transport = Transport(self.endpoint,
+                                    secret if secret is not None else _config.default_token(),
                                     curve, max_overloaded_retries)
+        self._sessions = _sessions.SessionKeeper(self._transport)
+        self._lock = threading.Lock()
+        self._tokenizers: dict[str, Tokenizer] = {}   # by base id; guarded by _lock
+        self._capabilities: ServerCapabilities | None = None
+        self._pid = os.getpid()
         try:
             self.server: HandshakeInfo = self._request(
                 "handshake", {"client_name": client_name}, None,
                 lambda r: from_wire(HandshakeInfo, r.body)).result(connect_timeout_s)
         except BaseException:
+            self._sessions.stop()
             self._transport.close()
             raise
+        _sessions.track(self)
 
     # ---- plumbing ------------------------------------------------------------------------
 
@@ -76,7 +117,11 @@ class ServiceClient:
         return self._transport.overloaded_retries
 
     def close(self) -> None:
-        """Stops the I/O thread; requests still in flight fail with SpindleError("closed")."""
+        """Closes the training sessions this client opened (their saved revisions stay), then
+        stops the I/O thread; requests still in flight fail with SpindleError("closed")."""
+        _sessions.untrack(self)
+        self._sessions.close_all()
+        self._sessions.stop()
         self._transport.close()
 
     def __enter__(self) -> "ServiceClient":
@@ -88,60 +133,159 @@ class ServiceClient:
     # ---- server --------------------------------------------------------------------------
 
     def get_server_capabilities(self) -> ServerCapabilities:
-        return self._call("capabilities", {}, _convert.capabilities)
+        """The served bases (`.bases`, Tinker's `.supported_models[i].model_name`), limits,
+        losses and encodings."""
+        caps = self._call("capabilities", {}, _convert.capabilities)
+        self._capabilities = caps
+        return caps
 
     async def get_server_capabilities_async(self) -> ServerCapabilities:
-        return await self._request("capabilities", {}, None, _convert.capabilities)
+        caps = await self._request("capabilities", {}, None, _convert.capabilities)
+        self._capabilities = caps
+        return caps
+
+    def _base_info(self, base_id: str) -> BaseInfo | None:
+        caps = self._capabilities or self.get_server_capabilities()
+        return next((b for b in caps.bases if b.id == base_id), None)
 
     def status(self) -> ServerStatus:
         return self._call("status", {}, _convert.status)
 
+    def get_tokenizer(self, base_model: str) -> Tokenizer:
+        """The tokenizer of base `base_model`, run by the daemon (one cached object per base)."""
+        with self._lock:
+            hit = self._tokenizers.get(base_model)
+        if hit is not None:
+            return hit
+        tokenizer = Tokenizer(self, base_model)
+        with self._lock:
+            return self._tokenizers.setdefault(base_model, tokenizer)
+
+    def create_rest_client(self) -> "RestClient":
+        """Tinker's RestClient: checkpoints and training runs, over this daemon's catalog."""
+        from .rest_client import RestClient
+        return RestClient(self)
+
     # ---- training and sampling -----------------------------------------------------------
+
+    def _metadata_json(self, user_metadata: Dict[str, str] | None) -> str:
+        return _convert.user_metadata_json(self.user_metadata, user_metadata)
+
+    def _training_client(self, reply: _wire.Reply) -> TrainingClient:
+        client = TrainingClient(self, _convert.session_info(reply))
+        self._sessions.add(client)
+        return client
 
     def _create_training_future(self, base_model: str, rank: int, seed: int | None,
                                 train_mlp: bool, train_attn: bool, train_unembed: bool,
-                                alpha: float | None, policy: str | None,
-                                description: str) -> APIFuture[TrainingClient]:
+                                user_metadata: Dict[str, str] | None, alpha: float | None,
+                                policy: str | None, description: str) -> APIFuture[TrainingClient]:
         body = {"base_model": str(base_model), "policy": policy or "", "rank": int(rank),
                 "alpha": float(rank if alpha is None else alpha), "train_attn": bool(train_attn),
                 "train_mlp": bool(train_mlp), "train_unembed": bool(train_unembed),
                 "seed": _convert.random_seed() if seed is None else int(seed),
-                "description": str(description)}
-        return self._request("create_training", body, None,
-                             lambda r: TrainingClient(self, _convert.session_info(r)))
+                "description": str(description),
+                "user_metadata_json": self._metadata_json(user_metadata)}
+        return self._request("create_training", _convert.versioned(body, _convert.CREATE_TRAINING_V),
+                             None, self._training_client)
 
     def create_lora_training_client(self, base_model: str, rank: int = 32, seed: int | None = None,
                                     train_mlp: bool = True, train_attn: bool = True,
-                                    train_unembed: bool = False, alpha: float | None = None,
-                                    policy: str | None = None,
+                                    train_unembed: bool = True,
+                                    user_metadata: Dict[str, str] | None = None, *,
+                                    alpha: float | None = None, policy: str | None = None,
                                     description: str = "") -> TrainingClient:
         """Creates policy `policy` (a generated name when None) on `base_model` and a training
-        session on it. alpha None = rank (scale 1); seed None = random LoRA init."""
+        session on it. train_*: which weights get LoRA adapters (Tinker's defaults: all);
+        alpha None = rank (scale 1); seed None = random LoRA init."""
         return self._create_training_future(base_model, rank, seed, train_mlp, train_attn,
-                                            train_unembed, alpha, policy, description).result()
+                                            train_unembed, user_metadata, alpha, policy,
+                                            description).result()
 
     async def create_lora_training_client_async(self, base_model: str, rank: int = 32,
                                                 seed: int | None = None, train_mlp: bool = True,
                                                 train_attn: bool = True,
-                                                train_unembed: bool = False,
+                                                train_unembed: bool = True,
+                                                user_metadata: Dict[str, str] | None = None, *,
                                                 alpha: float | None = None,
                                                 policy: str | None = None,
                                                 description: str = "") -> TrainingClient:
         return await self._create_training_future(base_model, rank, seed, train_mlp, train_attn,
-                                                  train_unembed, alpha, policy, description)
+                                                  train_unembed, user_metadata, alpha, policy,
+                                                  description)
 
-    def create_training_client_from_state(self, path: str) -> TrainingClient:
-        """A new session on the policy of revision `path`, with its weights and (when saved
-        with save_state) optimizer state."""
-        return self._call("create_training_from_state", {"address": str(path)},
-                          lambda r: TrainingClient(self, _convert.session_info(r)))
+    def _from_state_future(self, path: str, with_optimizer: bool, fork: bool,
+                           base_model: str | None, user_metadata: Dict[str, str] | None,
+                           weights_access_token: str | None,
+                           policy: str | None) -> APIFuture[TrainingClient]:
+        if weights_access_token is not None:
+            raise unsupported("create_training_client_from_state(weights_access_token=...)",
+                              "revisions are loaded with this client's own token")
+        body = {"address": str(path), "with_optimizer": bool(with_optimizer), "fork": bool(fork),
+                "policy": policy or "", "user_metadata_json": self._metadata_json(user_metadata)}
+
+        def convert(reply: _wire.Reply) -> TrainingClient:
+            client = self._training_client(reply)
+            if base_model and client.info.base_model != base_model:
+                client.close()
+                raise SpindleError(INVALID_ARGUMENT, f"{path} is a revision of base "
+                                   f"'{client.info.base_model}', not '{base_model}'",
+                                   "create_training_from_state")
+            return client
+
+        return self._request("create_training_from_state",
+                             _convert.versioned(body, _convert.CREATE_FROM_STATE_V), None, convert)
+
+    def create_training_client_from_state(self, path: str, base_model: str | None = None,
+                                          user_metadata: Dict[str, str] | None = None,
+                                          weights_access_token: str | None = None, *,
+                                          policy: str | None = None) -> TrainingClient:
+        """Tinker's semantics: a new policy forked at revision `path` (named `policy`, default
+        "<policy>-<8 hex>") with its weights only and a fresh optimizer, and a session on it."""
+        return self._from_state_future(path, False, True, base_model, user_metadata,
+                                       weights_access_token, policy).result()
+
+    async def create_training_client_from_state_async(self, path: str,
+                                                      base_model: str | None = None,
+                                                      user_metadata: Dict[str, str] | None = None,
+                                                      weights_access_token: str | None = None, *,
+                                                      policy: str | None = None) -> TrainingClient:
+        return await self._from_state_future(path, False, True, base_model, user_metadata,
+                                             weights_access_token, policy)
+
+    def create_training_client_from_state_with_optimizer(
+            self, path: str, base_model: str | None = None,
+            user_metadata: Dict[str, str] | None = None,
+            weights_access_token: str | None = None) -> TrainingClient:
+        """Exact resume: a session on the revision's own policy with its weights and, when it
+        was saved with save_state, its optimizer state (the session's step is the revision's).
+        user_metadata is not stored (the policy keeps its own)."""
+        return self._from_state_future(path, True, False, base_model, user_metadata,
+                                       weights_access_token, None).result()
+
+    async def create_training_client_from_state_with_optimizer_async(
+            self, path: str, base_model: str | None = None,
+            user_metadata: Dict[str, str] | None = None,
+            weights_access_token: str | None = None) -> TrainingClient:
+        return await self._from_state_future(path, True, False, base_model, user_metadata,
+                                             weights_access_token, None)
 
     def create_sampling_client(self, model_path: str | None = None,
-                               base_model: str | None = None) -> SamplingClient:
-        """model_path: a policy or revision address; base_model: a base id (no adapter)."""
+                               base_model: str | None = None,
+                               retry_config: Any = None) -> SamplingClient:
+        """model_path: a policy or revision address; base_model: a base id (no adapter).
+        Exactly one (ValueError otherwise, as Tinker)."""
+        del retry_config
         if bool(model_path) == bool(base_model):
-            raise SpindleError(INVALID_ARGUMENT, "pass exactly one of model_path and base_model")
-        return SamplingClient(self, model_path or base_model)  # type: ignore[arg-type]
+            raise ValueError("create_sampling_client: pass exactly one of model_path and base_model")
+        if model_path:
+            return SamplingClient(self, model_path)
+        return SamplingClient(self, base_model, base_model=base_model)  # type: ignore[arg-type]
+
+    async def create_sampling_client_async(self, model_path: str | None = None,
+                                           base_model: str | None = None,
+                                           retry_config: Any = None) -> SamplingClient:
+        return self.create_sampling_client(model_path, base_model, retry_config)
 
     # ---- catalog -------------------------------------------------------------------------
 
@@ -249,7 +393,9 @@ class ServiceClient:
         the per-term and total score distributions and every scored sample. spec: a dict or
         JSON text {"terms": [...]}; rows: RewardRow, dicts with "prompt" (and optionally
         "reference", "metadata"), or prompt strings. A spec that does not validate fails with
-        SpindleError("invalid_argument") naming the term, before anything is sampled."""
+        SpindleError("invalid_argument") naming the term, before anything is sampled.
+        sampling_params None: SamplingParams(max_tokens=REWARD_TEST_MAX_TOKENS); reward_test
+        needs max_tokens >= 1."""
         spec_json = spec if isinstance(spec, str) else json.dumps(spec)
         wire_rows = []
         for row in rows:
@@ -267,7 +413,8 @@ class ServiceClient:
                               "metadata_json": metadata})
         body = {"spec_json": spec_json, "rows": wire_rows, "address": str(address),
                 "num_samples": int(num_samples),
-                "sampling_params": _convert.sampling_params_body(sampling_params or SamplingParams()),
+                "sampling_params": _convert.sampling_params_body(
+                    sampling_params or SamplingParams(max_tokens=REWARD_TEST_MAX_TOKENS)),
                 "bins": int(bins)}
         return self._call("reward_test", body, _rewards.reward_test_response)
 

@@ -22,15 +22,24 @@
 // Key metric: the first of reward_mean, eval_accuracy, reward, accuracy, eval_loss, loss found
 // as a number in metrics_json, else none. Node labels read "step 3" and "loss 1.234".
 //
+// Lifetime (RevisionInfo v2): a node is durable, ephemeral (expires_ms > 0: servable until the
+// daemon collects it past expiry, unless promoted) or expired (collected: its weights are gone,
+// it stays in the lineage, and addressing it is not_found). lifetimeText() is the badge the
+// view shows: "" (durable), "ephemeral · expires 14:05 UTC" or "expired".
+//
 // Actions on a node: rollbackTo(id) makes it the shown policy's head (catalog_rollback of
 // <policy>@<id>; the header and head mark update), forkAt(id, name) forks it into a new policy
-// (catalog_fork; emits forked(address)). addressOf(id) is the node's revision address
+// (catalog_fork; emits forked(address)), promote(id) makes an ephemeral node durable
+// (catalog_promote; the node's expiry clears). addressOf(id) is the node's revision address
 // "spindle://<tenant>/<node's policy>@<id>" (what "Open in playground" opens).
 //
 // loadRichest() is for screenshots and first opens: it lists the first catalog page, asks
 // catalog_show of the most recently updated policies with a head (up to `candidates`, in
 // parallel) and load()s the one with the longest recent history (PolicyReply::recent, <= 20);
 // ready() with no policy when the catalog is empty.
+//
+// setLineage(policy, revisions) shows data already at hand (what load() ends with, without
+// asking the daemon): tests, and screenshots of states a live daemon rarely holds.
 //
 // Threading: GUI thread only. A reply to an older load() is dropped.
 
@@ -58,8 +67,18 @@ struct LineageNode {
   bool head = false;     // the shown policy's head
   int column = 0;        // layout, see above
   int lane = 0;
+  qint64 expires_ms = 0;  // ephemeral: Unix ms of its expiry; 0 = durable
+  bool expired = false;   // collected past expiry (not servable)
 
+  bool ephemeral() const { return expires_ms != 0 && !expired; }
   QString label() const;  // "step N" plus "\n<metric> <value>" when there is a key metric
+  // The lifetime badge: "" (durable), "ephemeral · expires 14:05 UTC" (the date too, as
+  // "Jun 12 14:05 UTC", when it is not on now_ms's UTC day) or "expired".
+  QString lifetimeText(qint64 now_ms) const;
+  QString lifetimeText() const;  // against the current time
+  // The details line: "durable", "ephemeral, expires 2024-06-12 14:05:09 UTC (promote it to
+  // keep it)", "expired at 2024-06-12 14:05:09 UTC (not servable: its weights were released)".
+  QString lifetimeDetail() const;
 };
 
 struct LineageEdge {
@@ -74,6 +93,10 @@ class LineageModel : public QObject {
   explicit LineageModel(Connection* connection, QObject* parent = nullptr);
 
   void load(const QString& address);  // a policy address (any revision suffix is ignored)
+  // Shows `policy` with `revisions` (any order, duplicates ignored) as load() would once the
+  // daemon answered; emits headerChanged, lineageChanged and ready.
+  void setLineage(const protocol::PolicyInfo& policy,
+                  const std::vector<protocol::RevisionInfo>& revisions);
   void reload() { if (!address_.isEmpty()) load(address_); }
   void loadRichest(int candidates = 16);  // lineage_pick.cpp
   QString address() const { return address_; }
@@ -96,6 +119,10 @@ class LineageModel : public QObject {
 
   void rollbackTo(const QString& id);
   void forkAt(const QString& id, const QString& name);
+  void promote(const QString& id);  // an ephemeral node; emits actionDone
+  // The shown policy's user metadata ("" = none) as one line of compact JSON, and indented.
+  QString userMetadataText() const;
+  QString userMetadataPretty() const;
 
   QString lastErrorCode() const { return error_code_; }
   QString lastErrorMessage() const { return error_message_; }
