@@ -60,8 +60,23 @@ void run_status(const RemoteOptions& o, bool as_json) {
   if (as_json) {
     json bases = json::array();
     for (const auto& b : caps.bases) {
-      bases.push_back({{"id", b.id}, {"arch", b.arch}, {"n_layers", b.n_layers}, {"dim", b.dim},
-                       {"vocab_size", b.vocab_size}, {"max_seq_len", b.max_seq_len}});
+      json entry = {{"id", b.id}, {"arch", b.arch}, {"n_layers", b.n_layers}, {"dim", b.dim},
+                    {"vocab_size", b.vocab_size}, {"max_seq_len", b.max_seq_len}};
+      for (const auto& s : st.bases) {  // its engine (status class version 3)
+        if (s.id != b.id) continue;
+        entry["device"] = s.device;
+        entry["dtype"] = s.dtype;
+        entry["base_bytes"] = s.base_bytes;
+        entry["kv_bytes"] = s.kv_bytes;
+        entry["serving_pool_bytes"] = s.serving_pool_bytes;
+        entry["training_pool_bytes"] = s.training_pool_bytes;
+        entry["device_slots"] = s.device_slots;
+        entry["device_slots_used"] = s.device_slots_used;
+        entry["running_sequences"] = s.running_sequences;
+        entry["training_sessions"] = s.training_sessions;
+        entry["queue_depth"] = s.queue_depth;
+      }
+      bases.push_back(std::move(entry));
     }
     json placements = json::array();
     for (const auto& p : st.placements) {
@@ -105,12 +120,23 @@ void run_status(const RemoteOptions& o, bool as_json) {
                                 st.server_version, client->server().protocol_version,
                                 st.uptime_s, client->server().tenant)
                         .c_str());
-  for (const auto& b : caps.bases) {
-    std::printf("%s", fmt::format("base         {} ({}, {} layers, dim {}, vocab {}, context {})\n",
-                                  b.id, b.arch, b.n_layers, b.dim, b.vocab_size, b.max_seq_len)
+  const auto mib = [](uint64_t b) { return double(b) / 1048576.0; };
+  for (size_t i = 0; i < caps.bases.size(); ++i) {
+    const auto& b = caps.bases[i];
+    std::string engine;
+    for (const auto& s : st.bases) {
+      if (s.id != b.id) continue;
+      engine = fmt::format("; {} {}, {:.1f} MiB resident, slots {}/{}, {} decoding, {} sessions",
+                           s.device, s.dtype,
+                           mib(s.base_bytes + s.kv_bytes + s.serving_pool_bytes + s.training_pool_bytes),
+                           s.device_slots_used, s.device_slots, s.running_sequences,
+                           s.training_sessions);
+    }
+    std::printf("%s", fmt::format("base         {}{} ({}, {} layers, dim {}, vocab {}, context {}){}\n",
+                                  b.id, i == 0 && caps.bases.size() > 1 ? " (default)" : "", b.arch,
+                                  b.n_layers, b.dim, b.vocab_size, b.max_seq_len, engine)
                           .c_str());
   }
-  const auto mib = [](uint64_t b) { return double(b) / 1048576.0; };
   std::printf("%s", fmt::format("device       {} — {}, base in {}: base {:.1f} MiB, KV {:.1f} MiB, "
                                 "slots {:.1f} MiB serving + {:.1f} MiB training; {:.0f} of {:.0f} "
                                 "MiB free\n",
