@@ -40,7 +40,7 @@ class NodeItem : public QGraphicsPathItem {
     const bool selected = option->state & QStyle::State_Selected;
     painter->setBrush(fill_);
     QPen pen(selected ? text_ : edge_, selected ? 3.0 : head_ ? 2.6 : 1.4);
-    pen.setStyle(selected ? Qt::SolidLine : border_);
+    pen.setStyle(border_);  // selected or not: the lifetime stays visible
     painter->setPen(pen);
     painter->drawPath(path());
   }
@@ -111,8 +111,12 @@ void LineageScene::rebuild(const LineageModel& model, const QPalette& palette) {
       QFont bf = f;
       bf.setPointSizeF(f.pointSizeF() * 0.85);
       bf.setItalic(n.expired);
-      bf.setBold(!n.expired);
       b->setFont(bf);
+      // A long badge (an expiry on another day) shrinks to fit; the tooltip has it in full.
+      for (int i = 0; i < 6 && b->boundingRect().width() > kNodeWidth - 10; ++i) {
+        bf.setPointSizeF(bf.pointSizeF() * 0.92);
+        b->setFont(bf);
+      }
       b->setBrush(n.expired ? ink : mix(hue, text, 0.45));
       const QRectF br = b->boundingRect();
       badge_h = br.height();

@@ -26,7 +26,7 @@ class LineageScene : public QGraphicsScene {
   QString selectedId() const;        // the selected box's revision id, or ""
   QPointF centerOf(const QString& id) const;
 
-  static constexpr qreal kNodeWidth = 150, kNodeHeight = 62, kColumnStep = 190, kLaneStep = 84;
+  static constexpr qreal kNodeWidth = 150, kNodeHeight = 62, kColumnStep = 182, kLaneStep = 84;
 
  private:
   QHash<QString, QGraphicsItem*> items_;

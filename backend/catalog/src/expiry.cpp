@@ -38,7 +38,8 @@ void Catalog::Impl::record_expiry(int64_t seq, bool is_new, int64_t expires_ms) 
         .run();
     return;
   }
-  auto q = db.query("SELECT expires_ms, expired_ms IS NOT NULL FROM revision_expiry WHERE seq = ?1");
+  auto q =
+      db.query("SELECT expires_ms, expired_ms IS NOT NULL FROM revision_expiry WHERE seq = ?1");
   q.bind(1, seq);
   if (!q.step()) return;  // durable stays durable
   const int64_t old_expires = q.int64(0);

@@ -73,14 +73,16 @@ PolicyReply policy_reply(catalog::Catalog& cat, const std::string& tenant,
                          const catalog::Policy& p, std::optional<catalog::Revision> rev) {
   PolicyReply out;
   out.policy = policy_info(p);
-  if (!rev && p.head) rev = cat.get(tenant, {p.tenant, p.name, *p.head}).revision;
-  if (rev) out.revision = revision_info(*rev);
+  // The head through lineage, which lists an expired (collected) head too, where get() is
+  // not_found: a policy stays showable after its ephemeral head expired.
   if (p.head) {
     const catalog::Lineage l = cat.lineage(tenant, {p.tenant, p.name, *p.head},
                                            {.max_ancestors = 19, .max_descendants = 0});
+    if (!rev) rev = l.revision;
     out.recent.push_back(revision_info(l.revision));
     for (const auto& e : l.ancestors) out.recent.push_back(revision_info(e.revision));
   }
+  if (rev) out.revision = revision_info(*rev);
   return out;
 }
 
@@ -178,8 +180,9 @@ void run_op(Daemon& d, catalog::Catalog& cat, const Call& call, const Request& r
       const auto& q = std::get<AddressRequest>(req.body);
       const catalog::Address a = client_address(d, cat, call, q.address);
       const catalog::Policy p = cat.get_policy(tenant, a.policy);
+      // An explicit revision through lineage too: an expired one is shown (expired = true).
       std::optional<catalog::Revision> rev;
-      if (!a.latest() || p.head) rev = cat.get(tenant, a).revision;
+      if (!a.latest()) rev = cat.lineage(tenant, a, {.max_ancestors = 0, .max_descendants = 0}).revision;
       d.replies->ok(call, policy_reply(cat, tenant, p, rev));
       return;
     }

@@ -201,6 +201,9 @@ TEST_F(Sessions, EphemeralRevisionServesThenExpires) {
   ASSERT_FALSE(gone.ok);
   EXPECT_EQ(gone.error.code, errc::not_found);
   EXPECT_NE(gone.error.message.find("expired"), std::string::npos) << gone.error.message;
+  // Still shown (lineage stays whole), marked expired; the policy whose head it was too.
+  const auto shown_expired = client_->ok<PolicyReply>(Op::catalog_show, AddressRequest{saved.address});
+  EXPECT_TRUE(shown_expired.revision.expired);
   const auto lineage = client_->ok<LineageReply>(
       Op::catalog_lineage, LineageRequest{kept.address, 10, 0});
   ASSERT_FALSE(lineage.ancestors.empty());

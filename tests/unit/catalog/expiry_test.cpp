@@ -47,8 +47,8 @@ TEST_F(ExpiryTest, EphemeralIsServableUntilCollectedThenExpiredButInLineage) {
   const Resolved head = cat_->get("acme", addr("acme", "rl"));
   EXPECT_EQ(head.revision.id, eph.id);
   EXPECT_EQ(head.revision.expires_ms, eph.expires_ms);
-  EXPECT_TRUE(same_weights(cat_->read_revision("acme", addr("acme", "rl", eph.id)).weights,
-                           adapter(2)));
+  EXPECT_TRUE(
+      same_weights(cat_->read_revision("acme", addr("acme", "rl", eph.id)).weights, adapter(2)));
 
   // Not due yet: nothing collected, even just before expiry.
   clock_ms_ = eph.expires_ms - 1;
@@ -186,8 +186,8 @@ TEST_F(ExpiryTest, PromoteKeepsItAfterExpiryIsIdempotentAndRefusedOnceCollected)
   ASSERT_EQ(r.expired.size(), 1u);
   EXPECT_EQ(r.expired[0].revision_id, lose.id);
   EXPECT_TRUE(blob_on_disk(keep.blob));
-  EXPECT_TRUE(same_weights(cat_->read_revision("acme", addr("acme", "p", keep.id)).weights,
-                           adapter(2)));
+  EXPECT_TRUE(
+      same_weights(cat_->read_revision("acme", addr("acme", "p", keep.id)).weights, adapter(2)));
 
   // Too late for the collected one (@latest names it too): not_found naming when.
   for (const Address& a : {addr("acme", "p", lose.id), addr("acme", "p")}) {
@@ -196,9 +196,9 @@ TEST_F(ExpiryTest, PromoteKeepsItAfterExpiryIsIdempotentAndRefusedOnceCollected)
     EXPECT_NE(late.message.find("expired at"), std::string::npos) << late.message;
   }
   // Tenant scoping as everywhere.
-  EXPECT_EQ(catch_error([&] { cat_->promote_revision("other", addr("other", "p", keep.id), "u"); })
-                .code,
-            ErrorCode::not_found);
+  EXPECT_EQ(
+      catch_error([&] { cat_->promote_revision("other", addr("other", "p", keep.id), "u"); }).code,
+      ErrorCode::not_found);
 }
 
 TEST_F(ExpiryTest, PromotingTheHeadViaLatest) {
@@ -325,7 +325,7 @@ class ExpiryGcTest : public ExpiryTest {
 TEST_F(ExpiryGcTest, SoftDeletedPolicyWithExpiredRevisionsIsPurged) {
   cat_->create_policy("acme", spec("p"), "t");
   const Revision d = commit("acme", "p", 1);
-  commit_ephemeral("acme", "p", 2);                   // collected below
+  commit_ephemeral("acme", "p", 2);                                         // collected below
   const Revision pending = commit_ephemeral("acme", "p", 3, 100 * kTtlMs);  // not yet due
   clock_ms_ += 2 * kTtlMs;
   ASSERT_EQ(cat_->collect_expired("op").expired.size(), 1u);

@@ -87,8 +87,8 @@ TEST_F(BaseIdTest, HuggingFaceIdsRegisterListAndFilter) {
 
 TEST_F(BaseIdTest, MalformedIdsAreRefusedNamingTheId) {
   const std::string long_id = std::string(64, 'a') + "/" + std::string(64, 'b');  // 129
-  for (const std::string& bad : std::vector<std::string>{"/x", "a//b", "a/", "", "/", "a/-b",
-                                                         "a/b c", "a@b/c", long_id}) {
+  for (const std::string& bad :
+       std::vector<std::string>{"/x", "a//b", "a/", "", "/", "a/-b", "a/b c", "a@b/c", long_id}) {
     const Caught reg =
         catch_error([&] { cat_->register_base({.id = bad, .arch = "qwen3"}, "op"); });
     EXPECT_EQ(reg.code, ErrorCode::invalid_argument) << bad;
@@ -102,8 +102,7 @@ TEST_F(BaseIdTest, MalformedIdsAreRefusedNamingTheId) {
     EXPECT_EQ(catch_error([&] { cat_->create_policy("acme", s, "t"); }).code,
               ErrorCode::invalid_argument);
   }
-  EXPECT_NE(catch_error([&] { check_base_id("a//b"); }).message.find("empty"),
-            std::string::npos);
+  EXPECT_NE(catch_error([&] { check_base_id("a//b"); }).message.find("empty"), std::string::npos);
   EXPECT_NO_THROW(check_base_id(std::string(128, 'a')));
   EXPECT_NO_THROW(check_base_id("Qwen/Qwen3-0.6B"));
 }
