@@ -9,6 +9,9 @@ packages=(
   libopenblas-openmp-dev libpcre2-dev libicu-dev nlohmann-json3-dev libspdlog-dev libcli11-dev
   libsqlite3-dev libssl-dev libzmq3-dev cppzmq-dev libcereal-dev libcpp-httplib-dev
   python3 python3-numpy python3-zmq python3-pytest
+  # The Tinker drop-in tests: TensorData.from_torch, forward_backward_custom (autograd) and chat
+  # templates rendered as transformers does (jinja2's sandbox). The SDK itself needs neither.
+  python3-torch python3-jinja2
   # Spindle Studio (Qt 6.4 Widgets + Charts, Dear ImGui 1.86 with its OpenGL 3 backend) and a
   # real X server for its screenshot test; fonts so text renders under Xvfb.
   qt6-base-dev qt6-charts-dev libqt6opengl6-dev libgl-dev libimgui-dev xvfb xauth

@@ -18,6 +18,8 @@ void register_catalog_bench(CLI::App& app);  // bench_catalog.cpp
 void register_grpo_bench(CLI::App& app);  // bench_grpo.cpp
 void register_residency_bench(CLI::App& app);  // bench_residency.cpp
 void register_service_bench(CLI::App& app);  // bench_service.cpp
+void register_soak_bench(CLI::App& app);  // bench_soak.cpp
+void register_kill_loop_bench(CLI::App& app);  // bench_kill_loop.cpp
 #ifdef SPINDLE_BENCH_STUDIO
 void register_studio_bench(CLI::App& app);  // bench_studio.cpp (needs the Studio's spindle_ui)
 #endif
@@ -41,6 +43,8 @@ int main(int argc, char** argv) {
   spindle::bench::register_grpo_bench(app);  // runs from its own callback
   spindle::bench::register_residency_bench(app);  // runs from its own callback
   spindle::bench::register_service_bench(app);  // runs from its own callback
+  spindle::bench::register_soak_bench(app);  // runs from its own callback
+  spindle::bench::register_kill_loop_bench(app);  // runs from its own callback
 #ifdef SPINDLE_BENCH_STUDIO
   spindle::bench::register_studio_bench(app);  // runs from its own callback
 #endif

@@ -138,12 +138,10 @@ void Llama2cTokenizer::merge(std::vector<int32_t>& tokens) const {
   std::erase(tokens, -1);
 }
 
-std::vector<int32_t> Llama2cTokenizer::encode(std::string_view text,
-                                              const EncodeOptions& opts) const {
-  std::vector<int32_t> tokens;
-  tokens.reserve(text.size() + 2);
-  if (opts.add_special_tokens) tokens.push_back(kBos);
-  if (!text.empty()) tokens.push_back(lookup(" ").value_or(kByteOffset + ' '));  // dummy prefix
+void Llama2cTokenizer::encode_segment(std::string_view text, bool dummy_prefix,
+                                      std::vector<int32_t>& tokens) const {
+  const size_t first = tokens.size();
+  if (!text.empty() && dummy_prefix) tokens.push_back(lookup(" ").value_or(kByteOffset + ' '));
   const auto is_continuation = [](char c) { return (static_cast<uint8_t>(c) & 0xC0) == 0x80; };
   std::string buf;  // one UTF-8 character (or a run of up to 4 stray bytes), as run.c groups
   for (size_t i = 0; i < text.size(); ++i) {
@@ -156,7 +154,43 @@ std::vector<int32_t> Llama2cTokenizer::encode(std::string_view text,
     }
     buf.clear();
   }
-  merge(tokens);
+  std::vector<int32_t> segment(tokens.begin() + std::ptrdiff_t(first), tokens.end());
+  merge(segment);
+  tokens.resize(first);
+  tokens.insert(tokens.end(), segment.begin(), segment.end());
+}
+
+std::vector<int32_t> Llama2cTokenizer::encode(std::string_view text,
+                                              const EncodeOptions& opts) const {
+  std::vector<int32_t> tokens;
+  tokens.reserve(text.size() + 2);
+  if (opts.add_special_tokens) tokens.push_back(kBos);
+  if (!opts.parse_special) {
+    encode_segment(text, true, tokens);
+    return tokens;
+  }
+  // Special tokens written in the text ("<s>", "</s>", "<unk>") are those tokens, as Hugging
+  // Face's Llama tokenizer reads them; only the text's start gets the dummy-prefix space.
+  const std::vector<SpecialToken> specials = special_tokens();
+  size_t at = 0;
+  bool start = true;
+  while (at <= text.size()) {
+    size_t next = std::string_view::npos;
+    const SpecialToken* hit = nullptr;
+    for (const SpecialToken& s : specials) {
+      const size_t p = text.find(s.text, at);
+      if (p < next) {
+        next = p;
+        hit = &s;
+      }
+    }
+    encode_segment(text.substr(at, next == std::string_view::npos ? text.size() - at : next - at),
+                   start, tokens);
+    if (!hit) break;
+    tokens.push_back(hit->id);
+    at = next + hit->text.size();
+    start = false;
+  }
   return tokens;
 }
 

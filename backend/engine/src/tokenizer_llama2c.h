@@ -43,6 +43,9 @@ class Llama2cTokenizer final : public Tokenizer {
   const char* kind() const override { return "llama2c"; }
 
  private:
+  // Appends the ids of plain `text` (no special tokens), merged; the dummy-prefix space first
+  // when `dummy_prefix` and the text is not empty.
+  void encode_segment(std::string_view text, bool dummy_prefix, std::vector<int32_t>& tokens) const;
   Llama2cTokenizer() = default;
   // Merges adjacent tokens in place exactly as run.c's loop would (see the .cpp).
   void merge(std::vector<int32_t>& tokens) const;

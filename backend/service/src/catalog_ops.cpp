@@ -233,6 +233,11 @@ void run_op(Daemon& d, catalog::Catalog& cat, const Call& call, const Request& r
     case Op::catalog_delete: {
       const auto& q = std::get<AddressRequest>(req.body);
       const catalog::Address a = client_address(d, cat, call, q.address);
+      // A revision address would delete its whole policy: refuse rather than guess.
+      SPINDLE_CHECK(a.latest(), invalid_argument,
+                    "{} names revision {}: catalog_delete deletes a whole policy; pass "
+                    "spindle://{}/{} (revisions are immutable; ephemeral ones expire)",
+                    q.address, a.revision, a.tenant, a.policy);
       cat.remove(tenant, a.policy, actor(call));
       d.resolutions.drop_policy(tenant, a.policy);
       d.replies->ok(call, Empty{});

@@ -71,7 +71,9 @@ engine::SamplingParams sampling_params(const SamplingParamsMsg& p) {
   sp.seed = p.seed;
   sp.stop_token_ids = p.stop_token_ids;
   sp.stop_strings = p.stop_strings;
+  sp.max_tokens = std::max(p.max_tokens, 1);  // 0 (until a stop) is resolved per row
   sp.validate();
+  sp.max_tokens = p.max_tokens;
   return sp;
 }
 
@@ -92,6 +94,13 @@ std::optional<std::vector<Completions>> sample_rows(Daemon& d, const Call& call,
     job.prompt = encode_prompt(*adapter.base->tokenizer, r.rows[i].prompt, i);
     job.num_samples = r.num_samples;
     job.params = params;
+    if (params.max_tokens == 0) {  // until a stop, the context's end or the server's bound
+      const int64_t room = adapter.base->weights.config.max_seq_len - int64_t(job.prompt.size());
+      SPINDLE_CHECK(room >= 1, invalid_argument,
+                    "rows[{}].prompt: {} tokens leave no room in the context of {}", i,
+                    job.prompt.size(), adapter.base->weights.config.max_seq_len);
+      job.params.max_tokens = int32_t(std::min<int64_t>(room, d.config.limits.max_sample_tokens));
+    }
     job.done = [promise](SampleOutcome o) { promise->set_value(std::move(o)); };
     std::future<SampleOutcome> f = promise->get_future();
     if (adapter.base->scheduler->submit_sample(std::move(job))) {

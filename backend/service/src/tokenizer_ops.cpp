@@ -37,18 +37,21 @@ DetokenizeReply detokenize(const Daemon& d, const DetokenizeRequest& req, const 
                   "tokens[{}]: id {} outside the vocabulary [0, {}) of base '{}'", i, ids[i], vocab,
                   b.id);
   }
-  if (!req.skip_special_tokens) return {b.id, b.tokenizer->decode(ids)};
-  // Without the special tokens, each kept run decoded after the token before it (llama2.c
-  // drops the leading space of the piece after BOS, as its decode of the whole would).
+  // Special tokens as their written form ("<s>", as Hugging Face renders them; llama2.c's piece
+  // for BOS is "\n<s>\n"), or dropped with skip_special_tokens; each run between them decoded
+  // after the token before it (llama2.c drops the leading space of the piece after BOS, as its
+  // decode of the whole would).
   const std::vector<engine::SpecialToken> specials = b.tokenizer->special_tokens();
-  auto special = [&](int32_t id) {
-    return std::any_of(specials.begin(), specials.end(),
-                       [id](const engine::SpecialToken& s) { return s.id == id; });
+  auto special = [&](int32_t id) -> const engine::SpecialToken* {
+    for (const auto& s : specials)
+      if (s.id == id) return &s;
+    return nullptr;
   };
   std::string text;
   int32_t prev = -1;
   for (size_t i = 0; i < ids.size();) {
-    if (special(ids[i])) {
+    if (const engine::SpecialToken* s = special(ids[i])) {
+      if (!req.skip_special_tokens) text += s->text;
       prev = ids[i++];
       continue;
     }

@@ -29,6 +29,10 @@ LOAD_STATE_V = 2
 SAMPLE_V = 2
 _VERSION = "cereal_class_version"
 
+# OptimStepResponse.metrics keys are "optim/step", "optim/grad_norm", "optim/clipped": a plain
+# "step" would overwrite the step a cookbook loop logs its metrics under.
+OPTIM_METRIC_PREFIX = "optim/"
+
 
 def random_seed() -> int:
     return random.SystemRandom().getrandbits(63)
@@ -135,8 +139,9 @@ def optim_step_response(reply: _wire.Reply) -> OptimStepResponse:
     step = int(reply.body.get("step", 0))
     grad_norm = float(reply.body.get("grad_norm", 0.0))
     clipped = bool(reply.body.get("clipped", False))
-    return OptimStepResponse(metrics={"step": float(step), "grad_norm": grad_norm,
-                                      "clipped": 1.0 if clipped else 0.0},
+    return OptimStepResponse(metrics={OPTIM_METRIC_PREFIX + "step": float(step),
+                                      OPTIM_METRIC_PREFIX + "grad_norm": grad_norm,
+                                      OPTIM_METRIC_PREFIX + "clipped": 1.0 if clipped else 0.0},
                              step=step, grad_norm=grad_norm, clipped=clipped)
 
 

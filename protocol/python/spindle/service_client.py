@@ -221,8 +221,10 @@ class ServiceClient:
         if weights_access_token is not None:
             raise unsupported("create_training_client_from_state(weights_access_token=...)",
                               "revisions are loaded with this client's own token")
+        # user_metadata is stored on a new policy only; an exact resume keeps the policy's own.
+        metadata = self._metadata_json(user_metadata) if fork else ""
         body = {"address": str(path), "with_optimizer": bool(with_optimizer), "fork": bool(fork),
-                "policy": policy or "", "user_metadata_json": self._metadata_json(user_metadata)}
+                "policy": policy or "", "user_metadata_json": metadata}
 
         def convert(reply: _wire.Reply) -> TrainingClient:
             client = self._training_client(reply)

@@ -81,9 +81,11 @@ class TrainingClient:
         forward_backward_custom): `forward` gives each datum's target logprobs; loss_fn(data,
         logprobs) returns (loss, metrics) with the logprobs as torch tensors that require grad;
         loss.backward() gives d loss / d logprob, and `forward_backward` with cross_entropy and
-        weights = -d loss / d logprob then accumulates exactly the custom loss's gradient. The
-        result's metrics include loss_fn's. Blocks for the forward pass; returns the future of
-        the backward one. Each datum may carry only target_tokens and weights."""
+        weights = -d loss / d logprob then accumulates exactly the custom loss's gradient (when
+        some of those are negative, which spindled's cross_entropy refuses, importance_sampling
+        with logprobs = the forward's and advantages = -d loss / d logprob, the same gradient).
+        The result's metrics include loss_fn's. Blocks for the forward pass; returns the future
+        of the backward one. Each datum may carry only target_tokens and weights."""
         forward_data, torch = self._custom_forward_data(data, loss_type_input)
         logprobs = self.forward(forward_data, "cross_entropy").result()
         return self._custom_backward(data, loss_fn, logprobs, torch)
@@ -124,22 +126,34 @@ class TrainingClient:
             logprobs.append(lp.clone().detach().requires_grad_(True))
         loss, metrics = loss_fn(data, logprobs)
         loss.backward()
-        linear = []
-        for datum, lp in zip(data, logprobs):
+        grads = []
+        for lp in logprobs:
             if lp.grad is None:
                 raise ValueError("No gradient computed for logprob tensor")
-            # The daemon's cross_entropy is sum(-weights * logprobs): weights = -dC/dlogprobs
-            # makes its gradient the custom loss C's.
-            linear.append(Datum(model_input=datum.model_input,
-                                loss_fn_inputs={"target_tokens": datum.loss_fn_inputs["target_tokens"],
-                                                "weights": TensorData.from_torch(-lp.grad)}))
+            grads.append(-lp.grad)  # -dC/dlogprobs
+        signed = any(bool((g < 0).any()) for g in grads)
+        linear = []
+        for datum, lp, g in zip(data, logprobs, grads):
+            target = datum.loss_fn_inputs["target_tokens"]
+            if not signed:
+                # The daemon's cross_entropy is sum(-weights * logprobs): weights = -dC/dlogprobs
+                # makes its gradient the custom loss C's (Tinker's construction).
+                inputs = {"target_tokens": target, "weights": TensorData.from_torch(g)}
+            else:
+                # spindled's cross_entropy takes weights >= 0 only. importance_sampling,
+                # sum(-exp(logp - q) * advantages), with q = these logprobs (ratio 1) and
+                # advantages = -dC/dlogprobs has the same gradient.
+                inputs = {"target_tokens": target, "logprobs": TensorData.from_torch(lp.detach()),
+                          "advantages": TensorData.from_torch(g)}
+            linear.append(Datum(model_input=datum.model_input, loss_fn_inputs=inputs))
         custom = {str(k): float(v) for k, v in dict(metrics or {}).items()}
 
         def add_metrics(out: ForwardBackwardOutput) -> ForwardBackwardOutput:
             out.metrics.update(custom)
             return out
 
-        return self.forward_backward(linear, "cross_entropy").then(add_metrics)
+        loss_name = "importance_sampling" if signed else "cross_entropy"
+        return self.forward_backward(linear, loss_name).then(add_metrics)
 
     # ---- optimizer -------------------------------------------------------------------------
 

@@ -238,3 +238,31 @@ TEST(Llama2cTokenizer, RandomBytesRoundTrip) {
     ASSERT_EQ(tok->decode(std::span(ids).subspan(1), /*prev=*/1), text) << "round " << round;
   }
 }
+
+// Special tokens written in the text are those tokens (Hugging Face's Llama tokenizer reads
+// "<s>" so); parse_special = false keeps run.c's byte-level reading.
+TEST(Llama2cTokenizer, SpecialTokensWrittenInTextAreRecognised) {
+  SPINDLE_SHARED_OR_SKIP(path, "models/stories260K/tok512.bin");
+  const auto tok = load_tokenizer(path);
+  const EncodeOptions plain{.add_special_tokens = false};
+  EXPECT_EQ(tok->encode("<s>", plain), (std::vector<int32_t>{1}));
+  const std::vector<int32_t> once = tok->encode("Once upon a time", plain);
+  std::vector<int32_t> expected = once;
+  expected.push_back(2);
+  EXPECT_EQ(tok->encode("Once upon a time</s>", plain), expected);
+  // Only the text's start gets the dummy-prefix space: after a special token, "Once" is the
+  // piece without it, as the text's own run.c encode of "Once" after BOS would not add one.
+  const std::vector<int32_t> after = tok->encode("<s>Once", plain);
+  ASSERT_GE(after.size(), 2u);
+  EXPECT_EQ(after.front(), 1);
+  EXPECT_EQ(tok->decode(std::span(after).subspan(1), 1), "Once");
+  EXPECT_EQ(tok->encode("</s>", {.add_special_tokens = true}), (std::vector<int32_t>{1, 2}));
+  const RunCReference ref(path);
+  EXPECT_EQ(tok->encode("a <s> b", {.add_special_tokens = true, .parse_special = false}),
+            ref.encode("a <s> b"));
+  const auto specials = tok->special_tokens();
+  ASSERT_EQ(specials.size(), 3u);
+  EXPECT_EQ(specials[1].id, 1);
+  EXPECT_EQ(specials[1].text, "<s>");
+  EXPECT_STREQ(tok->kind(), "llama2c");
+}

@@ -8,7 +8,7 @@ from typing import Any, Dict
 import numpy as np
 
 from .model_input import ModelInput
-from .tensor_data import TensorData, _HAVE_TORCH, torch
+from .tensor_data import TensorData, loaded_torch
 
 __all__ = ["Datum"]
 
@@ -34,7 +34,8 @@ class Datum:
 def _convert(key: str, value: Any) -> TensorData:
     if isinstance(value, TensorData):
         return value
-    if _HAVE_TORCH and isinstance(value, torch.Tensor):
+    torch = loaded_torch()
+    if torch is not None and isinstance(value, torch.Tensor):
         if key in _SPARSE_ELIGIBLE_KEYS and value.ndim == 2:
             return TensorData.from_torch_sparse(value)
         return TensorData.from_torch(value)

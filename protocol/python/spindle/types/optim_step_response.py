@@ -10,8 +10,9 @@ __all__ = ["OptimStepResponse"]
 
 @dataclass
 class OptimStepResponse:
-    """metrics: {"step": optimizer steps so far, "grad_norm": the global norm before clipping,
-    "clipped": 1.0 when grad_clip_norm clipped it, else 0.0}; the same values are attributes."""
+    """metrics: {"optim/step": optimizer steps so far, "optim/grad_norm": the global gradient
+    norm before clipping, "optim/clipped": 1.0 when grad_clip_norm clipped it, else 0.0}; the
+    same values are the attributes step, grad_norm and clipped."""
     metrics: Optional[Dict[str, float]] = None
     step: int = 0
     grad_norm: float = 0.0

@@ -8,25 +8,32 @@ and everything else as float32 (messages.h DatumMsg), whatever the TensorData ho
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, List, Optional
+import sys
+from typing import TYPE_CHECKING, Any, List, Optional
 
 import numpy as np
 
-try:  # torch is optional: from_torch/to_torch need it, nothing else does
-    import torch  # type: ignore[import-not-found]
-    _HAVE_TORCH = True
-except ImportError:  # pragma: no cover - depends on the environment
-    torch = None  # type: ignore[assignment]
-    _HAVE_TORCH = False
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["TensorData"]
 
 _NUMPY = {"int64": np.int64, "float32": np.float32, "int32": np.int32, "float64": np.float64}
 
 
-def _require_torch(what: str) -> None:
-    if not _HAVE_TORCH:
-        raise ImportError(f"PyTorch is not installed: TensorData.{what} needs it")
+def _torch(what: str):
+    """torch, imported on first use: `import spindle` stays light, and a value can only be a
+    torch.Tensor once the caller has imported torch (see loaded_torch)."""
+    try:
+        import torch
+    except ImportError:
+        raise ImportError(f"PyTorch is not installed: TensorData.{what} needs it") from None
+    return torch
+
+
+def loaded_torch():
+    """The torch module if the program has imported it, else None (no import here)."""
+    return sys.modules.get("torch")
 
 
 @dataclass(frozen=True, eq=False, init=False)
@@ -86,7 +93,7 @@ class TensorData:
 
     @classmethod
     def from_torch(cls, tensor: "torch.Tensor") -> "TensorData":
-        _require_torch("from_torch")
+        torch = _torch("from_torch")
         tensor = tensor.detach().cpu()
         if tensor.dtype == torch.bfloat16 or tensor.dtype == torch.float16:
             tensor = tensor.float()
@@ -95,17 +102,19 @@ class TensorData:
     @classmethod
     def from_torch_sparse(cls, tensor: "torch.Tensor") -> "TensorData":
         """A CSR TensorData of a 2-D tensor when that is smaller, else dense (as Tinker)."""
-        _require_torch("from_torch_sparse")
+        _torch("from_torch_sparse")
         if tensor.ndim != 2:
             return cls.from_torch(tensor)
         nnz = int(tensor.count_nonzero().item())
         if (tensor.shape[0] + 1) + 2 * nnz >= tensor.shape[0] * tensor.shape[1]:
             return cls.from_torch(tensor)
         dense = cls.from_torch(tensor)
-        csr = tensor.detach().cpu().to_sparse_csr()
-        return cls(data=dense.to_numpy()[dense.to_numpy() != 0], dtype=dense.dtype,
-                   shape=list(tensor.shape), sparse_crow_indices=csr.crow_indices().tolist(),
-                   sparse_col_indices=csr.col_indices().tolist())
+        array = dense.to_numpy()
+        rows, cols = np.nonzero(array)  # row-major: CSR order
+        crow = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=array.shape[0]))])
+        return cls(data=array[rows, cols], dtype=dense.dtype, shape=list(array.shape),
+                   sparse_crow_indices=[int(x) for x in crow],
+                   sparse_col_indices=[int(x) for x in cols])
 
     def to_numpy(self) -> np.ndarray:
         if self.sparse_crow_indices is None:
@@ -121,7 +130,7 @@ class TensorData:
         return dense
 
     def to_torch(self) -> "torch.Tensor":
-        _require_torch("to_torch")
+        torch = _torch("to_torch")
         return torch.from_numpy(np.array(self.to_numpy(), copy=True))
 
     def tolist(self) -> list:

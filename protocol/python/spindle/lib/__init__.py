@@ -1,0 +1,1 @@
+"""Tinker's `tinker.lib` module path (the clients live in spindle's top-level modules)."""
