@@ -48,6 +48,11 @@ struct SoakOptions {
   int trainers = 4;  // clients that own a training session (at most --max-sessions)
   int threads = 4;
   uint64_t seed = 1;
+  // Ops in the mix (all by default): sample, logprobs, catalog, status, reward, malformed,
+  // disconnect, stream; a disabled op's share goes to status. Trainers always train.
+  std::string mix = "sample,logprobs,catalog,status,reward,malformed,disconnect,stream";
+  bool enabled(const std::string& op) const { return ("," + mix + ",").find("," + op + ",") != std::string::npos; }
+  double rss_every_s = 0.0;  // > 0: print the daemon's RSS that often
 };
 
 double rss_mb(pid_t pid) {
@@ -198,7 +203,11 @@ class Worker {
 
   void send_next(SimClient& c) {
     if (c.trainer >= 0) return send_training(c);
-    const uint32_t roll = uint32_t(rng_() % 1000);
+    uint32_t roll = uint32_t(rng_() % 1000);
+    const char* kind = roll < 420 ? "sample" : roll < 570 ? "logprobs" : roll < 720 ? "catalog"
+                       : roll < 850 ? "status" : roll < 870 ? "reward" : roll < 900 ? "malformed"
+                       : roll < 910 ? "disconnect" : "stream";
+    if (!o_.enabled(kind)) roll = 800;  // status
     Frames frames;
     if (roll < 420) {
       SampleRequest body = sample_body(frames, random_address());
@@ -338,16 +347,30 @@ void run_soak(const SoakOptions& o) {
   std::vector<std::thread> running;
   for (auto& w : workers) running.emplace_back([&, w = w.get()] { w->run(stop, drain_deadline); });
   double rss_base = 0.0, rss_peak = 0.0;
+  ClientOptions probe_options;
+  probe_options.endpoint = f.endpoint;
+  probe_options.token = f.token;
+  Client probe(probe_options);  // the daemon's own figures: its host cache fills by design
+  uint64_t cache_base = 0;
+  double next_print = o.rss_every_s;
   while (seconds_since(start) < o.seconds) {
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
     const double r = rss_mb(daemon.pid());
+    if (o.rss_every_s > 0 && seconds_since(start) >= next_print) {
+      std::printf("t = %5.0f s  rss = %7.1f MB\n", seconds_since(start), r);
+      next_print += o.rss_every_s;
+    }
     rss_peak = std::max(rss_peak, r);
-    if (rss_base == 0.0 && seconds_since(start) >= baseline_at) rss_base = r;
+    if (rss_base == 0.0 && seconds_since(start) >= baseline_at) {
+      rss_base = r;
+      cache_base = probe.status().host_cache_bytes;
+    }
   }
   stop = true;
   for (auto& t : running) t.join();
   const double elapsed = seconds_since(start);
   const double rss_end = rss_mb(daemon.pid());
+  const auto end_status = probe.status();
   Tally all;
   for (auto& w : workers) all.merge(w->tally());
   const int rc = daemon.terminate();
@@ -369,6 +392,10 @@ void run_soak(const SoakOptions& o) {
   std::printf("rss_growth_mb = %.1f (%.1f %% of %.1f MB at %.0f s; peak %.1f MB)\n",
               rss_end - rss_base, rss_base > 0 ? 100.0 * (rss_end - rss_base) / rss_base : 0.0,
               rss_base, baseline_at, rss_peak);
+  std::printf("host_cache_growth_mb = %.1f (of the RSS growth; its capacity %.0f MB: "
+              "--host-cache-mib)\n",
+              (double(end_status.host_cache_bytes) - double(cache_base)) / 1048576.0,
+              double(end_status.host_cache_capacity) / 1048576.0);
   std::printf("daemon_exit = %d\n", rc);
   fs::remove_all(dir);
 }
@@ -390,6 +417,8 @@ void register_soak_bench(CLI::App& app) {
   cmd->add_option("--threads", o->threads, "client threads (each polls its share of sockets)")
       ->check(CLI::Range(1, 256));
   cmd->add_option("--seed", o->seed, "op mix seed");
+  cmd->add_option("--mix", o->mix, "ops in the mix, comma-separated (default: all)");
+  cmd->add_option("--rss-every", o->rss_every_s, "print the daemon's RSS every S seconds");
   cmd->add_option("--shared", *shared, "fixtures folder (default: $SPINDLE_SHARED_DIR or ../shared)");
   cmd->add_option("--spindled", o->spindled, "spindled binary (default: beside this program's build)");
   cmd->callback([o, shared] {
