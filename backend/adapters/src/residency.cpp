@@ -41,7 +41,12 @@ std::optional<int32_t> ResidencyManager::claim_slot() {
 std::optional<int32_t> ResidencyManager::acquire(const std::string& revision_id,
                                                  int32_t priority) {
   ++stats_.acquires;
-  if (known_set_.insert(revision_id).second) known_.push_back(revision_id);
+  if (known_set_.insert(revision_id).second) {
+    known_.push_back(revision_id);
+    // Bounded by what is placed, not by every id ever sampled: past a few times the slots,
+    // drop the ids that went cold (a catalog of 10^6 policies must not grow this without end).
+    if (known_.size() > 1024 + 4 * slots_.size()) forget_cold();
+  }
   if (auto it = slot_of_.find(revision_id); it != slot_of_.end()) {
     Slot& slot = slots_[size_t(it->second)];
     ++slot.in_use;
@@ -114,10 +119,26 @@ std::optional<int32_t> ResidencyManager::slot_of(const std::string& revision_id)
   return it->second;
 }
 
+ResidencyTier ResidencyManager::tier_of(const std::string& id) const {
+  if (slot_of_.count(id)) return ResidencyTier::device;
+  if (landed_.count(id) || cache_.contains(id)) return ResidencyTier::host;
+  if (pending_.count(id) || loader_.in_flight(id)) return ResidencyTier::loading;
+  return ResidencyTier::cold;
+}
+
+void ResidencyManager::forget_cold() {
+  std::erase_if(known_, [&](const std::string& id) {
+    if (tier_of(id) != ResidencyTier::cold) return false;
+    known_set_.erase(id);
+    return true;
+  });
+}
+
 std::vector<RevisionPlacement> ResidencyManager::snapshot() const {
   std::vector<RevisionPlacement> out;
   out.reserve(known_.size());
   for (const std::string& id : known_) {
+    if (tier_of(id) == ResidencyTier::cold) continue;  // cold: absent, as if never seen
     RevisionPlacement p{id, ResidencyTier::cold, -1, 0};
     if (auto it = slot_of_.find(id); it != slot_of_.end()) {
       p.tier = ResidencyTier::device;

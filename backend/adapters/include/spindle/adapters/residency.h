@@ -75,7 +75,8 @@ class ResidencyManager {
   // work for a successful id can now acquire; for a failed id, fail the work with `error`.
   std::vector<LandedLoad> take_landed();
 
-  // Where each revision this manager has seen sits now.
+  // Where each placed revision sits now (device, host or loading); cold ones are omitted, and
+  // at most a few times the slot count of cold ids are remembered between snapshots.
   std::vector<RevisionPlacement> snapshot() const;
   std::optional<int32_t> slot_of(const std::string& revision_id) const;
   ResidencyStats stats() const { return stats_; }
@@ -99,7 +100,9 @@ class ResidencyManager {
   // Landed (or waiting for a free slot), not yet placed: held here so a host-cache eviction
   // cannot send parked work back to disk; bounded by the parked work's distinct ids.
   std::unordered_map<std::string, AdapterPtr> landed_;
-  std::vector<std::string> known_;                       // every id seen, first-seen order
+  ResidencyTier tier_of(const std::string& id) const;
+  void forget_cold();  // drops cold ids from known_
+  std::vector<std::string> known_;                       // ids seen and maybe placed, first-seen order
   std::unordered_set<std::string> known_set_;
   uint64_t tick_ = 0;
   ResidencyStats stats_;
