@@ -18,6 +18,10 @@ int main(int argc, char** argv) {
   app.add_option("--endpoint", options.endpoint, "ZeroMQ endpoint to connect to")->required();
   app.add_option("--plugin-dir", dirs, "plugin folder (repeatable; default: built-in dirs)");
   app.add_option("--parent-pid", options.parent_pid, "exit when this process exits");
+  app.add_option("--memory-limit-mib", options.memory_limit_mib,
+                 "address-space limit (RLIMIT_AS) in MiB; reaching it exits with status 88 "
+                 "(0: none)")
+      ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
   for (const std::string& d : dirs) options.plugin_dirs.emplace_back(d);
   try {

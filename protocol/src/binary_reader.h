@@ -12,8 +12,14 @@
 // read); integers and IEEE floats in that byte order at their natural size; bool one byte
 // (0/1; anything else is refused here); strings and vectors a u64 count then the elements; a
 // class's u32 version before its first instance in the archive; names are not written.
+//
+// Since names are not written, a reader cannot skip fields it does not know: a class version
+// above the one this build declares (CEREAL_CLASS_VERSION) is refused, naming the field, rather
+// than misread ("body.sampling_params: class version 2 is newer than this side reads (1)").
+// Errors name the field path ("body.data[3].model_input.shape: truncated ...").
 
 #include <cereal/cereal.hpp>
+#include <cereal/details/helpers.hpp>
 
 #include <cstdint>
 #include <cstring>
@@ -38,8 +44,9 @@ class BinaryReader : public cereal::InputArchive<BinaryReader, cereal::AllowEmpt
   // Reads `n` bytes of elements `elem` bytes wide, swapping each element when needed.
   void read(void* out, size_t n, size_t elem) {
     if (n > remaining())
-      throw cereal::Exception("truncated: needs " + std::to_string(n) + " more bytes at offset " +
-                              std::to_string(pos_) + ", has " + std::to_string(remaining()));
+      fail("truncated: needs " + std::to_string(n) + " more bytes at offset " +
+           std::to_string(pos_) + ", has " + std::to_string(remaining()));
+    if (n == 0) return;  // `out` may be an empty vector's null data()
     std::memcpy(out, data_.data() + pos_, n);
     pos_ += n;
     if (swap_ && elem > 1) {
@@ -54,14 +61,13 @@ class BinaryReader : public cereal::InputArchive<BinaryReader, cereal::AllowEmpt
     uint64_t n = 0;
     read(&n, sizeof n, sizeof n);
     if (min_bytes > 0 && n > remaining() / min_bytes)
-      throw cereal::Exception(std::string(what) + " of " + std::to_string(n) +
-                              " elements but only " + std::to_string(remaining()) +
-                              " bytes left at offset " + std::to_string(pos_));
+      fail(std::string(what) + " of " + std::to_string(n) + " elements but only " +
+           std::to_string(remaining()) + " bytes left at offset " + std::to_string(pos_));
     return n;
   }
 
   std::string_view take(size_t n) {
-    if (n > remaining()) throw cereal::Exception("truncated string");
+    if (n > remaining()) fail("truncated string");
     std::string_view s = data_.substr(pos_, n);
     pos_ += n;
     return s;
@@ -70,11 +76,61 @@ class BinaryReader : public cereal::InputArchive<BinaryReader, cereal::AllowEmpt
   size_t remaining() const { return data_.size() - pos_; }
   size_t position() const { return pos_; }
 
+  // Field path of the value being read: a member name per NameValuePair, "[i]" per element.
+  void push(std::string label) { path_.push_back(std::move(label)); }
+  void pop() { path_.pop_back(); }
+  std::string path() const {
+    std::string out;
+    for (const std::string& l : path_) {
+      if (!out.empty() && l[0] != '[') out += '.';
+      out += l;
+    }
+    return out;
+  }
+  [[noreturn]] void fail(const std::string& what) const {
+    const std::string p = path();
+    throw cereal::Exception(p.empty() ? what : p + ": " + what);
+  }
+
+  // The class versions this build declares for the structs being read, innermost last.
+  void begin_class(uint32_t known) { known_versions_.push_back(known); }
+  void end_class() { known_versions_.pop_back(); }
+  // Called with the class version just read for the innermost struct.
+  void check_class_version(uint32_t version) {
+    const uint32_t known = known_versions_.empty() ? 0 : known_versions_.back();
+    if (version <= known) return;
+    pop();  // name the struct, not its version field
+    fail("class version " + std::to_string(version) + " is newer than this side reads (" +
+         std::to_string(known) +
+         "): the binary encoding cannot skip unknown fields (write version " +
+         std::to_string(known) + ", or use the J encoding)");
+  }
+
  private:
   std::string_view data_;
   size_t pos_ = 0;
   bool swap_ = false;
+  std::vector<std::string> path_;
+  std::vector<uint32_t> known_versions_;
 };
+
+// Each struct read records the version this build declares for it (its CEREAL_CLASS_VERSION).
+template <class T>
+struct IsBinaryWrapper : std::false_type {};
+template <class T>
+struct IsBinaryWrapper<cereal::NameValuePair<T>> : std::true_type {};
+template <class T>
+struct IsBinaryWrapper<cereal::SizeTag<T>> : std::true_type {};
+template <class T>
+  requires(std::is_class_v<T> && !IsBinaryWrapper<T>::value)
+void prologue(BinaryReader& ar, const T&) {
+  ar.begin_class(cereal::detail::Version<T>::version);
+}
+template <class T>
+  requires(std::is_class_v<T> && !IsBinaryWrapper<T>::value)
+void epilogue(BinaryReader& ar, const T&) {
+  ar.end_class();
+}
 
 template <class T>
 std::enable_if_t<std::is_arithmetic_v<T> && !std::is_same_v<T, bool>> CEREAL_LOAD_FUNCTION_NAME(
@@ -85,13 +141,18 @@ std::enable_if_t<std::is_arithmetic_v<T> && !std::is_same_v<T, bool>> CEREAL_LOA
 inline void CEREAL_LOAD_FUNCTION_NAME(BinaryReader& ar, bool& b) {
   uint8_t v = 0;
   ar.read(&v, 1, 1);
-  if (v > 1) throw cereal::Exception("bool byte is " + std::to_string(v) + ", not 0 or 1");
+  if (v > 1) ar.fail("bool byte is " + std::to_string(v) + ", not 0 or 1");
   b = v == 1;
 }
 
 template <class T>
 void CEREAL_SERIALIZE_FUNCTION_NAME(BinaryReader& ar, cereal::NameValuePair<T>& t) {
+  ar.push(t.name);
   ar(t.value);
+  if constexpr (std::is_same_v<std::decay_t<T>, uint32_t>) {
+    if (std::string_view(t.name) == "cereal_class_version") ar.check_class_version(t.value);
+  }
+  ar.pop();
 }
 
 template <class T>
@@ -117,7 +178,9 @@ void CEREAL_LOAD_FUNCTION_NAME(BinaryReader& ar, std::vector<T, A>& v) {
     v.clear();
     for (uint64_t i = 0; i < n; ++i) {
       v.emplace_back();
+      ar.push("[" + std::to_string(i) + "]");
       ar(v.back());
+      ar.pop();
     }
   }
 }

@@ -1,5 +1,7 @@
 // Header encode/decode in both encodings (wire.h). Every cereal/rapidjson exception stops
-// here and becomes a ProtocolError carrying what of the header was read.
+// here and becomes a ProtocolError carrying what of the header was read. Writing uses cereal's
+// archives; reading uses this library's bounded, field-naming readers (binary_reader.h,
+// json_reader.h), which read exactly what cereal writes.
 
 #include <cereal/archives/json.hpp>
 #include <cereal/archives/portable_binary.hpp>
@@ -8,9 +10,9 @@
 
 #include <cmath>
 #include <sstream>
-#include <streambuf>
 
 #include "binary_reader.h"
+#include "json_reader.h"
 #include "json_safety.h"
 #include "spindle/protocol/wire.h"
 #include "walker.h"
@@ -24,13 +26,6 @@ using cereal::make_nvp;
 // JSON nesting deeper than any message needs; bounds rapidjson's recursive parser (cereal's).
 constexpr int kMaxJsonDepth = 64;
 
-struct MemoryBuffer : std::streambuf {
-  explicit MemoryBuffer(std::string_view s) {
-    char* p = const_cast<char*>(s.data());  // read-only: only the get area is set
-    setg(p, p, p + s.size());
-  }
-};
-
 // Printable, bounded excerpt of untrusted text for error messages.
 std::string excerpt(std::string_view s) {
   std::string out;
@@ -39,9 +34,9 @@ std::string excerpt(std::string_view s) {
   return out;
 }
 
-// Refuses what cereal's JSON reader cannot take safely: nesting beyond kMaxJsonDepth (its
-// parser recurses), and anything that is not one well-formed JSON object.
-void check_json_text(std::string_view text) {
+// Parses a J header: refuses nesting beyond kMaxJsonDepth (before parsing) and anything that is
+// not one well-formed JSON object.
+void parse_json_header(std::string_view text, rapidjson::Document& doc) {
   int depth = 0;
   bool in_string = false;
   for (size_t i = 0; i < text.size(); ++i) {
@@ -61,7 +56,6 @@ void check_json_text(std::string_view text) {
       --depth;
     }
   }
-  rapidjson::Document doc;
   doc.Parse<rapidjson::kParseIterativeFlag | rapidjson::kParseNanAndInfFlag |
             rapidjson::kParseFullPrecisionFlag>(text.data(), text.size());
   if (doc.HasParseError())
@@ -225,16 +219,14 @@ Message decode(std::span<const std::string> parts, const Limits& limits, const c
                                              std::to_string(ar->remaining()) +
                                              " trailing bytes after the body");
   } else {
-    MemoryBuffer buffer(header);
-    std::istream in(&buffer);
-    std::optional<cereal::JSONInputArchive> ar;
+    rapidjson::Document doc;
     try {
-      check_json_text(header);
-      ar.emplace(in);
+      parse_json_header(header, doc);
     } catch (const std::exception& e) {
       throw ctx.error(errc::bad_request, std::string("bad ") + what + " header: " + e.what());
     }
-    m = read(*ar, ctx);
+    detail::JsonReader ar(doc);
+    m = read(ar, ctx);
   }
   m.frames.assign(parts.begin() + 1, parts.end());
   return m;

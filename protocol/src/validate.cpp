@@ -2,11 +2,13 @@
 // A generic pass over every field (strings, numbers, tensor frames), then per-op rules.
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <set>
 
 #include "spindle/protocol/wire.h"
+#include "utf8.h"
 #include "walker.h"
 
 namespace spindle::protocol {
@@ -118,17 +120,32 @@ class Checker {
   std::vector<bool> used_;
 };
 
-// Strings within bounds and finite numbers, for every field.
+// The long strings: documents and text a request carries whole (PEFT config, run config,
+// reward spec, the text to tokenize). The header bound is theirs; every other string has
+// max_string_bytes.
+bool is_long_string(Op op, std::string_view field) {
+  return field == "adapter_config_json" || field == "config_json" || field == "spec_json" ||
+         (op == Op::tokenize && field == "text");
+}
+
+// Strings within bounds and valid UTF-8, finite numbers, for every field.
 struct FieldChecks : detail::Walker::Visitor {
   explicit FieldChecks(Checker& c) : c(c) {}
   void string(const detail::Walker& w, std::string& s) override {
-    const uint64_t limit = w.field() == "adapter_config_json" || w.field() == "config_json" ||
-                                   w.field() == "spec_json"
-                               ? c.l_.max_header_bytes
-                               : c.l_.max_string_bytes;
+    const uint64_t limit =
+        is_long_string(c.r_.op, w.field()) ? c.l_.max_header_bytes : c.l_.max_string_bytes;
     if (s.size() > limit)
       c.fail(errc::limit_exceeded, w.path(),
              std::to_string(s.size()) + " bytes, limit " + std::to_string(limit));
+    // Names, addresses, JSON documents and text go to the catalog, to JSON and to other
+    // clients' J replies, none of which can hold arbitrary bytes.
+    if (const size_t at = detail::first_invalid_utf8(s); at != std::string::npos) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "0x%02x", unsigned(uint8_t(s[at])));
+      c.fail(errc::invalid_argument, w.path(),
+             std::string("not valid UTF-8 (byte ") + hex + " at offset " + std::to_string(at) +
+                 "): every request string must be UTF-8");
+    }
   }
   void number(const detail::Walker& w, double v) override {
     c.require(std::isfinite(v), w.path(), "not a finite number");
@@ -221,7 +238,7 @@ void check(Checker& c, const RewardTestRequest& b) {
            std::to_string(b.rows.size()) + " rows x " + std::to_string(b.num_samples) +
                " samples = " + std::to_string(total) + " completions, limit " +
                std::to_string(c.l_.max_reward_test_samples) + " (max_reward_test_samples)");
-  check_sampling(c, b.sampling_params, 1);
+  check_sampling(c, b.sampling_params, 0);
   c.bounded(b.bins, 1, kMaxHistogramBins, "bins");
 }
 
@@ -251,7 +268,7 @@ void check(Checker& c, const OptimStepRequest& b) {
   c.require(a.learning_rate >= 0.0f, "adam_params.learning_rate", "must be >= 0");
   c.require(a.beta1 >= 0.0f && a.beta1 < 1.0f, "adam_params.beta1", "must be in [0, 1)");
   c.require(a.beta2 >= 0.0f && a.beta2 < 1.0f, "adam_params.beta2", "must be in [0, 1)");
-  c.require(a.eps >= 0.0f, "adam_params.eps", "must be >= 0");
+  c.require(a.eps > 0.0f, "adam_params.eps", "must be > 0");  // the optimizer divides by it
   c.require(a.weight_decay >= 0.0f, "adam_params.weight_decay", "must be >= 0");
   c.require(a.grad_clip_norm >= 0.0f, "adam_params.grad_clip_norm", "must be >= 0 (0 = off)");
 }
@@ -305,10 +322,7 @@ void check(Checker& c, const ImportPeftRequest& b) {
   c.non_empty(b.adapter_config_json, "adapter_config_json");
   c.vector(b.adapter_model, "adapter_model", "uint8");
 }
-void check(Checker& c, const TokenizeRequest& b) {
-  c.require(b.text.size() <= c.l_.max_tokens_per_request, "text",
-            "longer than max_tokens_per_request bytes");
-}
+void check(Checker&, const TokenizeRequest&) {}  // text: a long string (FieldChecks)
 void check(Checker& c, const RunStartRequest& b) { c.non_empty(b.config_json, "config_json"); }
 void check(Checker& c, const RunListRequest& b) { c.bounded(b.limit, 1, kMaxCatalogLimit, "limit"); }
 void check(Checker& c, const RunStatusRequest& b) {

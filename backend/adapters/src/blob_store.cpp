@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <vector>
@@ -22,18 +23,28 @@ int64_t to_ns(const struct timespec& t) {
   return int64_t(t.tv_sec) * 1000000000 + t.tv_nsec;
 }
 
+// errno -> code (resource for a full disk or quota), with the caller's message.
+[[noreturn]] void throw_errno(int err, const std::string& message) {
+  throw Error(error_code_for_errno(err), message);
+}
+
 void fsync_dir(const fs::path& dir) {
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  SPINDLE_CHECK(fd >= 0, io, "blob store: cannot open directory {}: {}", dir.string(),
-                std::strerror(errno));
+  if (fd < 0) {
+    const int err = errno;
+    throw_errno(err, fmt::format("blob store: cannot open directory {}: {}", dir.string(),
+                                 std::strerror(err)));
+  }
   int rc;
   do {
     rc = ::fsync(fd);
   } while (rc != 0 && errno == EINTR);
   const int err = errno;
   ::close(fd);
-  SPINDLE_CHECK(rc == 0 || err == EINVAL, io, "blob store: fsync of directory {} failed: {}",
-                dir.string(), std::strerror(err));
+  if (rc != 0 && err != EINVAL) {
+    throw_errno(err, fmt::format("blob store: fsync of directory {} failed: {}", dir.string(),
+                                 std::strerror(err)));
+  }
 }
 
 // A fan-out directory must itself be durable before a blob inside it is acknowledged.
@@ -42,8 +53,10 @@ void ensure_fanout(const fs::path& root, const fs::path& dir) {
     fsync_dir(root);
     return;
   }
-  SPINDLE_CHECK(errno == EEXIST, io, "blob store: cannot create directory {}: {}", dir.string(),
-                std::strerror(errno));
+  const int err = errno;
+  if (err == EEXIST) return;
+  throw_errno(err, fmt::format("blob store: cannot create directory {}: {}", dir.string(),
+                               std::strerror(err)));
 }
 
 // flock on <root>/.lock through its own open file description, so it excludes other threads
@@ -53,8 +66,11 @@ class StoreLock {
   StoreLock(const fs::path& root, int operation) {
     const fs::path path = root / ".lock";
     fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    SPINDLE_CHECK(fd_ >= 0, io, "blob store: cannot open lock file {}: {}", path.string(),
-                  std::strerror(errno));
+    if (fd_ < 0) {
+      const int err = errno;  // ENOSPC: no inode left for a new store's lock file
+      throw_errno(err, fmt::format("blob store: cannot open lock file {}: {}", path.string(),
+                                   std::strerror(err)));
+    }
     int rc;
     do {
       rc = ::flock(fd_, operation);
@@ -77,7 +93,11 @@ class StoreLock {
 int64_t filesystem_now_ns(const fs::path& root) {
   const fs::path path = root / ".gc-clock";
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-  SPINDLE_CHECK(fd >= 0, io, "blob store: cannot open {}: {}", path.string(), std::strerror(errno));
+  if (fd < 0) {
+    const int err = errno;
+    throw_errno(err, fmt::format("blob store: cannot open {}: {}", path.string(),
+                                 std::strerror(err)));
+  }
   struct stat st {};
   const bool ok = ::futimens(fd, nullptr) == 0 && ::fstat(fd, &st) == 0;
   const int err = errno;
@@ -88,6 +108,24 @@ int64_t filesystem_now_ns(const fs::path& root) {
 
 bool is_fanout_name(const std::string& s) {
   return s.size() == 2 && is_sha256_hex(s + std::string(62, '0'));
+}
+
+// Whether the file at `path` holds exactly `bytes` (read and compared in 1 MiB chunks).
+// false when it cannot be read: the caller rewrites it.
+bool holds_exactly(const fs::path& path, std::string_view bytes) {
+  try {
+    const FileReader reader(path);
+    if (reader.size() != bytes.size()) return false;
+    std::string chunk;
+    for (uint64_t at = 0; at < reader.size(); at += chunk.size()) {
+      chunk.resize(size_t(std::min<uint64_t>(reader.size() - at, uint64_t(1) << 20)));
+      reader.read_at(at, chunk.data(), chunk.size());
+      if (bytes.compare(size_t(at), chunk.size(), chunk) != 0) return false;
+    }
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
 }
 
 }  // namespace
@@ -112,14 +150,19 @@ std::string BlobStore::put(std::string_view bytes) const {
   ensure_fanout(root_, path.parent_path());
   const StoreLock lock(root_, LOCK_SH);
   struct stat st {};
-  if (::stat(path.c_str(), &st) == 0 && uint64_t(st.st_size) == bytes.size()) {
-    // Already stored (content-addressed: same name, same bytes). Refresh the mtime so a GC
-    // running now treats it as just written (protocol step 2).
+  if (::stat(path.c_str(), &st) == 0 && uint64_t(st.st_size) == bytes.size() &&
+      holds_exactly(path, bytes)) {
+    // Already stored, and intact. Refresh the mtime so a GC running now treats it as just
+    // written (protocol step 2).
     if (::utimensat(AT_FDCWD, path.c_str(), nullptr, 0) == 0) return id;
-    SPINDLE_CHECK(errno == ENOENT, io, "blob store: cannot touch {}: {}", path.string(),
-                  std::strerror(errno));
+    if (errno != ENOENT) {
+      const int err = errno;
+      throw_errno(err, fmt::format("blob store: cannot touch {}: {}", path.string(),
+                                   std::strerror(err)));
+    }
   }
-  // Absent, or a damaged copy of the wrong size: (re)write it atomically.
+  // Absent, or a damaged copy (wrong size or wrong bytes): (re)write it atomically, so
+  // committing the same content again repairs a blob that get() reported as data_loss.
   write_file_atomic(path, bytes);
   return id;
 }
@@ -136,9 +179,9 @@ std::string BlobStore::get(std::string_view id) const {
   std::string bytes(size_t(reader->size()), '\0');
   reader->read_at(0, bytes.data(), bytes.size());
   const std::string actual = sha256_hex(bytes);
-  SPINDLE_CHECK(actual == id, format,
+  SPINDLE_CHECK(actual == id, data_loss,
                 "blob {} is corrupt: {} ({} bytes) hashes to {}; the stored copy is damaged "
-                "and must be restored from a replica or re-committed",
+                "and must be restored from a backup or re-committed",
                 id, path.string(), bytes.size(), actual);
   return bytes;
 }

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 
 #include "catalog_impl.h"
@@ -34,7 +35,9 @@ std::filesystem::path prepared_dir(const std::filesystem::path& dir) {
 Catalog::Impl::Impl(const std::filesystem::path& dir, const CatalogOptions& options)
     : data_dir(prepared_dir(dir)),
       db(dir / "catalog.db",
-         {.busy_timeout_ms = options.busy_timeout_ms, .cache_kib = options.cache_mib * 1024}),
+         {.busy_timeout_ms = options.busy_timeout_ms,
+          .cache_kib = options.cache_mib * 1024,
+          .quick_check = options.quick_check}),
       blobs(dir / "blobs"),
       clock(options.clock_ms ? options.clock_ms : system_ms) {
   detail::migrate_db(db, latest_schema_version());
@@ -122,9 +125,26 @@ std::vector<AuditEntry> Catalog::audit_log(std::string_view tenant, int limit,
 
 // ---- check --------------------------------------------------------------------------------
 
-CheckReport Catalog::check() {
-  CheckReport report;
-  auto& db = impl_->db;
+std::vector<std::string> Catalog::Impl::live_revisions_naming(std::string_view blob) {
+  auto q = db.query(
+      "SELECT t.name, p.name, r.id, r.blob = ?1 FROM revisions r JOIN policies p ON p.id = "
+      "r.policy_id JOIN tenants t ON t.id = p.tenant_id WHERE (r.blob = ?1 OR r.state_blob = "
+      "?1) AND NOT EXISTS (SELECT 1 FROM revision_expiry e WHERE e.seq = r.seq AND "
+      "e.expired_ms IS NOT NULL) ORDER BY r.seq");
+  q.bind(1, blob);
+  std::vector<std::string> out;
+  while (q.step()) {
+    out.push_back(fmt::format("spindle://{}/{}@{}{}", q.text(0), q.text(1), q.text(2),
+                              q.int64(3) ? "" : " (optimizer state)"));
+  }
+  return out;
+}
+
+namespace {
+
+// Catalog::check without the data_loss guard.
+void check_database(Catalog::Impl& impl, CheckReport& report, const CheckOptions& options) {
+  auto& db = impl.db;
   {
     auto q = db.query("PRAGMA integrity_check");
     std::string all;
@@ -138,22 +158,63 @@ CheckReport Catalog::check() {
           fmt::format("{} row {} -> {}", q.text(0), q.text(1), q.text(2)));
     }
   }
-  // Only live revisions need their blobs: a collected ephemeral one released them.
-  detail::ReadTxn snapshot(db);
-  auto q = db.query(
-      "SELECT r.blob, count(*) FROM revisions r WHERE NOT EXISTS (SELECT 1 FROM revision_expiry "
-      "e WHERE e.seq = r.seq AND e.expired_ms IS NOT NULL) GROUP BY r.blob");
-  while (q.step()) {
-    report.revisions += q.int64(1);
-    const std::string blob = q.text(0);
-    if (!impl_->blobs.exists(blob)) report.missing_blobs.push_back(blob);
+  // Only live revisions need their blobs: a collected ephemeral one released them. The list
+  // comes from one snapshot; the blobs are read after it ends, so a long verification never
+  // holds a read transaction (which would stop checkpoints and let the WAL grow).
+  std::vector<std::string> blobs;
+  {
+    detail::ReadTxn snapshot(db);
+    auto q = db.query(
+        "SELECT r.blob, count(*) FROM revisions r WHERE NOT EXISTS (SELECT 1 FROM "
+        "revision_expiry e WHERE e.seq = r.seq AND e.expired_ms IS NOT NULL) GROUP BY r.blob");
+    while (q.step()) {
+      report.revisions += q.int64(1);
+      blobs.push_back(q.text(0));
+    }
+    auto s = db.query(
+        "SELECT DISTINCT r.state_blob FROM revisions r WHERE r.state_blob IS NOT NULL AND NOT "
+        "EXISTS (SELECT 1 FROM revision_expiry e WHERE e.seq = r.seq AND e.expired_ms IS NOT "
+        "NULL)");
+    while (s.step()) blobs.push_back(s.text(0));
   }
-  auto s = db.query(
-      "SELECT DISTINCT r.state_blob FROM revisions r WHERE r.state_blob IS NOT NULL AND NOT "
-      "EXISTS (SELECT 1 FROM revision_expiry e WHERE e.seq = r.seq AND e.expired_ms IS NOT NULL)");
-  while (s.step()) {
-    const std::string blob = s.text(0);
-    if (!impl_->blobs.exists(blob)) report.missing_blobs.push_back(blob);
+  std::sort(blobs.begin(), blobs.end());
+  blobs.erase(std::unique(blobs.begin(), blobs.end()), blobs.end());
+  for (const std::string& blob : blobs) {
+    if (!impl.blobs.exists(blob)) {
+      if (!impl.live_revisions_naming(blob).empty()) report.missing_blobs.push_back(blob);
+      continue;
+    }
+    if (!options.verify_blobs) continue;
+    try {
+      impl.blobs.get(blob);
+      ++report.blobs_verified;
+    } catch (const Error& e) {
+      if (e.code() == ErrorCode::not_found) {  // removed since exists(): still needed?
+        if (!impl.live_revisions_naming(blob).empty()) report.missing_blobs.push_back(blob);
+        continue;
+      }
+      if (e.code() != ErrorCode::data_loss) throw;
+      ++report.blobs_verified;
+      std::vector<std::string> revisions = impl.live_revisions_naming(blob);
+      if (revisions.empty()) continue;  // released meanwhile: nothing needs it
+      report.corrupt_blobs.push_back(
+          {blob, impl.blobs.path_of(blob).string(), std::move(revisions), e.what()});
+    }
+  }
+}
+
+}  // namespace
+
+CheckReport Catalog::check(const CheckOptions& options) {
+  CheckReport report;
+  try {
+    check_database(*impl_, report, options);
+  } catch (const Error& e) {
+    // SQLite could not even read the file (SQLITE_CORRUPT/NOTADB): that is the report.
+    if (e.code() != ErrorCode::data_loss) throw;
+    report.integrity = report.integrity.empty() || report.integrity == "ok"
+                           ? e.what()
+                           : report.integrity + "; " + e.what();
   }
   return report;
 }

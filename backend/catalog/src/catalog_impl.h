@@ -79,9 +79,15 @@ struct Catalog::Impl {
   // weights or its optimizer state. Index lookups only (revisions_by_blob, _by_state_blob).
   bool blob_referenced_live(std::string_view blob);
   // blobs.get(blob) of a revision get(tenant, address) just resolved; when the blob is gone
-  // because collect_expired collected the revision meanwhile, the "expired" not_found.
+  // because collect_expired collected the revision meanwhile, the "expired" not_found. A blob
+  // failing its checksum throws data_loss "<what>: blob <id> is corrupt: <path> ...", where
+  // `what` names the revision ("revision spindle://t/p@<id>"); so does one missing while the
+  // revision is live.
   std::string read_resolved_blob(std::string_view tenant, const Address& address,
-                                 const std::string& blob, Catalog& cat);
+                                 const std::string& blob, Catalog& cat, std::string_view what);
+  // The live (durable, or ephemeral and not collected) revisions naming `blob` as weights or
+  // optimizer state, as "spindle://t/p@<id>" (+ " (optimizer state)"), oldest first.
+  std::vector<std::string> live_revisions_naming(std::string_view blob);
 
   // ---- audit ----------------------------------------------------------------------------
   void audit(std::optional<int64_t> tenant_id, std::string_view actor, std::string_view action,

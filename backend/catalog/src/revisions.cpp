@@ -134,21 +134,32 @@ Revision Catalog::commit_revision(std::string_view tenant, std::string_view poli
 
 // A blob read right after get(): collect_expired may have collected the revision in between
 // (it deletes blobs in its own transaction). Then the caller hears "expired", not "blob
-// missing": get() again says so.
+// missing": get() again says so. A blob failing its checksum, or missing while its revision is
+// live, is data_loss naming `what`.
 std::string Catalog::Impl::read_resolved_blob(std::string_view tenant, const Address& address,
-                                             const std::string& blob, Catalog& cat) {
+                                             const std::string& blob, Catalog& cat,
+                                             std::string_view what) {
   try {
     return blobs.get(blob);  // verifies the checksum
   } catch (const Error& e) {
+    if (e.code() == ErrorCode::data_loss) {
+      throw Error(ErrorCode::data_loss, fmt::format("{}: {}", what, e.what()));
+    }
     if (e.code() != ErrorCode::not_found) throw;
     cat.get(tenant, address);  // throws not_found "... expired at ..." when it was collected
-    throw;
+    // Still live, its blob gone: lost bytes, not a missing name.
+    throw Error(ErrorCode::data_loss,
+                fmt::format("{}: blob {} is missing from the blob store ({}); restore it from a "
+                            "backup or re-commit the revision",
+                            what, blob, blobs.path_of(blob).string()));
   }
 }
 
 adapters::DecodedRevision Catalog::read_revision(std::string_view tenant, const Address& address) {
   const Resolved r = get(tenant, address);
-  const std::string bytes = impl_->read_resolved_blob(tenant, address, r.revision.blob, *this);
+  const std::string what = fmt::format("revision {}@{}", r.policy.address(), r.revision.id);
+  const std::string bytes =
+      impl_->read_resolved_blob(tenant, address, r.revision.blob, *this, what);
   return adapters::decode_revision(
       bytes, fmt::format("{}@{} (blob {})", r.policy.address(), r.revision.id, r.revision.blob));
 }
@@ -157,7 +168,9 @@ std::optional<engine::AdamW> Catalog::read_optimizer_state(std::string_view tena
                                                           const Address& address) {
   const Resolved r = get(tenant, address);
   if (!r.revision.state_blob) return std::nullopt;
-  std::string bytes = impl_->read_resolved_blob(tenant, address, *r.revision.state_blob, *this);
+  std::string bytes = impl_->read_resolved_blob(
+      tenant, address, *r.revision.state_blob, *this,
+      fmt::format("optimizer state of revision {}@{}", r.policy.address(), r.revision.id));
   return engine::AdamW::deserialize(
       std::move(bytes), fmt::format("{}@{} optimizer state (blob {})", r.policy.address(),
                                     r.revision.id, *r.revision.state_blob));

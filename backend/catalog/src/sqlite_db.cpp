@@ -2,23 +2,29 @@
 
 #include <fmt/format.h>
 
+#include <cerrno>
+#include <cstring>
+
 #include "spindle/core/error.h"
 
 namespace spindle::catalog::detail {
 namespace {
 
-ErrorCode code_for(int rc) {
+// `sys_errno`: sqlite3_system_errno of the failing call. SQLite reports ENOSPC on a write as
+// SQLITE_FULL but EDQUOT, and ENOSPC at fsync or when growing the -shm, as SQLITE_IOERR_*.
+ErrorCode code_for(int rc, int sys_errno) {
   switch (rc & 0xff) {
     case SQLITE_BUSY:
     case SQLITE_LOCKED:
+    case SQLITE_FULL:
       return ErrorCode::resource;
     case SQLITE_CONSTRAINT:
       return ErrorCode::invalid_argument;
     case SQLITE_CORRUPT:
     case SQLITE_NOTADB:
-      return ErrorCode::format;
+      return ErrorCode::data_loss;
     case SQLITE_IOERR:
-    case SQLITE_FULL:
+      return sys_errno == ENOSPC || sys_errno == EDQUOT ? ErrorCode::resource : ErrorCode::io;
     case SQLITE_CANTOPEN:
     case SQLITE_READONLY:
     case SQLITE_PERM:
@@ -28,14 +34,47 @@ ErrorCode code_for(int rc) {
   }
 }
 
+std::string db_file(sqlite3* db) {
+  const char* f = db ? sqlite3_db_filename(db, "main") : nullptr;
+  return f && *f ? f : "catalog.db";
+}
+
+// The message for a failed SQLite call: what SQLite said, the statement, and for a full disk
+// or a damaged file the database's path and what to do.
+std::string describe(sqlite3* db, int rc, const std::string& sqlite_msg, std::string_view what) {
+  const int sys = db ? sqlite3_system_errno(db) : 0;
+  const ErrorCode code = code_for(rc, sys);
+  // The errno belongs to the last failed OS call: only worth showing for an I/O failure.
+  const int primary = rc & 0xff;
+  const bool os_failure = primary == SQLITE_IOERR || primary == SQLITE_FULL ||
+                          primary == SQLITE_CANTOPEN || primary == SQLITE_READONLY ||
+                          primary == SQLITE_PERM;
+  const std::string errno_part =
+      os_failure && sys ? fmt::format(", errno {} {}", sys, std::strerror(sys)) : "";
+  if (code == ErrorCode::resource && os_failure) {
+    return fmt::format(
+        "catalog {}: no space left for the database (disk full or quota): sqlite: {} (code {}{}) "
+        "in: {}; nothing of this write was committed, free space and retry",
+        db_file(db), sqlite_msg, rc, errno_part, what);
+  }
+  if (code == ErrorCode::data_loss) {
+    return fmt::format(
+        "catalog {} is damaged: sqlite: {} (code {}) in: {}; restore catalog.db from a "
+        "backup (`spindle catalog check` reports what is wrong)",
+        db_file(db), sqlite_msg, rc, what);
+  }
+  return fmt::format("catalog: sqlite: {} (code {}{}) in: {}", sqlite_msg, rc, errno_part, what);
+}
+
 }  // namespace
 
 void throw_sqlite(sqlite3* db, int rc, std::string_view what, const char* file, int line) {
   const char* msg = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
   std::string where = file;
   if (const size_t slash = where.rfind('/'); slash != std::string::npos) where.erase(0, slash + 1);
-  throw Error(code_for(rc), fmt::format("catalog: sqlite: {} (code {}) in: {} [{}:{}]", msg, rc,
-                                        what, where, line));
+  const int sys = db ? sqlite3_system_errno(db) : 0;
+  throw Error(code_for(rc, sys),
+              fmt::format("{} [{}:{}]", describe(db, rc, msg, what), where, line));
 }
 
 // ---- Query -------------------------------------------------------------------------------
@@ -130,9 +169,10 @@ Db::Db(const std::filesystem::path& file, const Options& options) : file_(file) 
   const int rc = sqlite3_open_v2(file.c_str(), &db_, flags, nullptr);
   if (rc != SQLITE_OK) {
     const std::string msg = db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
+    const int sys = db_ ? sqlite3_system_errno(db_) : 0;
     sqlite3_close_v2(db_);
     db_ = nullptr;
-    throw Error(code_for(rc), fmt::format("catalog: cannot open {}: {}", file.string(), msg));
+    throw Error(code_for(rc, sys), fmt::format("catalog: cannot open {}: {}", file.string(), msg));
   }
   try {
     sqlite3_extended_result_codes(db_, 1);
@@ -150,6 +190,26 @@ Db::Db(const std::filesystem::path& file, const Options& options) : file_(file) 
         fmt::format("PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON; PRAGMA temp_store=MEMORY; "
                     "PRAGMA cache_size=-{};",
                     options.cache_kib));
+    if (options.quick_check) {
+      // Before anything writes (a migration on a damaged file could spread the damage).
+      std::string problems;
+      int n = 0;
+      {
+        auto q = query("PRAGMA quick_check(8)");
+        while (q.step()) {
+          const std::string line = q.text(0);
+          if (line == "ok") continue;
+          problems += (problems.empty() ? "" : "; ") + line;
+          ++n;
+        }
+      }
+      SPINDLE_CHECK(problems.empty(), data_loss,
+                    "catalog {} is damaged, refusing to open it: PRAGMA quick_check found {}{}: "
+                    "{}. Restore catalog.db from a backup; `spindle catalog check` reports the "
+                    "full integrity_check",
+                    file.string(), n, n >= 8 ? "+ problems" : n == 1 ? " problem" : " problems",
+                    problems);
+    }
   } catch (...) {
     for (auto& [sql, s] : cache_) sqlite3_finalize(s->stmt);
     cache_.clear();
@@ -170,7 +230,7 @@ void Db::exec(std::string_view sql) {
   if (rc != SQLITE_OK) {
     const std::string msg = err ? err : sqlite3_errstr(rc);
     sqlite3_free(err);
-    throw Error(code_for(rc), fmt::format("catalog: sqlite: {} (code {}) in: {}", msg, rc, s));
+    throw Error(code_for(rc, sqlite3_system_errno(db_)), describe(db_, rc, msg, s));
   }
 }
 

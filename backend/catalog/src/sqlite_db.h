@@ -3,8 +3,10 @@
 //
 // Errors: every return code goes through SQLITE_CHECK, which throws spindle::Error naming the
 // statement (or operation), sqlite3_errmsg and the source location. Codes map to
-// ErrorCode: BUSY/LOCKED -> resource, CONSTRAINT -> invalid_argument, CORRUPT/NOTADB ->
-// format, IOERR/FULL/CANTOPEN/READONLY/PERM -> io, anything else -> internal.
+// ErrorCode: BUSY/LOCKED -> resource; FULL, and IOERR whose errno is ENOSPC/EDQUOT ->
+// resource naming the database file (disk full); CONSTRAINT -> invalid_argument;
+// CORRUPT/NOTADB -> data_loss naming the file; other IOERR, CANTOPEN/READONLY/PERM -> io;
+// anything else -> internal.
 //
 // Threading: a Db is one connection, used by one thread at a time (opened NOMUTEX). Its
 // prepared-statement cache is per connection; a cached statement is borrowed by one Query at
@@ -82,6 +84,8 @@ class Db {
   struct Options {
     int busy_timeout_ms = 10000;
     int64_t cache_kib = 65536;
+    // PRAGMA quick_check at open: a damaged file throws data_loss naming it and the problems.
+    bool quick_check = false;
   };
   // Opens (creating if missing) with WAL, synchronous=FULL, foreign_keys=ON, busy_timeout.
   Db(const std::filesystem::path& file, const Options& options);

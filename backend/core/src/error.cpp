@@ -1,5 +1,7 @@
 #include "spindle/core/error.h"
 
+#include <cerrno>
+
 namespace spindle {
 
 const char* error_code_name(ErrorCode code) {
@@ -11,9 +13,20 @@ const char* error_code_name(ErrorCode code) {
     case ErrorCode::io: return "io";
     case ErrorCode::resource: return "resource";
     case ErrorCode::already_exists: return "already_exists";
+    case ErrorCode::data_loss: return "data_loss";
     case ErrorCode::internal: return "internal";
   }
   return "unknown";
+}
+
+ErrorCode error_code_for_errno(int err) {
+  switch (err) {
+    case ENOSPC:
+    case EDQUOT: return ErrorCode::resource;
+    case ENOENT:
+    case ENOTDIR: return ErrorCode::not_found;
+    default: return ErrorCode::io;
+  }
 }
 
 }  // namespace spindle

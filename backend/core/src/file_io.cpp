@@ -50,9 +50,17 @@ void fsync_or_throw(int fd, const fs::path& what) {
     rc = ::fsync(fd);
   } while (rc != 0 && errno == EINTR);
   // Some filesystems refuse fsync on directories (EINVAL); the rename is still atomic there.
+  // ENOSPC/EDQUOT here is a delayed-allocation or NFS filesystem running out at writeback.
   if (rc != 0 && errno != EINVAL) {
-    SPINDLE_THROW(io, "{}: fsync failed: {}", what.string(), errno_text(errno));
+    const int err = errno;
+    throw Error(error_code_for_errno(err),
+                fmt::format("{}: fsync failed: {}", what.string(), errno_text(err)));
   }
+}
+
+// Throws the errno's code (resource for a full disk or quota) with `message`.
+[[noreturn]] void throw_errno(int err, const std::string& message) {
+  throw Error(error_code_for_errno(err), message);
 }
 
 }  // namespace
@@ -127,9 +135,10 @@ void FileSink::write(const void* data, size_t n) {
     const size_t chunk = std::min<size_t>(n - done, size_t(1) << 30);
     const ssize_t put = ::write(fd_, p + done, chunk);
     if (put < 0) {
-      if (errno == EINTR) continue;
-      SPINDLE_THROW(io, "{}: write of {} bytes at offset {} failed: {}", path_.string(), chunk,
-                    written_, errno_text(errno));
+      const int err = errno;
+      if (err == EINTR) continue;
+      throw_errno(err, fmt::format("{}: write of {} bytes at offset {} failed: {}",
+                                   path_.string(), chunk, written_, errno_text(err)));
     }
     done += size_t(put);
     written_ += uint64_t(put);
@@ -148,8 +157,8 @@ void write_file_atomic(const fs::path& path, const std::function<void(FileSink&)
     const int err = errno;
     SPINDLE_CHECK(err != ENOENT, not_found, "{}: directory {} does not exist", path.string(),
                   dir.string());
-    SPINDLE_THROW(io, "{}: cannot create a temp file in {}: {}", path.string(), dir.string(),
-                  errno_text(err));
+    throw_errno(err, fmt::format("{}: cannot create a temp file in {}: {}", path.string(),
+                                 dir.string(), errno_text(err)));
   }
   const fs::path tmp(name.data());
   try {
@@ -163,19 +172,23 @@ void write_file_atomic(const fs::path& path, const std::function<void(FileSink&)
     throw;
   }
   if (::close(fd) != 0 && errno != EINTR) {
-    const int err = errno;
+    const int err = errno;  // NFS reports a full disk at close
     ::unlink(tmp.c_str());
-    SPINDLE_THROW(io, "{}: close of temp file failed: {}", path.string(), errno_text(err));
+    throw_errno(err, fmt::format("{}: close of temp file failed: {}", path.string(),
+                                 errno_text(err)));
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
+    const int err = errno;  // ENOSPC when the directory itself must grow
     ::unlink(tmp.c_str());
-    SPINDLE_THROW(io, "{}: rename from {} failed: {}", path.string(), tmp.string(),
-                  errno_text(err));
+    throw_errno(err, fmt::format("{}: rename from {} failed: {}", path.string(), tmp.string(),
+                                 errno_text(err)));
   }
   const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  SPINDLE_CHECK(dfd >= 0, io, "{}: cannot open directory {} to fsync it: {}", path.string(),
-                dir.string(), errno_text(errno));
+  if (dfd < 0) {
+    const int err = errno;
+    throw_errno(err, fmt::format("{}: cannot open directory {} to fsync it: {}", path.string(),
+                                 dir.string(), errno_text(err)));
+  }
   try {
     fsync_or_throw(dfd, dir);
   } catch (...) {

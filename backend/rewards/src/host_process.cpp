@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "host_protocol.h"
+#include "proc_tree.h"
 #include "spindle/core/error.h"
 
 extern char** environ;
@@ -28,19 +29,19 @@ std::string describe_status(int status) {
 
 }  // namespace
 
-HostProcess::HostProcess(zmq::context_t& zctx, const std::filesystem::path& binary,
-                         const std::vector<std::filesystem::path>& plugin_dirs,
-                         const std::filesystem::path& run_dir, int seq,
-                         std::chrono::milliseconds timeout)
+HostProcess::HostProcess(zmq::context_t& zctx, const RewardHostOptions& options,
+                         const std::filesystem::path& run_dir, int seq)
     : sock_(zctx, zmq::socket_type::pair) {
+  const std::filesystem::path& binary = options.host_binary;
   endpoint_path_ = (run_dir / fmt::format("host-{}.sock", seq)).string();
   const std::string endpoint = "ipc://" + endpoint_path_;
   sock_.set(zmq::sockopt::linger, 0);
   sock_.bind(endpoint);
 
   std::vector<std::string> args = {binary.string(), "--endpoint", endpoint, "--parent-pid",
-                                   std::to_string(getpid())};
-  for (const auto& d : plugin_dirs) {
+                                   std::to_string(getpid()), "--memory-limit-mib",
+                                   std::to_string(options.memory_limit_mib)};
+  for (const auto& d : options.plugin_dirs) {
     args.push_back("--plugin-dir");
     args.push_back(d.string());
   }
@@ -51,17 +52,27 @@ HostProcess::HostProcess(zmq::context_t& zctx, const std::filesystem::path& bina
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, STDERR_FILENO, STDOUT_FILENO);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+  posix_spawnattr_setpgroup(&attr, 0);  // its own group, led by the host: kill_group()
   pid_t pid = -1;
-  const int rc = posix_spawn(&pid, binary.c_str(), &actions, nullptr, argv.data(), environ);
+  const int rc = posix_spawn(&pid, binary.c_str(), &actions, &attr, argv.data(), environ);
+  posix_spawnattr_destroy(&attr);
   posix_spawn_file_actions_destroy(&actions);
   SPINDLE_CHECK(rc == 0, io, "cannot start reward host {}: {}", binary.string(), strerror(rc));
   pid_ = pid;
+  pgid_ = pid;
+  const std::chrono::milliseconds timeout = options.timeout;
 
   nlohmann::json hello;
   try {
     // Start-up loads no plugin, but give a slow machine some slack beyond the call timeout.
     hello = receive(std::max(timeout, std::chrono::milliseconds(10000)));
   } catch (const HostFailure& f) {
+    SPINDLE_CHECK(f.kind != HostFailure::Kind::memory_limit, resource,
+                  "reward host {} cannot start within its memory limit of {} MiB", binary.string(),
+                  options.memory_limit_mib);
     SPINDLE_THROW(internal, "reward host {} failed to start: {}", binary.string(), f.detail);
   }
   if (hello.value("op", "") != "hello" ||
@@ -85,17 +96,26 @@ HostProcess::~HostProcess() {
     }
     kill_and_reap();
   }
+  kill_group();  // the host waited for its plugins' processes; this catches a race with one
   std::error_code ec;
   std::filesystem::remove(endpoint_path_, ec);
 }
 
 void HostProcess::kill_and_reap() {
   if (pid_ <= 0) return;
+  kill_descendants(pid_);  // while the host lives its tree is walkable; the group includes it
   kill(pid_, SIGKILL);
   int status = 0;
   while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
   }
   pid_ = -1;
+  kill_group();  // what left the tree while it was walked
+}
+
+void HostProcess::kill_group() {
+  // Called right after the host is reaped, and once: the group id cannot have been reused.
+  if (pgid_ > 0) kill(-pgid_, SIGKILL);  // ESRCH: the group is empty
+  pgid_ = -1;
 }
 
 nlohmann::json HostProcess::receive(std::chrono::milliseconds timeout) {
@@ -110,6 +130,10 @@ nlohmann::json HostProcess::receive(std::chrono::milliseconds timeout) {
     int status = 0;
     if (pid_ > 0 && waitpid(pid_, &status, WNOHANG) == pid_) {
       pid_ = -1;
+      kill_group();  // what the plugin forked, still in the host's group
+      if (WIFEXITED(status) && WEXITSTATUS(status) == wire::kHostExitMemoryLimit) {
+        throw HostFailure{HostFailure::Kind::memory_limit, describe_status(status)};
+      }
       throw HostFailure{HostFailure::Kind::died, describe_status(status)};
     }
     if (std::chrono::steady_clock::now() >= deadline) {

@@ -1,8 +1,11 @@
 #pragma once
 // Scorer side: one spindle-reward-host child process and the PAIR socket to it.
-// Construction spawns the child (posix_spawn; its stdout goes to our stderr so the CLI's stdout
-// carries only results), binds ipc://<run_dir>/host-<seq>.sock and waits for the host's hello.
-// Destruction asks the host to shut down, waits briefly, then SIGKILLs and reaps it.
+// Construction spawns the child (posix_spawn, as the leader of a new process group, under the
+// options' memory limit; its stdout goes to our stderr so the CLI's stdout carries only
+// results), binds ipc://<run_dir>/host-<seq>.sock and waits for the host's hello.
+// Destruction asks the host to shut down, waits briefly, then kills and reaps it. Whenever the
+// host is killed or found dead, its process tree and process group are killed too (what a
+// plugin forked; host_protocol.h "Containment").
 // Used by one thread (RewardScorer's caller).
 
 #include <sys/types.h>
@@ -15,19 +18,22 @@
 
 #include <nlohmann/json.hpp>
 
+#include "spindle/rewards/rewards.h"
+
 namespace spindle::rewards {
 
 // Why a call got no reply.
 struct HostFailure {
-  enum class Kind { died, timed_out } kind;
+  // memory_limit: the host exited with wire::kHostExitMemoryLimit.
+  enum class Kind { died, timed_out, memory_limit } kind;
   std::string detail;  // "killed by signal 6 (Aborted)", "no reply within 200 ms"
 };
 
 class HostProcess {
  public:
-  HostProcess(zmq::context_t& zctx, const std::filesystem::path& binary,
-              const std::vector<std::filesystem::path>& plugin_dirs,
-              const std::filesystem::path& run_dir, int seq, std::chrono::milliseconds timeout);
+  // options.host_binary and plugin_dirs must be resolved (RewardScorer does).
+  HostProcess(zmq::context_t& zctx, const RewardHostOptions& options,
+              const std::filesystem::path& run_dir, int seq);
   ~HostProcess();
   HostProcess(const HostProcess&) = delete;
   HostProcess& operator=(const HostProcess&) = delete;
@@ -41,10 +47,14 @@ class HostProcess {
   // Waits for one message; HostFailure on exit or timeout.
   nlohmann::json receive(std::chrono::milliseconds timeout);
   void kill_and_reap();
+  // After the host is reaped: kills what remains of its process group (what a plugin forked
+  // and did not move out of it), once.
+  void kill_group();
 
   zmq::socket_t sock_;
   std::string endpoint_path_;
-  pid_t pid_ = -1;
+  pid_t pid_ = -1;   // the host; also its process group's id
+  pid_t pgid_ = -1;  // kept after the host is reaped: the group may outlive it
 };
 
 }  // namespace spindle::rewards

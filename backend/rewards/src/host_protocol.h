@@ -27,6 +27,21 @@
 //     non-finite score; the message names the item index).
 // A crash or a hang shows up on the scorer side only: the host process exits, or no reply
 // comes within the timeout (the scorer SIGKILLs it).
+//
+// Containment (host_limits.h, proc_tree.h):
+//   memory     the host runs under RLIMIT_AS (--memory-limit-mib; inherited by what it forks).
+//              Reaching it (a failed operator new, a fault near the cap, or a plugin failure
+//              near the cap) ends the host with exit status kHostExitMemoryLimit, which the
+//              scorer reports as the term's memory limit.
+//   processes  the host leads its own process group and is a child subreaper. After every
+//              request it kills and reaps every child left (running, or exited and never
+//              waited for) and answers that request with internal naming how many; a child of
+//              a plugin's fork() that returns into the host exits at once, before it can touch
+//              the socket. When the scorer kills a host (timeout, or after it died) it kills
+//              the host's process tree and its process group.
+//              Forks are not refused: RLIMIT_NPROC counts every process of the user (and root
+//              ignores it), and a plugin may rightly run a program (a code-execution reward)
+//              as long as it waits for it.
 
 #include <nlohmann/json.hpp>
 
@@ -38,6 +53,9 @@
 namespace spindle::rewards::wire {
 
 inline constexpr int kHostProtocolVersion = 1;
+
+// The host's exit status when it reached its memory limit (see "Containment").
+inline constexpr int kHostExitMemoryLimit = 88;
 
 inline std::string encode(const nlohmann::json& message) {
   std::vector<uint8_t> bytes = nlohmann::json::to_msgpack(message);

@@ -10,6 +10,7 @@
 #include <csignal>
 #include <zmq.hpp>
 
+#include "host_limits.h"
 #include "host_protocol.h"
 #include "plugin_registry.h"
 #include "spindle/rewards/host.h"
@@ -106,6 +107,27 @@ json handle_score(PluginRegistry& registry, const json& req) {
   return {{"ok", true}, {"scores", scores}, {"infos", out_infos}};
 }
 
+// After a request: a plugin that failed at its memory limit ends the host as if the
+// allocation had (a plugin may catch bad_alloc); processes the plugin left are killed and fail
+// the request.
+void contain(json& reply) {
+  const bool ok = reply.value("ok", false);
+  if (!ok && near_memory_limit()) exit_memory_limit("the plugin failed near the limit");
+  const std::vector<pid_t> left = kill_leftover_children();
+  if (left.empty()) return;
+  std::string pids;
+  for (pid_t p : left) pids += (pids.empty() ? "" : ", ") + std::to_string(p);
+  const std::string what = fmt::format(
+      "the plugin left {} process(es) behind (pid {}); the reward host killed them (a plugin "
+      "must wait for every process it starts before its call returns)",
+      left.size(), pids);
+  if (ok) {
+    reply = wire::error_reply(ErrorCode::internal, what);
+  } else {
+    reply["message"] = reply.value("message", "") + "; " + what;
+  }
+}
+
 }  // namespace
 
 int run_reward_host(const RewardHostServerOptions& options) {
@@ -116,6 +138,9 @@ int run_reward_host(const RewardHostServerOptions& options) {
   // A crashing plugin must not spend seconds writing a core file of this process.
   struct rlimit no_core = {0, 0};
   setrlimit(RLIMIT_CORE, &no_core);
+  apply_memory_limit(options.memory_limit_mib);
+  become_subreaper();
+  const pid_t self = getpid();
 
   PluginRegistry registry(options.plugin_dirs.empty() ? default_plugin_dirs()
                                                       : options.plugin_dirs);
@@ -155,6 +180,8 @@ int run_reward_host(const RewardHostServerOptions& options) {
     } catch (const std::exception& e) {
       reply = wire::error_reply(ErrorCode::format, std::string("bad request: ") + e.what());
     }
+    if (getpid() != self) _exit(0);  // a plugin's fork() returned here in the child
+    contain(reply);
     sock.send(zmq::buffer(wire::encode(reply)), zmq::send_flags::none);
     if (stop) return 0;
   }

@@ -33,8 +33,7 @@ struct RewardScorer::Impl {
 
   HostProcess& ensure_host() {
     if (!host) {
-      host = std::make_unique<HostProcess>(zctx, options.host_binary, options.plugin_dirs, run_dir,
-                                           spawns, options.timeout);
+      host = std::make_unique<HostProcess>(zctx, options, run_dir, spawns);
       ++spawns;
     }
     return *host;
@@ -48,6 +47,12 @@ struct RewardScorer::Impl {
       reply = h.call(request, options.timeout);
     } catch (const HostFailure& f) {
       host.reset();  // dead or killed; the next call starts a fresh host
+      if (f.kind == HostFailure::Kind::memory_limit) {
+        SPINDLE_THROW(resource,
+                      "{}: the reward host exceeded its memory limit of {} MiB; the host was "
+                      "stopped and is restarted for the next call",
+                      what, options.memory_limit_mib);
+      }
       if (f.kind == HostFailure::Kind::timed_out) {
         SPINDLE_THROW(resource,
                       "{}: the reward plugin did not answer within {} ms ({}); the host was "
@@ -129,6 +134,10 @@ RewardScorer::RewardScorer(RewardHostOptions options) : impl_(std::make_unique<I
   if (options.plugin_dirs.empty()) options.plugin_dirs = default_plugin_dirs();
   SPINDLE_CHECK(options.timeout.count() > 0, invalid_argument,
                 "reward host timeout must be positive, got {} ms", options.timeout.count());
+  SPINDLE_CHECK(
+      options.memory_limit_mib == 0 || options.memory_limit_mib >= kMinRewardHostMemoryMib,
+      invalid_argument, "reward host memory limit {} MiB: 0 (none) or at least {} MiB",
+      options.memory_limit_mib, kMinRewardHostMemoryMib);
   impl_->options = std::move(options);
   const fs::path tmp = fs::temp_directory_path() / "spindle-reward-XXXXXX";
   std::string templ = tmp.string();

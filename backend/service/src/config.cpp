@@ -63,6 +63,17 @@ void for_each_field(ServiceConfig& c, F&& f) {
     c.limits.max_reward_test_samples);
   f("reward-test-workers", "threads serving reward_test, each with its own reward host",
     c.reward_test_workers);
+  f("reward-host-memory-mib", "address-space limit of each reward host (MiB): a plugin that "
+                              "reaches it fails that call (0: none, else at least 128)",
+    c.reward_host_memory_mib);
+  f("tenant-max-sessions", "training sessions one tenant may hold at once (0: only "
+                           "--max-sessions)", c.tenant_max_sessions);
+  f("tenant-max-queued-tokens", "sampling tokens (prompt + num_samples x max_tokens) of one "
+                                "tenant's unfinished sampling requests (0: no quota)",
+    c.tenant_max_queued_tokens);
+  f("tenant-max-serving-slots", "distinct adapters one tenant's unfinished sampling requests may "
+                                "use, each holding a serving slot (0: no quota)",
+    c.tenant_max_serving_slots);
   f("serving-slots", "adapter slots of the serving pool", c.serving_slots);
   f("host-cache-mib", "host cache of decoded adapters (MiB)", c.host_cache_mib);
   f("loader-threads", "cold-load threads", c.loader_threads);

@@ -37,8 +37,30 @@ std::string SessionTable::add(Session s) {
     s.id = "s-" + random_hex(12);
   } while (sessions_.count(s.id) != 0);
   const std::string id = s.id;
+  if (const auto r = reserved_.find(s.tenant); r != reserved_.end()) {
+    if (--r->second == 0) reserved_.erase(r);
+  }
   sessions_.emplace(id, Entry{std::move(s), Clock::now(), false, false, {}});
   return id;
+}
+
+void SessionTable::reserve(const std::string& tenant) {
+  std::lock_guard lock(mutex_);
+  ++reserved_[tenant];
+}
+
+void SessionTable::unreserve(const std::string& tenant) {
+  std::lock_guard lock(mutex_);
+  const auto r = reserved_.find(tenant);
+  if (r != reserved_.end() && --r->second == 0) reserved_.erase(r);
+}
+
+size_t SessionTable::held_by(const std::string& tenant) const {
+  std::lock_guard lock(mutex_);
+  const auto r = reserved_.find(tenant);
+  size_t n = r == reserved_.end() ? 0 : r->second;
+  for (const auto& [id, e] : sessions_) n += e.session.tenant == tenant ? 1 : 0;
+  return n;
 }
 
 std::optional<Session> SessionTable::find(const std::string& tenant, const std::string& id) {
@@ -271,6 +293,7 @@ const char* wire_code(ErrorCode code) {
     case ErrorCode::unsupported: return protocol::errc::unsupported;
     case ErrorCode::resource: return protocol::errc::resource_exhausted;
     case ErrorCode::already_exists: return protocol::errc::already_exists;
+    case ErrorCode::data_loss: return protocol::errc::data_loss;
     case ErrorCode::io: return protocol::errc::internal;
     case ErrorCode::internal: return protocol::errc::internal;
   }
@@ -305,7 +328,7 @@ void reply_scheduler_full(Daemon& d, const Call& call, const ServedBase& base) {
 
 void reply_exception(Daemon& d, const Call& call, const std::exception& e) {
   auto [code, message] = wire_error(e);
-  if (code == protocol::errc::internal) {
+  if (code == protocol::errc::internal || code == protocol::errc::data_loss) {
     d.log->error("request {} ({}) failed: {}", call.request_id, protocol::op_name(call.op), message);
   }
   d.replies->error(call, std::move(code), std::move(message));

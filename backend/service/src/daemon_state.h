@@ -21,6 +21,7 @@
 #include <spdlog/logger.h>
 
 #include "reply_channel.h"
+#include "tenant_quotas.h"
 #include "spindle/adapters/blob_store.h"
 #include "spindle/adapters/host_cache.h"
 #include "spindle/adapters/loader.h"
@@ -81,13 +82,24 @@ struct Session {
 // Gate: while a session is blocked (load_state reading its revision on the catalog thread), the
 // session's later requests are deferred instead of submitted, and run in arrival order by
 // unblock(), so a pipelined request never overtakes the load_state sent before it.
+//
+// Per-tenant count (--tenant-max-sessions): a create reserves its tenant's place when it is
+// admitted (on the catalog thread, which runs every create in order), before the scheduler
+// opens the session on the engine thread; add() turns the reservation into the session, and
+// unreserve() gives back the place of a create that failed. So pipelined creates cannot
+// overshoot a quota.
 class SessionTable {
  public:
   using Clock = std::chrono::steady_clock;
   using Task = std::function<void()>;
 
-  // A fresh random id for `s` (s.id is ignored), then stored with a fresh lease.
+  // A fresh random id for `s` (s.id is ignored), then stored with a fresh lease; takes one
+  // reservation of s.tenant when it has one.
   std::string add(Session s);
+  void reserve(const std::string& tenant);
+  void unreserve(const std::string& tenant);
+  // `tenant`'s live sessions plus its reservations.
+  size_t held_by(const std::string& tenant) const;
   // The session when it exists and belongs to `tenant`; renews its lease.
   std::optional<Session> find(const std::string& tenant, const std::string& id);
   // Renews the leases of `ids` (tenant's); returns the ids that are not live sessions of it.
@@ -115,6 +127,7 @@ class SessionTable {
   };
   mutable std::mutex mutex_;
   std::unordered_map<std::string, Entry> sessions_;
+  std::unordered_map<std::string, size_t> reserved_;  // tenant -> creates admitted, not yet added
 };
 
 // What an address resolved to, for sampling: the base, revision id and its blob (the
@@ -211,6 +224,7 @@ struct Daemon {
 
   std::map<std::string, std::string> tokens;  // token -> tenant
   SessionTable sessions;
+  TenantQuotas quotas{config};  // sampling work in flight per tenant (tenant_quotas.h)
   ResolutionCache resolutions;
   AdapterOwners owners;
   CatalogWorker catalog;

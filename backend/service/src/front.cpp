@@ -2,7 +2,6 @@
 
 #include <zmq_addon.hpp>
 
-#include "catalog_ops.h"
 #include "engine_ops.h"
 #include "peer_send.h"
 #include "reward_tests.h"
@@ -25,53 +24,6 @@ std::vector<std::string> recv_parts(zmq::socket_t& s) {
   parts.reserve(msgs.size());
   for (auto& m : msgs) parts.push_back(m.to_string());
   return parts;
-}
-
-bool is_front_op(Op op) {
-  return op == Op::handshake || op == Op::capabilities || op == Op::status ||
-         op == Op::tokenize || op == Op::detokenize || op == Op::tokenizer_info ||
-         op == Op::heartbeat || op == Op::subscribe || op == Op::unsubscribe;
-}
-
-// Served by RewardTester's workers (reward_tests.h, worker_ops.h).
-bool is_worker_op(Op op) {
-  return op == Op::reward_test || op == Op::reward_plugins || op == Op::plugin_rescan ||
-         op == Op::datasets;
-}
-
-// Ops on an open training session are never refused as `overloaded`: a client pipelines a
-// session's requests and the server must run them in the order sent, which a refusal followed
-// by a retry would break (the next request could be admitted before the retried one). Their
-// number is bounded by the sessions and the scheduler's own queue limit.
-bool is_session_op(Op op) {
-  switch (op) {
-    case Op::forward: case Op::forward_backward: case Op::optim_step: case Op::save_weights:
-    case Op::save_state: case Op::load_state: case Op::close_training:
-      return true;
-    default:
-      return false;
-  }
-}
-
-bool is_sampling_op(Op op) {
-  return op == Op::sample || op == Op::sample_stream || op == Op::compute_logprobs;
-}
-
-bool is_run_op(Op op) {
-  return op == Op::run_start || op == Op::run_list || op == Op::run_status ||
-         op == Op::run_stop || op == Op::run_resume;
-}
-
-bool is_catalog_op(Op op) {
-  switch (op) {
-    case Op::catalog_list: case Op::catalog_search: case Op::catalog_show:
-    case Op::catalog_lineage: case Op::catalog_fork: case Op::catalog_rollback:
-    case Op::catalog_tag: case Op::catalog_delete: case Op::import_peft: case Op::export_peft:
-    case Op::catalog_promote:
-      return true;
-    default:
-      return false;
-  }
 }
 
 }  // namespace
@@ -198,12 +150,14 @@ void Front::refuse(const Call& call, const char* code, const std::string& messag
 void Front::on_request(uint8_t socket, std::vector<std::string> parts) {
   Call call;
   call.socket = socket;
-  // Envelope: the ROUTER identity, plus an empty delimiter when the client sent one (REQ).
+  // Envelope: the ROUTER identity, plus an empty delimiter when the client sent one (REQ). A
+  // message that is one empty frame after the identity has no delimiter: it is an empty header
+  // (bad_request, as a DEALER that sent it expects).
   size_t body = 1;
-  if (parts.size() > 1 && parts[1].empty()) body = 2;
+  if (parts.size() > 2 && parts[1].empty()) body = 2;
   call.envelope.assign(parts.begin(), parts.begin() + std::ptrdiff_t(std::min(body, parts.size())));
   if (parts.size() <= body) {
-    d_.log->warn("dropped a message with no header frame on socket {}", socket);
+    d_.log->warn("dropped a message with no frame after its identity on socket {}", socket);
     return;
   }
   Request req;
@@ -235,9 +189,10 @@ void Front::on_request(uint8_t socket, std::vector<std::string> parts) {
     return refuse(call, e.code().c_str(), e.what(), /*log=*/true);
   }
 
-  if (is_front_op(req.op)) return on_front_op(call, req);
+  const OpRoute& route = op_route(req.op);
+  if (route.category == OpCategory::front) return on_front_op(call, req, route.front);
 
-  if (in_flight_ >= d_.config.max_queue && !is_session_op(req.op)) {
+  if (in_flight_ >= d_.config.max_queue && may_be_overloaded(route.category)) {
     Reply r = make_error(call, errc::overloaded, "server overloaded: retry later");
     r.error.queue_depth = in_flight_;
     r.error.queue_limit = d_.config.max_queue;
@@ -248,76 +203,12 @@ void Front::on_request(uint8_t socket, std::vector<std::string> parts) {
   }
   // From here on the reply comes back through the reply channel, from whichever thread.
   set_in_flight(in_flight_ + 1);
-  if (is_catalog_op(req.op)) {
-    dispatch_catalog_op(d_, std::move(call), std::move(req));
-  } else if (is_run_op(req.op)) {
-    dispatch_run_op(d_, std::move(call), std::move(req));
-  } else if (is_sampling_op(req.op)) {
-    dispatch_sampling_op(d_, std::move(call), std::move(req));
-  } else if (is_worker_op(req.op)) {
-    dispatch_reward_test(d_, std::move(call), std::move(req));
-  } else {
-    dispatch_training_op(d_, std::move(call), std::move(req));
-  }
+  route.dispatch(d_, std::move(call), std::move(req));
 }
 
-// Ops the front answers itself (never counted in flight).
-void Front::on_front_op(const Call& call, const Request& req) {
+void Front::on_front_op(const Call& call, const Request& req, FrontHandler handler) {
   try {
-    if (req.op == Op::handshake) {
-      const auto& h = std::get<HandshakeRequest>(req.body);
-      d_.log->debug("handshake from '{}' (tenant {})", h.client_name, call.tenant);
-      send_direct(call, make_ok(call, HandshakeReply{kProtocolVersion, kServerVersion, call.tenant}, {}));
-    } else if (req.op == Op::capabilities) {
-      CapabilitiesReply c;
-      for (const auto& b : d_.bases) {
-        const auto& m = b->weights.config;
-        c.bases.push_back({b->id, engine::arch_name(m.arch), m.n_layers, m.dim, m.vocab_size,
-                           m.max_seq_len, m.bos_id, m.eos_id});
-      }
-      c.limits = d_.config.limits.info();
-      c.limits.max_queue = d_.config.max_queue;
-      c.limits.max_sessions = d_.config.max_sessions;
-      for (auto fn : {engine::LossFn::cross_entropy, engine::LossFn::importance_sampling,
-                      engine::LossFn::ppo, engine::LossFn::cispo, engine::LossFn::dro}) {
-        c.loss_fns.push_back(engine::loss_fn_name(fn));
-      }
-      c.encodings = {"B", "J"};
-      c.default_run_config_json = rl::default_arith_config().to_json();
-      send_direct(call, make_ok(call, std::move(c), {}));
-    } else if (req.op == Op::tokenize) {
-      Frames frames;
-      TokenizeReply out = tokenize(d_, std::get<TokenizeRequest>(req.body), frames);
-      send_direct(call, make_ok(call, std::move(out), std::move(frames)));
-    } else if (req.op == Op::detokenize) {
-      send_direct(call, make_ok(call, detokenize(d_, std::get<DetokenizeRequest>(req.body), req.frames), {}));
-    } else if (req.op == Op::tokenizer_info) {
-      send_direct(call, make_ok(call, tokenizer_info(d_, std::get<TokenizerInfoRequest>(req.body)), {}));
-    } else if (req.op == Op::heartbeat) {
-      const auto& h = std::get<HeartbeatRequest>(req.body);
-      HeartbeatReply out;
-      out.lease_ms = uint32_t(d_.config.session_lease_s * 1000.0);
-      out.unknown = d_.sessions.renew(call.tenant, h.session_ids);
-      send_direct(call, make_ok(call, std::move(out), {}));
-    } else if (req.op == Op::subscribe) {
-      try {
-        events_.subscribe(call, std::get<SubscribeRequest>(req.body));
-      } catch (const ProtocolError& e) {
-        return refuse(call, e.code().c_str(), e.what(), /*log=*/true);
-      }
-    } else if (req.op == Op::unsubscribe) {
-      const uint64_t id = std::get<UnsubscribeRequest>(req.body).subscription;
-      if (!events_.unsubscribe(call, id)) {
-        return send_direct(call, make_error(call, errc::not_found,
-                                            "no live subscription " + std::to_string(id) +
-                                                " on this connection"));
-      }
-      send_direct(call, make_ok(call, Empty{}, {}));
-    } else {
-      // Placements name adapters: a tenant sees its own only (the events' rule); the
-      // aggregate figures are the server's.
-      send_direct(call, make_ok(call, d_.owners.for_tenant(status(), call.tenant), {}));
-    }
+    (this->*handler)(call, req);
   } catch (const std::exception& e) {
     auto [code, message] = wire_error(e);
     if (code == errc::internal) {
@@ -325,6 +216,77 @@ void Front::on_front_op(const Call& call, const Request& req) {
     }
     send_direct(call, make_error(call, code, message));
   }
+}
+
+void Front::serve_handshake(const Call& call, const Request& req) {
+  const auto& h = std::get<HandshakeRequest>(req.body);
+  d_.log->debug("handshake from '{}' (tenant {})", h.client_name, call.tenant);
+  send_direct(call, make_ok(call, HandshakeReply{kProtocolVersion, kServerVersion, call.tenant}, {}));
+}
+
+void Front::serve_capabilities(const Call& call, const Request&) {
+  CapabilitiesReply c;
+  for (const auto& b : d_.bases) {
+    const auto& m = b->weights.config;
+    c.bases.push_back({b->id, engine::arch_name(m.arch), m.n_layers, m.dim, m.vocab_size,
+                       m.max_seq_len, m.bos_id, m.eos_id});
+  }
+  c.limits = d_.config.limits.info();
+  c.limits.max_queue = d_.config.max_queue;
+  c.limits.max_sessions = d_.config.max_sessions;
+  for (auto fn : {engine::LossFn::cross_entropy, engine::LossFn::importance_sampling,
+                  engine::LossFn::ppo, engine::LossFn::cispo, engine::LossFn::dro}) {
+    c.loss_fns.push_back(engine::loss_fn_name(fn));
+  }
+  c.encodings = {"B", "J"};
+  c.default_run_config_json = rl::default_arith_config().to_json();
+  send_direct(call, make_ok(call, std::move(c), {}));
+}
+
+// Placements name adapters: a tenant sees its own only (the events' rule); the aggregate
+// figures are the server's.
+void Front::serve_status(const Call& call, const Request&) {
+  send_direct(call, make_ok(call, d_.owners.for_tenant(status(), call.tenant), {}));
+}
+
+void Front::serve_tokenize(const Call& call, const Request& req) {
+  Frames frames;
+  TokenizeReply out = tokenize(d_, std::get<TokenizeRequest>(req.body), frames);
+  send_direct(call, make_ok(call, std::move(out), std::move(frames)));
+}
+
+void Front::serve_detokenize(const Call& call, const Request& req) {
+  send_direct(call, make_ok(call, detokenize(d_, std::get<DetokenizeRequest>(req.body), req.frames), {}));
+}
+
+void Front::serve_tokenizer_info(const Call& call, const Request& req) {
+  send_direct(call, make_ok(call, tokenizer_info(d_, std::get<TokenizerInfoRequest>(req.body)), {}));
+}
+
+void Front::serve_heartbeat(const Call& call, const Request& req) {
+  const auto& h = std::get<HeartbeatRequest>(req.body);
+  HeartbeatReply out;
+  out.lease_ms = uint32_t(d_.config.session_lease_s * 1000.0);
+  out.unknown = d_.sessions.renew(call.tenant, h.session_ids);
+  send_direct(call, make_ok(call, std::move(out), {}));
+}
+
+void Front::serve_subscribe(const Call& call, const Request& req) {
+  try {
+    events_.subscribe(call, std::get<SubscribeRequest>(req.body));
+  } catch (const ProtocolError& e) {
+    refuse(call, e.code().c_str(), e.what(), /*log=*/true);
+  }
+}
+
+void Front::serve_unsubscribe(const Call& call, const Request& req) {
+  const uint64_t id = std::get<UnsubscribeRequest>(req.body).subscription;
+  if (!events_.unsubscribe(call, id)) {
+    return send_direct(call, make_error(call, errc::not_found,
+                                        "no live subscription " + std::to_string(id) +
+                                            " on this connection"));
+  }
+  send_direct(call, make_ok(call, Empty{}, {}));
 }
 
 StatusReply Front::status() const {

@@ -13,6 +13,7 @@
 
 #include "daemon_state.h"
 #include "events.h"
+#include "op_table.h"
 
 namespace spindle::service {
 
@@ -25,10 +26,23 @@ class Front {
   void run(const std::atomic<bool>& stop, std::atomic<bool>& rescan);
 
  private:
+  friend struct OpTable;  // op_table.cpp routes the front ops to the serve_* handlers
+
   void on_request(uint8_t socket, std::vector<std::string> parts);
   void on_reply(std::vector<std::string> parts);
   void send_direct(const Call& call, const protocol::Reply& reply);
-  void on_front_op(const Call& call, const protocol::Request& req);
+  // Runs a front op's handler; an exception becomes its error reply.
+  void on_front_op(const Call& call, const protocol::Request& req, FrontHandler handler);
+  // The front ops (FrontHandler): each replies through send_direct before it returns.
+  void serve_handshake(const Call& call, const protocol::Request& req);
+  void serve_capabilities(const Call& call, const protocol::Request& req);
+  void serve_status(const Call& call, const protocol::Request& req);
+  void serve_tokenize(const Call& call, const protocol::Request& req);
+  void serve_detokenize(const Call& call, const protocol::Request& req);
+  void serve_tokenizer_info(const Call& call, const protocol::Request& req);
+  void serve_heartbeat(const Call& call, const protocol::Request& req);
+  void serve_subscribe(const Call& call, const protocol::Request& req);
+  void serve_unsubscribe(const Call& call, const protocol::Request& req);
   void refuse(const Call& call, const char* code, const std::string& message, bool log);
   protocol::StatusReply status() const;
   double tokens_per_s() const;

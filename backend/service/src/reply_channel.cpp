@@ -89,6 +89,17 @@ const protocol::Reply& ReplyChannel::encode_counted(const Call& call, const prot
   const protocol::Reply* sent = &reply;
   try {
     header = protocol::encode_reply_header(reply);
+    // Clients decode with the protocol's limits (PROTOCOL.md 6): a header they would refuse is
+    // never sent.
+    const uint64_t limit = protocol::Limits{}.max_header_bytes;
+    if (header.size() - 1 > limit) {
+      fallback = make_error(call, protocol::errc::limit_exceeded,
+                            "the reply header would be " + std::to_string(header.size() - 1) +
+                                " bytes, limit " + std::to_string(limit) +
+                                " (max_header_bytes): ask for less at once");
+      header = protocol::encode_reply_header(fallback);
+      sent = &fallback;
+    }
   } catch (const std::exception& e) {
     fallback = make_error(call, protocol::errc::internal,
                           std::string("cannot encode reply: ") + e.what());

@@ -58,8 +58,10 @@ class ReplyChannel {
   ReplyCounters counters;
 
   // What every reply path does before it sends: encodes `reply`'s header into `header` or, when
-  // it cannot be encoded, an `internal` error's (no frames, final), made in `fallback`; counts
-  // what goes out (served / failed and `counters`). Returns the reply actually sent.
+  // it cannot be encoded, an `internal` error's (no frames, final), made in `fallback`; a header
+  // over the protocol's max_header_bytes (what clients decode with) is replaced the same way by
+  // a `limit_exceeded` error. Counts what goes out (served / failed and `counters`). Returns the
+  // reply actually sent.
   const protocol::Reply& encode_counted(const Call& call, const protocol::Reply& reply,
                                         protocol::Reply& fallback, std::string& header);
 

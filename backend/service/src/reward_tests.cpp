@@ -84,11 +84,10 @@ std::optional<std::vector<Completions>> sample_rows(Daemon& d, const Call& call,
                                                     const RewardTestRequest& r,
                                                     const ResolvedAdapter& adapter) {
   const engine::SamplingParams params = sampling_params(r.sampling_params);
-  std::vector<std::future<SampleOutcome>> pending;
-  bool refused = false;
-  for (size_t i = 0; i < r.rows.size() && !refused; ++i) {
-    auto promise = std::make_shared<std::promise<SampleOutcome>>();
-    scheduler::SampleJob job;
+  std::vector<scheduler::SampleJob> jobs(r.rows.size());
+  int64_t tokens = 0;  // the tenant's quota (tenant_quotas.h) is taken for every row at once
+  for (size_t i = 0; i < r.rows.size(); ++i) {
+    scheduler::SampleJob& job = jobs[i];
     job.tenant = call.tenant;
     job.adapter_key = adapter.blob;
     job.prompt = encode_prompt(*adapter.base->tokenizer, r.rows[i].prompt, i);
@@ -101,9 +100,16 @@ std::optional<std::vector<Completions>> sample_rows(Daemon& d, const Call& call,
                     job.prompt.size(), adapter.base->weights.config.max_seq_len);
       job.params.max_tokens = int32_t(std::min<int64_t>(room, d.config.limits.max_sample_tokens));
     }
-    job.done = [promise](SampleOutcome o) { promise->set_value(std::move(o)); };
+    tokens += int64_t(job.prompt.size()) + int64_t(job.num_samples) * job.params.max_tokens;
+  }
+  const TenantQuotas::ChargePtr charge = d.quotas.charge(call.tenant, tokens, adapter.blob);
+  std::vector<std::future<SampleOutcome>> pending;
+  bool refused = false;
+  for (size_t i = 0; i < jobs.size() && !refused; ++i) {
+    auto promise = std::make_shared<std::promise<SampleOutcome>>();
+    jobs[i].done = [promise](SampleOutcome o) { promise->set_value(std::move(o)); };
     std::future<SampleOutcome> f = promise->get_future();
-    if (adapter.base->scheduler->submit_sample(std::move(job))) {
+    if (adapter.base->scheduler->submit_sample(std::move(jobs[i]))) {
       pending.push_back(std::move(f));
     } else {
       refused = true;
@@ -111,6 +117,7 @@ std::optional<std::vector<Completions>> sample_rows(Daemon& d, const Call& call,
   }
   std::vector<SampleOutcome> outcomes;
   for (auto& f : pending) outcomes.push_back(f.get());
+  charge->release();
   if (refused) return std::nullopt;
   std::vector<Completions> out;
   for (size_t i = 0; i < outcomes.size(); ++i) {
@@ -190,6 +197,10 @@ void run_reward_test(Daemon& d, rewards::RewardScorer& scorer, const Call& call,
 }  // namespace
 
 RewardTester::RewardTester(Daemon& d, int workers) : d_(d) {
+  const int64_t mib = d.config.reward_host_memory_mib;
+  SPINDLE_CHECK(mib == 0 || mib >= rewards::kMinRewardHostMemoryMib, invalid_argument,
+                "--reward-host-memory-mib {}: 0 (no limit) or at least {}", mib,
+                rewards::kMinRewardHostMemoryMib);
   for (int i = 0; i < std::max(workers, 1); ++i) threads_.emplace_back([this] { loop(); });
 }
 
@@ -216,6 +227,7 @@ void RewardTester::stop() {
 
 void RewardTester::loop() {
   std::optional<rewards::RewardScorer> scorer;  // this thread's; its host starts on first use
+  const int64_t memory_mib = d_.config.reward_host_memory_mib;
   uint64_t generation = 0;                      // plugin_generation_ the scorer has scanned
   for (;;) {
     Task task;
@@ -230,7 +242,7 @@ void RewardTester::loop() {
       const uint64_t g = plugin_generation_.load();
       if (scorer && g != generation) scorer->rescan();
       generation = g;
-      if (!scorer) scorer.emplace();
+      if (!scorer) scorer.emplace(rewards::RewardHostOptions{.memory_limit_mib = memory_mib});
       if (task.call.op == Op::reward_test) {
         run_reward_test(d_, *scorer, task.call, std::get<RewardTestRequest>(task.request.body));
       } else if (task.call.op == Op::datasets) {

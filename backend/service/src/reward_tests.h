@@ -13,8 +13,11 @@
 //   3. submit one sample job per row at once (they batch in the scheduler) and wait for all;
 //   4. score every completion in one call, summarize, reply through the reply channel.
 // Each worker owns one rewards::RewardScorer (single-threaded by contract), so one reward-host
-// child per worker, started on its first request; after a plugin crash or timeout the request
-// fails with the scorer's typed error and the scorer starts a fresh host for the next one.
+// child per worker, started on its first request, under --reward-host-memory-mib; after a
+// plugin crash, timeout or memory limit the request fails with the scorer's typed error and the
+// scorer starts a fresh host for the next one. Sampling takes the tenant's queued-token and
+// serving-slot quotas for every row at once (tenant_quotas.h) and gives them back when the rows
+// are sampled.
 //
 // The same workers serve reward_plugins, plugin_rescan and datasets (worker_ops.h). A
 // plugin_rescan bumps the plugin generation when posted; a worker whose scorer scanned an older

@@ -121,6 +121,7 @@ void RunManager::start(const catalog::RunRecord& record, rl::RunConfig config, b
   ctx.catalog_dir = d_.paths.data_dir;
   ctx.base_id = base.id;
   ctx.data_root = data_root_of(d_.config);
+  ctx.reward_host.memory_limit_mib = d_.config.reward_host_memory_mib;
   SPINDLE_CHECK(ctx.tokenizer, invalid_argument,
                 "GRPO runs need a tokenizer; the base '{}' has none", base.id);
   auto a = std::make_unique<Active>();

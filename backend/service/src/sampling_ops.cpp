@@ -24,6 +24,14 @@ std::string cache_key(const std::string& tenant, const catalog::Address& a) {
   return tenant + "/" + a.policy + "@" + a.revision;
 }
 
+// A failed job's message; damaged stored bytes (data_loss) name the revision, since the
+// engine knows adapters only by blob.
+template <class E>
+std::string job_message(const E& error, const std::string& revision_id) {
+  if (error.code != ErrorCode::data_loss || revision_id.empty()) return error.message;
+  return "revision " + revision_id + ": " + error.message;
+}
+
 // The completions as wire sequences, their tensors appended to `frames`.
 std::vector<SequenceMsg> sequences(const std::vector<engine::Completion>& completions,
                                    Frames& frames) {
@@ -85,6 +93,24 @@ std::vector<std::string> delta_pieces(const engine::Tokenizer* tokenizer,
   return out;
 }
 
+// The most tokens a sample job holds: its prompt and every sample at max_tokens.
+int64_t job_tokens(const scheduler::SampleJob& job) {
+  return int64_t(job.prompt.size()) + int64_t(job.num_samples) * job.params.max_tokens;
+}
+
+// Takes the job's share of the tenant's quotas (tenant_quotas.h; throws resource when over)
+// and makes `done` give it back before it replies, so the tenant may send its next request on
+// the reply. A job the scheduler refuses gives it back when it is dropped.
+template <class Outcome>
+void hold_quota(Daemon& d, const Call& call, int64_t tokens, const std::string& adapter,
+                std::function<void(Outcome)>& done) {
+  TenantQuotas::ChargePtr charge = d.quotas.charge(call.tenant, tokens, adapter);
+  done = [charge = std::move(charge), inner = std::move(done)](Outcome r) {
+    charge->release();
+    inner(std::move(r));
+  };
+}
+
 // sample_stream: one non-final message per engine step that produced tokens (engine thread:
 // building it costs what any reply costs), then the final one with exactly sample's sequences.
 void stream_replies(Daemon& d, const Call& call, const ResolvedAdapter& adapter,
@@ -104,7 +130,7 @@ void stream_replies(Daemon& d, const Call& call, const ResolvedAdapter& adapter,
     d.replies->ok(call, std::move(out), std::move(frames));
   };
   job.done = [&d, call, rev](scheduler::Outcome<std::vector<engine::Completion>> r) {
-    if (!r.ok()) return d.replies->error(call, wire_code(r.error.code), r.error.message);
+    if (!r.ok()) return d.replies->error(call, wire_code(r.error.code), job_message(r.error, rev));
     SampleStreamReply out;
     out.final = true;
     out.revision_id = rev;
@@ -120,6 +146,7 @@ void stream_replies(Daemon& d, const Call& call, const ResolvedAdapter& adapter,
 struct JoinedSample {
   std::mutex mutex;
   int pending = 2;
+  TenantQuotas::ChargePtr charge;  // given back when both are done
   std::optional<std::pair<std::string, std::string>> error;  // (code, message), the first
   std::vector<engine::Completion> completions;
   std::vector<float> prompt_logprobs;
@@ -147,10 +174,14 @@ bool submit_sample_with_prompt(Daemon& d, const Call& call, const Request& req,
   const auto& s = std::get<SampleRequest>(req.body);
   const int32_t k = s.topk_prompt_logprobs;
   auto joined = std::make_shared<JoinedSample>();
+  joined->charge = d.quotas.charge(call.tenant, job_tokens(job), adapter.blob);
   auto arrive = [&d, call, rev = adapter.revision_id, k, joined](auto fill) {
     std::lock_guard lock(joined->mutex);
     fill(*joined);
-    if (--joined->pending == 0) finish_joined(d, call, rev, k, *joined);
+    if (--joined->pending == 0) {
+      joined->charge->release();
+      finish_joined(d, call, rev, k, *joined);
+    }
   };
   scheduler::LogprobsJob scoring;
   scoring.tenant = call.tenant;
@@ -198,6 +229,7 @@ void submit(Daemon& d, const Call& call, const Request& req, const ResolvedAdapt
   if (call.op == Op::sample_stream) {
     scheduler::SampleJob job = sample_job(d, call, req, adapter);
     stream_replies(d, call, adapter, job);
+    hold_quota(d, call, job_tokens(job), adapter.blob, job.done);
     queued = sched.submit_sample(std::move(job));
   } else if (call.op == Op::sample) {
     scheduler::SampleJob job = sample_job(d, call, req, adapter);
@@ -207,7 +239,7 @@ void submit(Daemon& d, const Call& call, const Request& req, const ResolvedAdapt
     } else {
       job.done = [&d, call, rev = adapter.revision_id](
                      scheduler::Outcome<std::vector<engine::Completion>> r) {
-        if (!r.ok()) return d.replies->error(call, wire_code(r.error.code), r.error.message);
+        if (!r.ok()) return d.replies->error(call, wire_code(r.error.code), job_message(r.error, rev));
         SampleReply out;
         out.revision_id = rev;
         Frames frames;
@@ -217,6 +249,7 @@ void submit(Daemon& d, const Call& call, const Request& req, const ResolvedAdapt
         out.topk_prompt_logprobs = add_tensor(frames, std::span<const float>(), {0, 0});
         d.replies->ok(call, std::move(out), std::move(frames));
       };
+      hold_quota(d, call, job_tokens(job), adapter.blob, job.done);
       queued = sched.submit_sample(std::move(job));
     }
   } else {
@@ -226,13 +259,14 @@ void submit(Daemon& d, const Call& call, const Request& req, const ResolvedAdapt
     job.adapter_key = adapter.blob;
     job.tokens = read_int32(s.prompt, req.frames, "prompt");
     job.done = [&d, call, rev = adapter.revision_id](scheduler::Outcome<std::vector<float>> r) {
-      if (!r.ok()) return d.replies->error(call, wire_code(r.error.code), r.error.message);
+      if (!r.ok()) return d.replies->error(call, wire_code(r.error.code), job_message(r.error, rev));
       ComputeLogprobsReply out;
       out.revision_id = rev;
       Frames frames;
       out.logprobs = add_tensor(frames, std::span<const float>(*r.value));
       d.replies->ok(call, std::move(out), std::move(frames));
     };
+    hold_quota(d, call, int64_t(job.tokens.size()), adapter.blob, job.done);
     queued = sched.submit_logprobs(std::move(job));
   }
   if (!queued) reply_scheduler_full(d, call, *adapter.base);

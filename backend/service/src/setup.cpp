@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -33,10 +34,35 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Writes `text` to `path` atomically with mode 0600.
+// Writes `text` to `path` atomically, 0600 from its creation: the temp file is made by
+// mkostemp (0600) and renamed over `path`, so no other user can open the secret at any moment
+// (write_file_atomic publishes 0644 files, and a later chmod would leave a window in which an
+// open(2) by anyone succeeds and keeps reading).
 void write_private(const fs::path& path, const std::string& text) {
-  write_file_atomic(path, text);
-  fs::permissions(path, fs::perms::owner_read | fs::perms::owner_write, fs::perm_options::replace);
+  std::string tmpl =
+      (path.parent_path() / ("." + path.filename().string() + ".tmp-XXXXXX")).string();
+  const int fd = ::mkostemp(tmpl.data(), O_CLOEXEC);
+  SPINDLE_CHECK(fd >= 0, io, "{}: cannot create a temp file: {}", path.string(), std::strerror(errno));
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    done += size_t(n);
+  }
+  const int err = done != text.size() ? (errno != 0 ? errno : EIO) : ::fsync(fd) == 0 ? 0 : errno;
+  ::close(fd);
+  if (err != 0 || ::rename(tmpl.c_str(), path.c_str()) != 0) {
+    const int e = err != 0 ? err : errno;
+    ::unlink(tmpl.c_str());
+    throw Error(e == ENOSPC || e == EDQUOT ? ErrorCode::resource : ErrorCode::io,
+                fmt::format("{}: cannot write: {}", path.string(), std::strerror(e)));
+  }
+  const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
+  if (const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dfd >= 0) {
+    ::fsync(dfd);  // the rename survives a crash
+    ::close(dfd);
+  }
 }
 
 }  // namespace

@@ -35,10 +35,16 @@ std::vector<engine::LoraTarget> targets_of(const CreateTrainingRequest& r) {
   return t;
 }
 
-void check_session_room(Daemon& d) {
+void check_session_room(Daemon& d, const std::string& tenant) {
   SPINDLE_CHECK(d.sessions.size() < d.config.max_sessions, resource,
                 "all {} training sessions are taken (max_sessions); close one first",
                 d.config.max_sessions);
+  const uint32_t quota = d.config.tenant_max_sessions;
+  const size_t held = quota == 0 ? 0 : d.sessions.held_by(tenant);
+  SPINDLE_CHECK(quota == 0 || held < quota, resource,
+                "tenant '{}' holds {} training session(s), its quota (--tenant-max-sessions {}); "
+                "close one first",
+                tenant, held, quota);
 }
 
 // "" or a JSON object (what the policy stores); throws invalid_argument otherwise.
@@ -83,11 +89,13 @@ struct SessionStart {
 void open_session(Daemon& d, const Call& call, SessionStart start) {
   Session proto{.id = "", .tenant = call.tenant, .policy = start.policy, .base = start.base,
                 .sid = 0, .rank = start.weights.rank, .alpha = start.weights.alpha};
+  d.sessions.reserve(call.tenant);  // check_session_room counts it until add() or unreserve()
   start.base->scheduler->open_session(
       std::move(start.weights), std::move(start.adam),
       [&d, call, proto, step = start.step, rev = start.revision_id,
        meta = start.user_metadata](scheduler::Outcome<scheduler::SessionId> r) mutable {
         if (!r.ok()) {
+          d.sessions.unreserve(call.tenant);
           d.replies->error(call, wire_code(r.error.code), r.error.message);
           return;
         }
@@ -104,7 +112,7 @@ void create_training(Daemon& d, catalog::Catalog& cat, const Call& call,
   ServedBase& base = d.base(req.base_model);
   SPINDLE_CHECK(req.rank >= 1 && uint32_t(req.rank) <= d.config.limits.max_rank, invalid_argument,
                 "rank {} outside 1..{}", req.rank, d.config.limits.max_rank);
-  check_session_room(d);
+  check_session_room(d, call.tenant);
   std::string name = req.policy;
   if (name.empty()) {
     std::random_device rd;
@@ -138,7 +146,7 @@ std::string fork_name(const std::string& policy) {
 
 void create_from_state(Daemon& d, catalog::Catalog& cat, const Call& call,
                        const CreateTrainingFromStateRequest& req) {
-  check_session_room(d);
+  check_session_room(d, call.tenant);
   const catalog::Address a = client_address(d, cat, call, req.address);
   const catalog::Resolved r = cat.get(call.tenant, a);
   ServedBase& base = served_base_of(d, r.policy);

@@ -31,6 +31,7 @@ RESOURCE_EXHAUSTED = "resource_exhausted"
 OVERLOADED = "overloaded"
 UNAVAILABLE = "unavailable"
 INTERNAL = "internal"
+DATA_LOSS = "data_loss"  # stored bytes are damaged (a blob's checksum, a damaged catalog page)
 
 # Client-side codes.
 TIMEOUT = "timeout"
@@ -206,6 +207,7 @@ CODE_CLASSES: dict[str, type] = {
     RESOURCE_EXHAUSTED: RateLimitError,
     OVERLOADED: RateLimitError,
     INTERNAL: InternalServerError,
+    DATA_LOSS: InternalServerError,
     UNAVAILABLE: APIConnectionError,
     CLOSED: APIConnectionError,
     TIMEOUT: APITimeoutError,

@@ -67,7 +67,7 @@ TEST_F(BlobStoreTest, CorruptBlobIsDetectedAndNamed) {
     f.put('y');  // one flipped byte, same size
   }
   const auto err = catch_error([&] { store_.get(id); });
-  EXPECT_EQ(err.code, ErrorCode::format);
+  EXPECT_EQ(err.code, ErrorCode::data_loss);
   EXPECT_NE(err.message.find(id), std::string::npos) << err.message;
   EXPECT_NE(err.message.find("corrupt"), std::string::npos) << err.message;
 }

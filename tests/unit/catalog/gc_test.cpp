@@ -117,7 +117,7 @@ TEST_F(GcTest, CheckReportsAMissingBlobAndReadReportsACorruptOne) {
     std::ofstream(path, std::ios::binary) << bytes;
   }
   const auto err = catch_error([&] { cat_->read_revision("acme", addr("acme", "p", r1.id)); });
-  EXPECT_EQ(err.code, ErrorCode::format);
+  EXPECT_EQ(err.code, ErrorCode::data_loss);
   EXPECT_NE(err.message.find(r1.blob), std::string::npos) << err.message;
   std::filesystem::remove(cat_->blobs().path_of(r2.blob));
   const CheckReport c = cat_->check();

@@ -56,8 +56,8 @@ TEST(RewardTestOp, Validation) {
                              [](RewardTestRequest& b) { b.num_samples = 0; });
   EXPECT_REWARD_TEST_INVALID(errc::limit_exceeded, "num_samples: 65 exceeds the limit 64",
                              [](RewardTestRequest& b) { b.num_samples = 65; });
-  EXPECT_REWARD_TEST_INVALID(errc::invalid_argument, "sampling_params.max_tokens: 0 is below 1",
-                             [](RewardTestRequest& b) { b.sampling_params.max_tokens = 0; });
+  EXPECT_REWARD_TEST_INVALID(errc::invalid_argument, "sampling_params.max_tokens: -1 is below 0",
+                             [](RewardTestRequest& b) { b.sampling_params.max_tokens = -1; });
   EXPECT_REWARD_TEST_INVALID(errc::invalid_argument, "sampling_params.top_p",
                              [](RewardTestRequest& b) { b.sampling_params.top_p = 0.0f; });
   EXPECT_REWARD_TEST_INVALID(errc::invalid_argument, "sampling_params.temperature",

@@ -5,7 +5,13 @@
 // Durability: put() writes a temp file in the fan-out directory, fsyncs it, renames it into
 // place and fsyncs the directory (write_file_atomic); a new fan-out directory is fsynced
 // into <root> before use. When put() returns, the blob survives a crash or power loss.
-// get() re-hashes every read and refuses content whose digest is not its name.
+// get() re-hashes every read and refuses content whose digest is not its name (data_loss).
+// put() of content already present compares the stored bytes first and rewrites a damaged
+// copy, so re-committing repairs a corrupt blob.
+//
+// Disk full: every errno of a write path (mkdir, lock file, temp file, write, fsync, close,
+// rename) that is ENOSPC or EDQUOT throws `resource` naming the path; the temp file is removed,
+// so a failed put() leaves no partial blob under the blob's name and gives its space back.
 //
 // GC protocol (gc() against put() and against a commit in flight):
 //  1. gc() first touches <root>/.gc-clock and takes that file's mtime as its start time, so
@@ -64,9 +70,11 @@ class BlobStore {
   const std::filesystem::path& root() const { return root_; }
 
   // Stores `bytes` and returns their SHA-256 (64 lowercase hex). Durable before returning.
+  // Throws resource (disk full, quota) or io, naming the path. Cost when already stored: one
+  // read of the stored copy (compared, not re-hashed) instead of a write and two fsyncs.
   std::string put(std::string_view bytes) const;
 
-  // The blob's bytes, verified: throws not_found (no such blob), format (content does not
+  // The blob's bytes, verified: throws not_found (no such blob), data_loss (content does not
   // hash to `id`, naming the blob and its path), invalid_argument (malformed id).
   std::string get(std::string_view id) const;
 

@@ -74,7 +74,8 @@ struct LoaderStats {
 // Production source: maps a revision id to its blob id (`blob_of`; the catalog's lookup, or
 // the identity when revisions are addressed by blob id), reads and verifies the blob, decodes
 // the revision format and validates it against `base`. `store` must outlive the function.
-// Errors name the revision (not_found, format, ...).
+// Errors name the revision (not_found, format, ...); a blob failing its checksum is data_loss
+// naming the blob, its path and (with `blob_of`) the revision.
 LoadFn blob_store_load_fn(const BlobStore& store, engine::ModelConfig base,
                           std::function<std::string(const std::string& revision_id)> blob_of = {});
 

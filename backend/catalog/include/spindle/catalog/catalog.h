@@ -40,12 +40,22 @@ struct CatalogOptions {
   std::function<int64_t()> clock_ms;  // default: system clock; tests inject a fake one
   int busy_timeout_ms = 10000;
   int64_t cache_mib = 64;  // SQLite page cache of this connection
+  // PRAGMA quick_check before anything else (before the schema migration writes): a damaged
+  // catalog.db throws data_loss naming the file and the problems, so nothing (spindled, the
+  // CLI) serves from it. Cost: one read of the whole file (docs/decisions.md has the figure).
+  bool quick_check = true;
 };
 
 class Catalog {
  public:
   // Opens or creates the catalog in `data_dir` (created if missing) and migrates its schema
-  // forward. Throws unsupported for a database written by a newer Spindle.
+  // forward. Throws unsupported for a database written by a newer Spindle, data_loss for a
+  // damaged one (CatalogOptions::quick_check, or SQLite reporting SQLITE_CORRUPT/NOTADB).
+  //
+  // Errors of every method: a full disk or quota (SQLITE_FULL, ENOSPC, EDQUOT, in the blob
+  // store or the database) is `resource` naming the path, and nothing of that call is
+  // committed; a blob failing its checksum, or SQLite finding the file damaged, is data_loss
+  // naming the revision and the blob, or catalog.db.
   explicit Catalog(const std::filesystem::path& data_dir, CatalogOptions options = {});
   ~Catalog();
   Catalog(const Catalog&) = delete;
@@ -140,8 +150,13 @@ class Catalog {
   // deletion runs in batches inside the catalog's write transaction, so it never races a
   // commit (which re-checks its blob inside its own write transaction).
   GcReport gc(const GcOptions& options);
-  // integrity_check, foreign_key_check, and every revision's blob present.
-  CheckReport check();
+  // integrity_check, foreign_key_check, every live revision's blobs (weights and optimizer
+  // state) present and, with options.verify_blobs, hashing to their names. A blob reported
+  // missing or corrupt is still needed: it is re-checked against a fresh read after the scan
+  // (collect_expired may release blobs meanwhile). Reads blobs outside any transaction. A
+  // file SQLite cannot read at all is reported in `integrity` (the data_loss message), not
+  // thrown.
+  CheckReport check(const CheckOptions& options = {});
 
   struct Impl;
 

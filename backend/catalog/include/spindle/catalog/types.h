@@ -186,12 +186,31 @@ struct AuditEntry {
   std::string detail_json;
 };
 
+struct CheckOptions {
+  // Read every live blob and verify its SHA-256 (cost: one read of each distinct blob). false:
+  // only check that each is present.
+  bool verify_blobs = true;
+};
+
+// A stored blob that a live revision needs and whose bytes no longer hash to its name.
+struct CorruptBlob {
+  std::string blob;
+  std::string path;                    // its file in the blob store
+  std::vector<std::string> revisions;  // "spindle://t/p@<id>" (+ " (optimizer state)")
+  std::string detail;                  // the blob store's data_loss message
+};
+
 struct CheckReport {
   std::string integrity;                   // PRAGMA integrity_check: "ok" when sound
   std::vector<std::string> foreign_keys;   // PRAGMA foreign_key_check violations
   int64_t revisions = 0;                   // rows checked
   std::vector<std::string> missing_blobs;  // blobs a revision names that are not stored
-  bool ok() const { return integrity == "ok" && foreign_keys.empty() && missing_blobs.empty(); }
+  int64_t blobs_verified = 0;              // distinct blobs read and re-hashed
+  std::vector<CorruptBlob> corrupt_blobs;  // blobs failing their checksum
+  bool ok() const {
+    return integrity == "ok" && foreign_keys.empty() && missing_blobs.empty() &&
+           corrupt_blobs.empty();
+  }
 };
 
 }  // namespace spindle::catalog

@@ -16,12 +16,18 @@ enum class ErrorCode {
   format,            // a file or message whose bytes do not follow its format
   unsupported,       // well-formed, but a feature Spindle does not implement
   io,                // the operating system refused a read or write
-  resource,          // a fixed pool or limit is exhausted (slots, KV blocks)
+  resource,          // a fixed pool or limit is exhausted (slots, KV blocks, disk space, quota)
   already_exists,    // a name that is taken (a policy name in its tenant)
+  data_loss,         // stored bytes are damaged: a blob failing its checksum, a corrupt catalog
   internal,          // a broken invariant: a bug in Spindle
 };
 
 const char* error_code_name(ErrorCode code);
+
+// The code for an errno from a filesystem call, one mapping for every layer: resource for
+// ENOSPC and EDQUOT (disk full or over quota: free space and retry), not_found for ENOENT and
+// ENOTDIR, io for anything else. The message stays the caller's (it names the path).
+ErrorCode error_code_for_errno(int err);
 
 class Error : public std::runtime_error {
  public:

@@ -1,6 +1,7 @@
 #pragma once
 // File helpers shared by loaders and stores. Every failure is a spindle::Error naming the path
-// (and the offset for positioned reads). Model weights are read with pread into memory the
+// (and the offset for positioned reads); an errno becomes its code through
+// error_code_for_errno, so a full disk or quota (ENOSPC, EDQUOT) is `resource`, not `io`. Model weights are read with pread into memory the
 // process owns — never mmap: the host evicts file-backed pages under pressure, and a resident
 // base must stay resident.
 
@@ -45,7 +46,8 @@ class FileReader {
   uint64_t size_ = 0;
 };
 
-// Sink handed to a write_file_atomic writer. write() appends; errors throw io naming the file.
+// Sink handed to a write_file_atomic writer. write() appends; errors throw io naming the file
+// (resource when the disk is full or the quota is spent).
 class FileSink {
  public:
   void write(const void* data, size_t n);
@@ -64,7 +66,9 @@ class FileSink {
 // Replaces `path` atomically: writes a temp file in the same directory, fsyncs it, renames it
 // over `path`, then fsyncs the directory. Readers see the old content or the new, never a
 // mix; after return the new content survives a crash. If the writer throws, the temp file is
-// removed, `path` is untouched and the exception propagates. The directory must exist.
+// removed, `path` is untouched and the exception propagates. The directory must exist. On a
+// full disk (at create, write, fsync, close or rename) the temp file is removed too: a failed
+// call never leaves a partial `path`, and it frees what it took.
 void write_file_atomic(const std::filesystem::path& path,
                        const std::function<void(FileSink&)>& writer);
 void write_file_atomic(const std::filesystem::path& path, std::string_view bytes);

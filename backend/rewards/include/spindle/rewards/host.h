@@ -3,6 +3,7 @@
 // plugins with dlopen(RTLD_NOW | RTLD_LOCAL) and serves RewardScorer's requests on one ZeroMQ
 // PAIR socket from one thread. The wire protocol is documented in src/host_protocol.h.
 
+#include <cstdint>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -13,6 +14,9 @@ struct RewardHostServerOptions {
   std::string endpoint;                             // connect here (the scorer binds)
   std::vector<std::filesystem::path> plugin_dirs;   // empty = default_plugin_dirs()
   int parent_pid = 0;  // > 0: exit when that process goes away (PR_SET_PDEATHSIG)
+  // RLIMIT_AS of the host in MiB (0 = none); reaching it exits with a status the scorer reports
+  // as the memory limit (src/host_protocol.h "Containment").
+  int64_t memory_limit_mib = 0;
 };
 
 // Serves until a shutdown request or until the socket fails; returns the process exit code.

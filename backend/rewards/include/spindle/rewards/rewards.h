@@ -10,8 +10,14 @@
 // Errors (spindle::Error): invalid_argument for a spec or config that does not validate (the
 // message names the term, its plugin and the config field); not_found for an unknown plugin;
 // unsupported for an ABI mismatch (message names the plugin file, its ABI and ours); resource
-// for a plugin that timed out; internal for a plugin that crashed the host or returned a
-// non-finite score (message names the plugin and the item index).
+// for a plugin that timed out or took the host to its memory limit (the message names the
+// limit); internal for a plugin that crashed the host, returned a non-finite score (message
+// names the plugin and the item index) or left processes running after its call (the host
+// killed them).
+//
+// Containment: the host runs under an address-space limit (RewardHostOptions::memory_limit_mib)
+// in a process group of its own; what a plugin forks is killed with the host, and killed after
+// each call when the plugin did not wait for it (src/host_protocol.h "Containment").
 
 #include <chrono>
 #include <cstdint>
@@ -68,7 +74,13 @@ struct RewardHostOptions {
   std::filesystem::path host_binary;                // "" = spindle-reward-host beside this exe
   std::vector<std::filesystem::path> plugin_dirs;   // "" = the built-in plugin dir(s)
   std::chrono::milliseconds timeout{10000};         // per score call
+  // The host's address-space limit (RLIMIT_AS) in MiB, inherited by what its plugins fork;
+  // 0 = none, else at least kMinRewardHostMemoryMib. Not applied in sanitizer builds.
+  int64_t memory_limit_mib = 2048;
 };
+
+// The smallest memory_limit_mib a host starts in (it maps about 100 MiB before any plugin).
+inline constexpr int64_t kMinRewardHostMemoryMib = 128;
 
 class RewardScorer {
  public:

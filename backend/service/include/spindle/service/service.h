@@ -69,6 +69,18 @@ struct ServiceConfig {
   uint32_t max_sessions = 8;       // training sessions at once (also the training slots)
   uint32_t retry_after_ms = 50;    // suggested in `overloaded` replies
   int32_t reward_test_workers = 2; // threads serving reward_test (each with one reward host)
+  // Address-space limit (RLIMIT_AS) of every reward host, reward_test's and GRPO runs', in MiB;
+  // reaching it fails that call naming the term (0 = none, else >= 128).
+  int64_t reward_host_memory_mib = 2048;
+  // Per-tenant quotas (0 = none beyond the server-wide limits). A request over one is refused
+  // with resource_exhausted naming the tenant, the quota and its flag (src/tenant_quotas.h).
+  uint32_t tenant_max_sessions = 0;      // training sessions one tenant holds at once
+  // Sampling tokens (prompt + num_samples x max_tokens) of one tenant's admitted, unfinished
+  // sample, sample_stream, compute_logprobs and reward_test requests.
+  uint64_t tenant_max_queued_tokens = 0;
+  // Distinct adapters (policy revisions) one tenant's unfinished sampling requests name: each
+  // holds a serving slot while it runs, so this bounds the slots one tenant can pin.
+  uint32_t tenant_max_serving_slots = 0;
 
   int32_t serving_slots = 16;      // device slots of the serving LoRA pool
   int64_t host_cache_mib = 1024;   // host tier of adapter residency
