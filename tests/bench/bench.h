@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -24,6 +25,19 @@ inline double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// The fixtures folder: `flag` when given, else $SPINDLE_SHARED_DIR, else ../shared.
+inline std::filesystem::path shared_dir_or_default(const std::string& flag) {
+  if (!flag.empty()) return flag;
+  if (const char* env = std::getenv("SPINDLE_SHARED_DIR"); env && *env) return env;
+  return std::filesystem::path("..") / "shared";
+}
+
+// <build>/app/spindled, this program being <build>/tests/bench/spindle-bench.
+inline std::filesystem::path default_spindled() {
+  return std::filesystem::canonical("/proc/self/exe").parent_path().parent_path().parent_path() /
+         "app" / "spindled";
 }
 
 // ---- bench_model.cpp --------------------------------------------------------------------

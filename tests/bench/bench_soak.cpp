@@ -422,13 +422,8 @@ void register_soak_bench(CLI::App& app) {
   cmd->add_option("--shared", *shared, "fixtures folder (default: $SPINDLE_SHARED_DIR or ../shared)");
   cmd->add_option("--spindled", o->spindled, "spindled binary (default: beside this program's build)");
   cmd->callback([o, shared] {
-    o->shared_dir = !shared->empty() ? fs::path(*shared)
-                    : std::getenv("SPINDLE_SHARED_DIR") ? fs::path(std::getenv("SPINDLE_SHARED_DIR"))
-                                                        : fs::path("..") / "shared";
-    if (o->spindled.empty()) {  // <build>/app/spindled, this being <build>/tests/bench/spindle-bench
-      o->spindled = fs::canonical("/proc/self/exe").parent_path().parent_path().parent_path() /
-                    "app" / "spindled";
-    }
+    o->shared_dir = shared_dir_or_default(*shared);
+    if (o->spindled.empty()) o->spindled = default_spindled();
     run_soak(*o);
   });
 }
