@@ -319,6 +319,17 @@ ServedBase& served_base_of(const Daemon& d, const catalog::Policy& policy) {
                   policy.address(), policy.base_id, d.served_ids()));
 }
 
+int32_t max_tokens_for(const Daemon& d, const ServedBase& base, int32_t requested,
+                       size_t prompt_tokens, std::string_view what) {
+  if (requested != 0) return requested;
+  const int64_t context = base.weights.config.max_seq_len;
+  const int64_t room = context - int64_t(prompt_tokens);
+  SPINDLE_CHECK(room >= 1, invalid_argument,
+                "{}: {} tokens leave no room in the context of {} for a completion", what,
+                prompt_tokens, context);
+  return int32_t(std::min<int64_t>(room, d.config.limits.max_sample_tokens));
+}
+
 void reply_scheduler_full(Daemon& d, const Call& call, const ServedBase& base) {
   d.log->warn("request {} ({}): scheduler of base '{}' full, answered overloaded",
               call.request_id, protocol::op_name(call.op), base.id);

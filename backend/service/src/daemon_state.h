@@ -244,6 +244,12 @@ const char* wire_code(ErrorCode code);
 // served here.
 ServedBase& served_base_of(const Daemon& d, const catalog::Policy& policy);
 
+// A request's completion bound: `requested`, or for 0 (Tinker's None) what the base's context
+// leaves after `prompt_tokens`, capped at max_sample_tokens. Throws invalid_argument naming
+// `what` when the prompt leaves no room.
+int32_t max_tokens_for(const Daemon& d, const ServedBase& base, int32_t requested,
+                       size_t prompt_tokens, std::string_view what);
+
 // `overloaded` for a submit to `base`'s scheduler that was refused (its queue is full).
 void reply_scheduler_full(Daemon& d, const Call& call, const ServedBase& base);
 

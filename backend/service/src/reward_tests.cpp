@@ -93,13 +93,8 @@ std::optional<std::vector<Completions>> sample_rows(Daemon& d, const Call& call,
     job.prompt = encode_prompt(*adapter.base->tokenizer, r.rows[i].prompt, i);
     job.num_samples = r.num_samples;
     job.params = params;
-    if (params.max_tokens == 0) {  // until a stop, the context's end or the server's bound
-      const int64_t room = adapter.base->weights.config.max_seq_len - int64_t(job.prompt.size());
-      SPINDLE_CHECK(room >= 1, invalid_argument,
-                    "rows[{}].prompt: {} tokens leave no room in the context of {}", i,
-                    job.prompt.size(), adapter.base->weights.config.max_seq_len);
-      job.params.max_tokens = int32_t(std::min<int64_t>(room, d.config.limits.max_sample_tokens));
-    }
+    job.params.max_tokens = max_tokens_for(d, *adapter.base, params.max_tokens, job.prompt.size(),
+                                           fmt::format("rows[{}].prompt", i));
     tokens += int64_t(job.prompt.size()) + int64_t(job.num_samples) * job.params.max_tokens;
   }
   const TenantQuotas::ChargePtr charge = d.quotas.charge(call.tenant, tokens, adapter.blob);

@@ -56,14 +56,7 @@ scheduler::SampleJob sample_job(const Daemon& d, const Call& call, const Request
   job.prompt = read_int32(s.prompt, req.frames, "prompt");
   job.num_samples = s.num_samples;
   const auto& p = s.sampling_params;
-  job.params.max_tokens = p.max_tokens;
-  if (p.max_tokens == 0) {  // Tinker's None: to a stop, the context's end or the server's bound
-    const int64_t room = adapter.base->weights.config.max_seq_len - int64_t(job.prompt.size());
-    SPINDLE_CHECK(room >= 1, invalid_argument,
-                  "prompt: {} tokens leave no room in the context of {} for a completion",
-                  job.prompt.size(), adapter.base->weights.config.max_seq_len);
-    job.params.max_tokens = int32_t(std::min<int64_t>(room, d.config.limits.max_sample_tokens));
-  }
+  job.params.max_tokens = max_tokens_for(d, *adapter.base, p.max_tokens, job.prompt.size(), "prompt");
   job.params.temperature = p.temperature;
   job.params.top_k = p.top_k;
   job.params.top_p = p.top_p;

@@ -214,6 +214,37 @@ inline protocol::ForwardBackwardRequest fb_request(const std::string& session,
   return r;
 }
 
+// create_training on stories260K: rank 4, alpha 8.
+inline protocol::CreateTrainingRequest training_request(const std::string& policy, uint64_t seed) {
+  protocol::CreateTrainingRequest c;
+  c.base_model = "stories260K";
+  c.policy = policy;
+  c.rank = 4;
+  c.alpha = 8;
+  c.seed = seed;
+  return c;
+}
+
+// One forward_backward on `seq` (cross entropy) and one optim_step at `learning_rate`.
+inline void train_step(RawClient& client, const std::string& session,
+                       const std::vector<int32_t>& seq, float learning_rate) {
+  protocol::Frames f;
+  const auto req = fb_request(session, {seq}, f);
+  client.ok<protocol::ForwardBackwardReply>(protocol::Op::forward_backward, req, f);
+  protocol::AdamParamsMsg adam;
+  adam.learning_rate = learning_rate;
+  client.ok<protocol::OptimStepReply>(protocol::Op::optim_step,
+                                      protocol::OptimStepRequest{session, adam});
+}
+
+// A greedy sample of `max_tokens` from `address` (the reply, error or not).
+inline protocol::Reply sample_greedy(RawClient& client, const std::string& address,
+                                     const std::vector<int32_t>& prompt, int32_t max_tokens) {
+  protocol::Frames f;
+  const auto req = sample_request(address, prompt, f, max_tokens, 0.0f, 1);
+  return client.call(protocol::Op::sample, req, f);
+}
+
 inline double metric(const protocol::ForwardBackwardReply& r, const std::string& name) {
   for (const auto& m : r.metrics) if (m.name == name) return m.value;
   throw std::runtime_error("no metric " + name);

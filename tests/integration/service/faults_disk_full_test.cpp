@@ -28,29 +28,12 @@ struct Disk {
 
 const std::vector<int32_t> kSeq = {1, 403, 407, 261, 378, 285, 262, 281, 300};
 
-CreateTrainingRequest create(const std::string& policy) {
-  CreateTrainingRequest c;
-  c.base_model = "stories260K";
-  c.policy = policy;
-  c.rank = 4;
-  c.alpha = 8;
-  c.seed = 3;
-  return c;
-}
-
+CreateTrainingRequest create(const std::string& policy) { return training_request(policy, 3); }
 void train_step(RawClient& client, const std::string& session) {
-  Frames f;
-  const auto req = fb_request(session, {kSeq}, f);
-  client.ok<ForwardBackwardReply>(Op::forward_backward, req, f);
-  AdamParamsMsg adam;
-  adam.learning_rate = 1e-2f;
-  client.ok<OptimStepReply>(Op::optim_step, OptimStepRequest{session, adam});
+  testing::train_step(client, session, kSeq, 1e-2f);
 }
-
 Reply sample(RawClient& client, const std::string& address) {
-  Frames f;
-  const auto req = sample_request(address, {1, 403}, f, 4, 0.0f, 1);
-  return client.call(Op::sample, req, f);
+  return sample_greedy(client, address, {1, 403}, 4);
 }
 
 // Every file of the blob store is a complete blob (its bytes hash to its name): no temp file

@@ -22,15 +22,7 @@ std::vector<float> floats(const TensorRef& ref, const Frames& frames) {
   return read_float32(ref, frames, "test");
 }
 
-CreateTrainingRequest create(const std::string& policy) {
-  CreateTrainingRequest c;
-  c.base_model = "stories260K";
-  c.policy = policy;
-  c.rank = 4;
-  c.alpha = 8;
-  c.seed = 5;
-  return c;
-}
+CreateTrainingRequest create(const std::string& policy) { return training_request(policy, 5); }
 
 class Sessions : public ::testing::Test {
  protected:
@@ -52,14 +44,7 @@ class Sessions : public ::testing::Test {
   }
 
   void train(const std::string& session, const std::vector<int32_t>& seq, int steps) {
-    AdamParamsMsg adam;
-    adam.learning_rate = 2e-2f;
-    for (int i = 0; i < steps; ++i) {
-      Frames f;
-      const auto req = fb_request(session, {seq}, f);
-      client_->ok<ForwardBackwardReply>(Op::forward_backward, req, f);
-      client_->ok<OptimStepReply>(Op::optim_step, OptimStepRequest{session, adam});
-    }
+    for (int i = 0; i < steps; ++i) train_step(*client_, session, seq, 2e-2f);
   }
 
   uint64_t open_sessions() {
@@ -72,9 +57,7 @@ class Sessions : public ::testing::Test {
 
 // A greedy 4-token sample of "Once" from `address`.
 Reply sample_once(RawClient& client, const std::string& address) {
-  Frames f;
-  const auto req = sample_request(address, encode("Once"), f, 4, 0.0f, 1);
-  return client.call(Op::sample, req, f);
+  return sample_greedy(client, address, encode("Once"), 4);
 }
 
 double max_diff(const std::vector<float>& a, const std::vector<float>& b) {
