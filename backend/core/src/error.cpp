@@ -13,10 +13,18 @@ const char* error_code_name(ErrorCode code) {
     case ErrorCode::io: return "io";
     case ErrorCode::resource: return "resource";
     case ErrorCode::already_exists: return "already_exists";
+    case ErrorCode::failed_precondition: return "failed_precondition";
     case ErrorCode::data_loss: return "data_loss";
     case ErrorCode::internal: return "internal";
   }
   return "unknown";
+}
+
+std::optional<ErrorCode> error_code_from_name(std::string_view name) {
+  for (ErrorCode c : kAllErrorCodes) {
+    if (name == error_code_name(c)) return c;
+  }
+  return std::nullopt;
 }
 
 ErrorCode error_code_for_errno(int err) {

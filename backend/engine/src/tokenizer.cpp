@@ -21,6 +21,10 @@ std::unique_ptr<Tokenizer> load_tokenizer(const fs::path& path) {
   return Llama2cTokenizer::load(path);
 }
 
+std::unique_ptr<Tokenizer> tokenizer_from_json(const std::string& text, const std::string& source) {
+  return std::make_unique<BpeTokenizer>(parse_tokenizer_json_text(text, source));
+}
+
 fs::path default_tokenizer_path(const fs::path& model_path) {
   std::error_code ec;
   if (fs::is_directory(model_path, ec)) {

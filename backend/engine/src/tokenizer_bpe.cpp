@@ -85,7 +85,8 @@ BpeTokenizer::BpeTokenizer(BpeSpec spec)
   }
 
   for (size_t rank = 0; rank < spec.merges.size(); ++rank) {
-    const auto& [a, b] = spec.merges[rank];
+    const std::string& a = spec.merges[rank].first;  // not a structured binding: Clang 14
+    const std::string& b = spec.merges[rank].second;  // cannot capture one in the lambda
     const auto lookup = [&](const std::string& piece) {
       const auto it = vocab_.find(piece);
       SPINDLE_CHECK(it != vocab_.end(), format,

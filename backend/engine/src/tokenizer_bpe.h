@@ -52,6 +52,9 @@ struct BpeSpec {
 // naming unknown tokens), unsupported (model/normalizer/pre_tokenizer/post_processor/decoder
 // types this implementation does not handle, byte_fallback).
 BpeSpec parse_tokenizer_json(const std::filesystem::path& path);
+// The same for tokenizer.json's text alone (no tokenizer_config.json); `source` names it in
+// errors.
+BpeSpec parse_tokenizer_json_text(const std::string& text, const std::string& source);
 
 class BpeTokenizer final : public Tokenizer {
  public:

@@ -279,13 +279,13 @@ void parse_tokenizer_config(const std::filesystem::path& path, BpeSpec& spec) {
 
 }  // namespace
 
-BpeSpec parse_tokenizer_json(const std::filesystem::path& path) {
-  const Reader r(path.string());
-  const json root = r.parse(read_file_to_string(path));
+BpeSpec parse_tokenizer_json_text(const std::string& text, const std::string& source) {
+  const Reader r(source);
+  const json root = r.parse(text);
   SPINDLE_CHECK(root.is_object(), format, "{}: top level must be an object, got {}", r.file(),
                 root.type_name());
   BpeSpec spec;
-  spec.source = path.string();
+  spec.source = source;
   parse_model(r, r.required(root, "model", "tokenizer.json"), spec);
   parse_added_tokens(r, root, spec);
   if (const json* n = r.member(root, "normalizer", "tokenizer.json")) {
@@ -306,7 +306,11 @@ BpeSpec parse_tokenizer_json(const std::filesystem::path& path) {
     parse_post_processor(r, *p, "post_processor", spec);
   }
   parse_decoder(r, r.member(root, "decoder", "tokenizer.json"));
+  return spec;
+}
 
+BpeSpec parse_tokenizer_json(const std::filesystem::path& path) {
+  BpeSpec spec = parse_tokenizer_json_text(read_file_to_string(path), path.string());
   const auto config = path.parent_path() / "tokenizer_config.json";
   if (std::filesystem::is_regular_file(config)) parse_tokenizer_config(config, spec);
   return spec;

@@ -76,13 +76,4 @@ inline nlohmann::json error_reply(ErrorCode code, const std::string& message) {
   return {{"ok", false}, {"code", error_code_name(code)}, {"message", message}};
 }
 
-inline std::optional<ErrorCode> code_from_name(const std::string& name) {
-  for (ErrorCode c : {ErrorCode::invalid_argument, ErrorCode::not_found, ErrorCode::format,
-                      ErrorCode::unsupported, ErrorCode::io, ErrorCode::resource,
-                      ErrorCode::internal}) {
-    if (name == error_code_name(c)) return c;
-  }
-  return std::nullopt;
-}
-
 }  // namespace spindle::rewards::wire

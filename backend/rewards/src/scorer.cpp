@@ -66,7 +66,7 @@ struct RewardScorer::Impl {
     }
     if (!reply.value("ok", false)) {
       const ErrorCode code =
-          wire::code_from_name(reply.value("code", "")).value_or(ErrorCode::internal);
+          error_code_from_name(reply.value("code", "")).value_or(ErrorCode::internal);
       throw Error(code, fmt::format("{}: {}", what, reply.value("message", "unknown error")));
     }
     return reply;
@@ -88,7 +88,7 @@ struct RewardScorer::Impl {
       }
       for (const json& r : reply["rejected"]) {
         rejected[r.value("name", "")] = {
-            wire::code_from_name(r.value("code", "")).value_or(ErrorCode::internal),
+            error_code_from_name(r.value("code", "")).value_or(ErrorCode::internal),
             r.value("message", "")};
       }
       plugins = std::move(out);

@@ -17,7 +17,8 @@ using json = nlohmann::json;
 
 void only_keys(const json& j, const std::string& path, std::initializer_list<const char*> keys) {
   SPINDLE_CHECK(j.is_object(), invalid_argument, "{}: expected an object", path);
-  for (const auto& [k, v] : j.items()) {
+  for (const auto& item : j.items()) {
+    const std::string& k = item.key();  // not a structured binding: Clang 14 cannot capture one
     const bool known = std::any_of(keys.begin(), keys.end(), [&](const char* x) { return k == x; });
     SPINDLE_CHECK(known, invalid_argument, "{}.{}: unknown field", path, k);
   }

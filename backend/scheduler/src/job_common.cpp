@@ -3,6 +3,8 @@
 #include <new>
 #include <stdexcept>
 
+#include <fmt/format.h>
+
 #include "spindle/core/error.h"
 
 namespace spindle::scheduler::detail {
@@ -18,6 +20,17 @@ JobError current_job_error() {
     return {ErrorCode::internal, e.what()};
   } catch (...) {
     return {ErrorCode::internal, "unknown exception while running the job"};
+  }
+}
+
+void note_fault(EngineCounters& counters, const char* where) noexcept {
+  ++counters.faults;
+  if (!counters.on_fault) return;
+  try {
+    const JobError e = current_job_error();
+    counters.on_fault(fmt::format("engine thread: {} threw ({}): {}", where,
+                                  error_code_name(e.code), e.message));
+  } catch (...) {  // the reporter itself failed: the count above still tells
   }
 }
 

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <utility>
+#include <string>
 
 #include "spindle/scheduler/scheduler.h"
 
@@ -23,7 +24,15 @@ struct EngineCounters {
   uint64_t train_calls = 0;
   uint64_t train_jobs_merged = 0;
   uint64_t session_sample_jobs = 0;
+  // Exceptions that escaped a callback or a step outside any job's own error handling: each is
+  // counted here and handed to on_fault (SchedulerOptions::on_fault), never swallowed silently.
+  uint64_t faults = 0;
+  std::function<void(const std::string&)> on_fault;
 };
+
+// Counts and reports the exception being handled (call only inside a catch block), `where`
+// naming what threw ("a sample job's done callback"). Never throws.
+void note_fault(EngineCounters& counters, const char* where) noexcept;
 
 // The JobError for the exception being handled; call only inside a catch block. spindle::Error
 // keeps its code; std::bad_alloc is `resource`; anything else (a kernel's invalid_argument is a
@@ -50,7 +59,7 @@ class WaitingCount {
 };
 
 // Calls `done` (if set) with a value or an error and counts the outcome. A callback that throws
-// is swallowed: callbacks belong to the service and must not stop the engine.
+// is a fault (note_fault): callbacks belong to the service and must not stop the engine.
 template <class T>
 void finish_ok(const std::function<void(Outcome<T>)>& done, T value, EngineCounters& counters) {
   ++counters.jobs_done;
@@ -60,6 +69,7 @@ void finish_ok(const std::function<void(Outcome<T>)>& done, T value, EngineCount
   try {
     done(std::move(out));
   } catch (...) {
+    note_fault(counters, "a job's done callback");
   }
 }
 
@@ -73,6 +83,7 @@ void finish_err(const std::function<void(Outcome<T>)>& done, JobError error,
   try {
     done(std::move(out));
   } catch (...) {
+    note_fault(counters, "a job's done callback");
   }
 }
 

@@ -274,6 +274,7 @@ void SampleBatcher::report_progress(Run& run) {
   try {
     job.progress(deltas);
   } catch (...) {
+    note_fault(counters_, "a sample job's progress callback");
   }
 }
 
@@ -301,6 +302,7 @@ void SampleBatcher::finish_runs() {
           try {
             run.req->logprobs.on_top_k(std::move(run.top_ids), std::move(run.top_logprobs));
           } catch (...) {  // a callback's failure is its own (done still runs)
+            note_fault(counters_, "a logprobs job's top-k callback");
           }
         }
         finish_ok(run.req->logprobs.done, std::move(run.logprobs), counters_);

@@ -35,6 +35,7 @@ struct Scheduler::Impl {
         dtype_(dtype_name(backend.dtype())),
         memory_(backend.memory()),
         memory_at_(std::chrono::steady_clock::now()) {
+    counters_.on_fault = options_.on_fault;
     batcher_.set_session_hooks(&training_.pool(),
                                [this](SessionId id) { training_.sample_done(id); });
     training_.set_dispatch([this](SampleRequestPtr r) { batcher_.add(std::move(r)); });
@@ -92,6 +93,7 @@ struct Scheduler::Impl {
     s.train_calls = counters_.train_calls;
     s.train_jobs_merged = counters_.train_jobs_merged;
     s.session_sample_jobs = counters_.session_sample_jobs;
+    s.faults = counters_.faults;
     s.residency = residency_.stats();
     s.placements = residency_.snapshot();
     s.device_slots = serving_pool_.max_slots();
@@ -141,7 +143,8 @@ struct Scheduler::Impl {
         }
         if (worked) continue;
       } catch (...) {
-        // A bug outside any job's own error handling: keep the engine alive.
+        // A bug outside any job's own error handling: report it, keep the engine alive.
+        detail::note_fault(counters_, "an engine step");
         try {
           publish();
         } catch (...) {

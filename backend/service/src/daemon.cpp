@@ -140,6 +140,7 @@ int serve(Daemon& d) {
   eo.scheduler.training_slots = int32_t(c.max_sessions);
   eo.scheduler.training_max_rank = int32_t(c.limits.max_rank);
   eo.scheduler.kv_blocks = c.kv_blocks;
+  eo.scheduler.on_fault = [log = d.log](const std::string& message) { log->error("{}", message); };
   uint64_t resident = 0;
   std::string budget_detail;
   for (auto& b : d.bases) {
@@ -175,7 +176,7 @@ int serve(Daemon& d) {
 
   // Sockets. The ZAP handler is bound before the CURVE socket.
   d.context = std::make_unique<zmq::context_t>(1);
-  d.replies = std::make_unique<ReplyChannel>(*d.context, "inproc://spindled-replies");
+  d.replies = std::make_unique<ReplyChannel>(*d.context, "inproc://spindled-replies", d.log);
   zmq::socket_t pull(*d.context, zmq::socket_type::pull);
   pull.bind(d.replies->endpoint());
   const int64_t max_msg = int64_t(std::max(c.limits.max_frame_bytes, c.limits.max_header_bytes)) * 2 + (1 << 20);

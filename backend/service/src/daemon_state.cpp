@@ -1,6 +1,8 @@
 #include "daemon_state.h"
 
 #include <algorithm>
+#include <new>
+#include <stdexcept>
 
 #include "reward_tests.h"
 #include "run_manager.h"
@@ -293,6 +295,7 @@ const char* wire_code(ErrorCode code) {
     case ErrorCode::unsupported: return protocol::errc::unsupported;
     case ErrorCode::resource: return protocol::errc::resource_exhausted;
     case ErrorCode::already_exists: return protocol::errc::already_exists;
+    case ErrorCode::failed_precondition: return protocol::errc::failed_precondition;
     case ErrorCode::data_loss: return protocol::errc::data_loss;
     case ErrorCode::io: return protocol::errc::internal;
     case ErrorCode::internal: return protocol::errc::internal;
@@ -308,15 +311,20 @@ std::pair<std::string, std::string> wire_error(const std::exception& e) {
   if (const auto* se = dynamic_cast<const Error*>(&e)) {
     return {wire_code(se->code()), se->what()};
   }
+  if (dynamic_cast<const std::bad_alloc*>(&e)) {
+    return {protocol::errc::resource_exhausted, "out of host memory while serving the request"};
+  }
+  if (dynamic_cast<const std::invalid_argument*>(&e)) {
+    return {protocol::errc::internal, std::string("kernel contract violated: ") + e.what()};
+  }
   return {protocol::errc::internal, e.what()};
 }
 
 ServedBase& served_base_of(const Daemon& d, const catalog::Policy& policy) {
   if (ServedBase* b = d.find_base(policy.base_id); b && !policy.base_id.empty()) return *b;
-  throw protocol::ProtocolError(
-      protocol::errc::failed_precondition,
-      fmt::format("policy {} is on base '{}', which this server does not serve (served: {})",
-                  policy.address(), policy.base_id, d.served_ids()));
+  SPINDLE_THROW(failed_precondition,
+                "policy {} is on base '{}', which this server does not serve (served: {})",
+                policy.address(), policy.base_id, d.served_ids());
 }
 
 int32_t max_tokens_for(const Daemon& d, const ServedBase& base, int32_t requested,
@@ -331,17 +339,12 @@ int32_t max_tokens_for(const Daemon& d, const ServedBase& base, int32_t requeste
 }
 
 void reply_scheduler_full(Daemon& d, const Call& call, const ServedBase& base) {
-  d.log->warn("request {} ({}): scheduler of base '{}' full, answered overloaded",
-              call.request_id, protocol::op_name(call.op), base.id);
   d.replies->overloaded(call, base.scheduler->stats().queued, d.config.max_queue,
                         d.config.retry_after_ms);
 }
 
 void reply_exception(Daemon& d, const Call& call, const std::exception& e) {
   auto [code, message] = wire_error(e);
-  if (code == protocol::errc::internal || code == protocol::errc::data_loss) {
-    d.log->error("request {} ({}) failed: {}", call.request_id, protocol::op_name(call.op), message);
-  }
   d.replies->error(call, std::move(code), std::move(message));
 }
 

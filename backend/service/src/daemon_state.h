@@ -236,11 +236,18 @@ struct Daemon {
   FrontFigures front_figures;  // written by the front thread only
 };
 
-// Wire error for an exception from the catalog, engine or adapters: (code, message).
+// The one mapping from an exception to a wire error (code, message), used by every reply path:
+//   - protocol::ProtocolError (the decoder's and validator's) keeps its wire code;
+//   - spindle::Error maps by wire_code (each layer below has already mapped its foreign
+//     errors into it: SQLite and I/O in the catalog, CUDA in the GPU engine, errno names);
+//   - std::bad_alloc -> resource_exhausted ("out of host memory");
+//   - std::invalid_argument (a kernel's contract, kernel_error.h) -> internal: the engine
+//     passed bad shapes, a bug, never the client's input;
+//   - anything else -> internal.
 std::pair<std::string, std::string> wire_error(const std::exception& e);
 const char* wire_code(ErrorCode code);
 
-// The base the policy is on. Throws ProtocolError(failed_precondition) when that base is not
+// The base the policy is on. Throws Error(failed_precondition) when that base is not
 // served here.
 ServedBase& served_base_of(const Daemon& d, const catalog::Policy& policy);
 

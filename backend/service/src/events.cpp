@@ -31,15 +31,15 @@ void EventHub::subscribe(const Call& call, const SubscribeRequest& request) {
   for (const Subscription& s : subs_) {
     if (s.call.tenant == call.tenant) ++of_tenant;
     if (same_connection(s, call) && s.call.request_id == call.request_id) {
-      throw ProtocolError(errc::invalid_argument,
-                          "request id " + std::to_string(call.request_id) +
-                              " already names a live subscription on this connection");
+      SPINDLE_THROW(invalid_argument,
+                    "request id {} already names a live subscription on this connection",
+                    call.request_id);
     }
   }
   if (of_tenant >= kMaxPerTenant) {
-    throw ProtocolError(errc::resource_exhausted,
-                        "tenant '" + call.tenant + "' has " + std::to_string(of_tenant) +
-                            " live subscriptions (the most allowed); unsubscribe one first");
+    SPINDLE_THROW(resource,
+                  "tenant '{}' has {} live subscriptions (the most allowed); unsubscribe one first",
+                  call.tenant, of_tenant);
   }
   Subscription s;
   s.call = call;

@@ -37,7 +37,7 @@ class EventHub {
   EventHub(Daemon& d, std::vector<zmq::socket_t*> routers) : d_(d), routers_(std::move(routers)) {}
 
   // Adds a subscription for `call` (op subscribe) and sends its "subscribed" message. Throws
-  // ProtocolError: resource_exhausted past kMaxPerTenant, invalid_argument when the request id
+  // spindle::Error: resource past kMaxPerTenant, invalid_argument when the request id
   // already names a live subscription of this connection.
   void subscribe(const Call& call, const protocol::SubscribeRequest& request);
   // Ends subscription `id` of the caller's connection (same socket, envelope and tenant) with

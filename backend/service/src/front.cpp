@@ -138,12 +138,7 @@ void Front::send_direct(const Call& call, const Reply& reply) {
   }
 }
 
-void Front::refuse(const Call& call, const char* code, const std::string& message, bool log) {
-  if (log) {
-    d_.log->warn("refused request {} ({}) on socket {}{}: {}: {}", call.request_id,
-                 op_name(call.op), call.socket, call.tenant.empty() ? "" : " tenant " + call.tenant,
-                 code, message);
-  }
+void Front::refuse(const Call& call, const char* code, const std::string& message) {
   send_direct(call, make_error(call, code, message));
 }
 
@@ -167,11 +162,9 @@ void Front::on_request(uint8_t socket, std::vector<std::string> parts) {
     call.encoding = e.encoding.value_or(Encoding::binary);
     call.request_id = e.request_id;
     call.op = e.op.value_or(Op::handshake);
-    d_.log->warn("refused malformed request {} on socket {}: {}: {}", e.request_id, socket,
-                 e.code(), e.what());
     return send_direct(call, make_error_reply(e));
   } catch (const std::exception& e) {
-    return refuse(call, errc::bad_request, e.what(), /*log=*/true);
+    return refuse(call, errc::bad_request, e.what());
   }
   call.encoding = req.encoding;
   call.request_id = req.request_id;
@@ -179,14 +172,14 @@ void Front::on_request(uint8_t socket, std::vector<std::string> parts) {
   const auto tenant = d_.tokens.find(req.token);
   if (tenant == d_.tokens.end()) {
     return refuse(call, errc::unauthenticated,
-                  req.token.empty() ? "no token" : "unknown token", /*log=*/true);
+                  req.token.empty() ? "no token" : "unknown token");
   }
   call.tenant = tenant->second;
-  if (draining_) return refuse(call, errc::unavailable, "server is shutting down", false);
+  if (draining_) return refuse(call, errc::unavailable, "server is shutting down");
   try {
     validate_request(req, d_.config.limits);
   } catch (const ProtocolError& e) {
-    return refuse(call, e.code().c_str(), e.what(), /*log=*/true);
+    return refuse(call, e.code().c_str(), e.what());
   }
 
   const OpRoute& route = op_route(req.op);
@@ -197,8 +190,6 @@ void Front::on_request(uint8_t socket, std::vector<std::string> parts) {
     r.error.queue_depth = in_flight_;
     r.error.queue_limit = d_.config.max_queue;
     r.error.retry_after_ms = d_.config.retry_after_ms;
-    d_.log->debug("request {} ({}): overloaded ({} in flight)", call.request_id, op_name(call.op),
-                  in_flight_);
     return send_direct(call, r);
   }
   // From here on the reply comes back through the reply channel, from whichever thread.
@@ -211,9 +202,6 @@ void Front::on_front_op(const Call& call, const Request& req, FrontHandler handl
     (this->*handler)(call, req);
   } catch (const std::exception& e) {
     auto [code, message] = wire_error(e);
-    if (code == errc::internal) {
-      d_.log->error("request {} ({}) failed: {}", call.request_id, op_name(call.op), message);
-    }
     send_direct(call, make_error(call, code, message));
   }
 }
@@ -272,11 +260,7 @@ void Front::serve_heartbeat(const Call& call, const Request& req) {
 }
 
 void Front::serve_subscribe(const Call& call, const Request& req) {
-  try {
-    events_.subscribe(call, std::get<SubscribeRequest>(req.body));
-  } catch (const ProtocolError& e) {
-    refuse(call, e.code().c_str(), e.what(), /*log=*/true);
-  }
+  events_.subscribe(call, std::get<SubscribeRequest>(req.body));
 }
 
 void Front::serve_unsubscribe(const Call& call, const Request& req) {

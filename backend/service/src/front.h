@@ -43,7 +43,7 @@ class Front {
   void serve_heartbeat(const Call& call, const protocol::Request& req);
   void serve_subscribe(const Call& call, const protocol::Request& req);
   void serve_unsubscribe(const Call& call, const protocol::Request& req);
-  void refuse(const Call& call, const char* code, const std::string& message, bool log);
+  void refuse(const Call& call, const char* code, const std::string& message);
   protocol::StatusReply status() const;
   double tokens_per_s() const;
   void publish_residency();

@@ -108,7 +108,26 @@ const protocol::Reply& ReplyChannel::encode_counted(const Call& call, const prot
   }
   (sent->ok ? served : failed).fetch_add(1, std::memory_order_relaxed);
   counters.count(*sent);
+  if (!sent->ok) log_error_reply(call, *sent);
   return *sent;
+}
+
+void ReplyChannel::log_error_reply(const Call& call, const protocol::Reply& reply) const {
+  if (!log_) return;
+  namespace errc = protocol::errc;
+  const std::string& code = reply.error.code;
+  spdlog::level::level_enum level = spdlog::level::info;
+  if (code == errc::internal || code == errc::data_loss) {
+    level = spdlog::level::err;
+  } else if (code == errc::resource_exhausted || code == errc::overloaded ||
+             code == errc::unavailable) {
+    level = spdlog::level::warn;
+  }
+  if (!log_->should_log(level)) return;
+  log_->log(level, "request {} ({}) on socket {}{} answered {}: {}", call.request_id,
+            protocol::op_name(call.op), call.socket,
+            call.tenant.empty() ? std::string() : " tenant " + call.tenant, code,
+            reply.error.message);
 }
 
 void ReplyChannel::send(const Call& call, const protocol::Reply& reply) {

@@ -11,10 +11,12 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include <spdlog/logger.h>
 #include <zmq.hpp>
 
 #include "reply_counters.h"
@@ -37,8 +39,10 @@ struct Call {
 
 class ReplyChannel {
  public:
-  ReplyChannel(zmq::context_t& context, std::string endpoint)
-      : context_(context), endpoint_(std::move(endpoint)) {}
+  // `log` (may be null) gets one line per error reply (encode_counted).
+  ReplyChannel(zmq::context_t& context, std::string endpoint,
+               std::shared_ptr<spdlog::logger> log = nullptr)
+      : context_(context), endpoint_(std::move(endpoint)), log_(std::move(log)) {}
   const std::string& endpoint() const { return endpoint_; }
 
   void ok(const Call& call, protocol::ReplyBody body, protocol::Frames frames = {});
@@ -61,13 +65,19 @@ class ReplyChannel {
   // it cannot be encoded, an `internal` error's (no frames, final), made in `fallback`; a header
   // over the protocol's max_header_bytes (what clients decode with) is replaced the same way by
   // a `limit_exceeded` error. Counts what goes out (served / failed and `counters`). Returns the
-  // reply actually sent.
+  // reply actually sent. Every error reply is logged here, once, with its request id, op,
+  // tenant, code and message (the one place every reply path passes): internal and data_loss
+  // at error level, resource_exhausted, overloaded and unavailable at warn, the rest (the
+  // client's own mistakes) at info.
   const protocol::Reply& encode_counted(const Call& call, const protocol::Reply& reply,
                                         protocol::Reply& fallback, std::string& header);
 
  private:
+  void log_error_reply(const Call& call, const protocol::Reply& reply) const;
+
   zmq::context_t& context_;
   std::string endpoint_;
+  std::shared_ptr<spdlog::logger> log_;
 };
 
 // The reply for `call` (ok with body/frames).

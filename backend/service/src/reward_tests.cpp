@@ -144,8 +144,8 @@ void run_reward_test(Daemon& d, rewards::RewardScorer& scorer, const Call& call,
   for (size_t i = 0; i < r.rows.size(); ++i) metadata.push_back(metadata_of(r.rows[i], i));
   const ResolvedAdapter adapter = resolve(d, call, r.address);
   if (!adapter.base->tokenizer) {
-    throw ProtocolError(errc::failed_precondition, "reward_test needs a tokenizer; the base '" +
-                                                       adapter.base->id + "' has none");
+    SPINDLE_THROW(failed_precondition, "reward_test needs a tokenizer; the base '{}' has none",
+                  adapter.base->id);
   }
   std::optional<std::vector<Completions>> sampled = sample_rows(d, call, r, adapter);
   if (!sampled) return reply_scheduler_full(d, call, *adapter.base);

@@ -109,8 +109,8 @@ void RunManager::start(const catalog::RunRecord& record, rl::RunConfig config, b
   std::lock_guard lock(mutex_);
   reap_locked();
   if (runs_.contains(record.id)) {
-    throw ProtocolError(errc::failed_precondition,
-                        "run " + record.id + " is still active (a stop may be in progress)");
+    SPINDLE_THROW(failed_precondition, "run {} is still active (a stop may be in progress)",
+                  record.id);
   }
   // Runs train on the default base (the first --model).
   const ServedBase& base = d_.default_base();

@@ -21,7 +21,7 @@ catalog::RunUpdate status_update(std::string status, std::string error) {
 }
 
 [[noreturn]] void precondition(const std::string& message) {
-  throw ProtocolError(errc::failed_precondition, message);
+  throw Error(ErrorCode::failed_precondition, message);
 }
 
 // Starts the recorded run; on failure the record becomes "failed" and the error is rethrown.
@@ -48,15 +48,15 @@ RunStartReply run_start(Daemon& d, catalog::Catalog& cat, const Call& call,
     try {
       const catalog::Policy existing = cat.get_policy(call.tenant, p.name);
       if (&served_base_of(d, existing) != &d.default_base()) {
-        throw ProtocolError(errc::failed_precondition,
-                            "policy " + address + " is on base '" + existing.base_id +
-                                "'; GRPO runs train on the default base '" +
-                                d.default_base().id + "'");
+        SPINDLE_THROW(failed_precondition,
+                      "policy {} is on base '{}'; GRPO runs train on the default base '{}'",
+                      address, existing.base_id, d.default_base().id);
       }
       if (existing.head && !r.resume) {
-        throw ProtocolError(errc::already_exists,
-                            "policy " + address + " already has revisions: choose another name, "
-                            "or set resume to continue it from its head");
+        SPINDLE_THROW(already_exists,
+                      "policy {} already has revisions: choose another name, or set resume to "
+                      "continue it from its head",
+                      address);
       }
     } catch (const Error& e) {
       if (e.code() != ErrorCode::not_found) throw;
@@ -122,7 +122,7 @@ void run_op(Daemon& d, catalog::Catalog& cat, const Call& call, const Request& r
     case Op::run_resume:
       return d.replies->ok(call, run_resume(d, cat, call, std::get<RunIdRequest>(req.body)));
     default:
-      throw ProtocolError(errc::internal, std::string("not a run op: ") + op_name(req.op));
+      SPINDLE_THROW(internal, "not a run op: {}", op_name(req.op));
   }
 }
 

@@ -70,12 +70,29 @@ void write_private(const fs::path& path, const std::string& text) {
 Paths resolve_paths(const ServiceConfig& c) {
   Paths p;
   p.data_dir = fs::absolute(catalog::resolve_data_dir(c.data_dir));
-  fs::create_directories(p.data_dir);
   p.curve_dir = p.data_dir / "curve";
-  fs::create_directories(p.curve_dir);
-  fs::create_directories(p.data_dir / "logs");
+  // The data dir holds the catalog, blobs, tokens, keys and sockets: the owner's only (0700),
+  // or 0750 with --group-access so the daemon's group can reach the sockets. Set on every
+  // start, so a dir made by an older version (0755) is closed too. Keys and logs: 0700.
+  const fs::perms owner = fs::perms::owner_all;
+  const fs::perms data_mode =
+      c.group_access ? owner | fs::perms::group_read | fs::perms::group_exec : owner;
+  for (const auto& [dir, mode] : {std::pair{p.data_dir, data_mode}, std::pair{p.curve_dir, owner},
+                                  std::pair{p.data_dir / "logs", owner}}) {
+    fs::create_directories(dir);
+    std::error_code ec;
+    fs::permissions(dir, mode, fs::perm_options::replace, ec);
+    SPINDLE_CHECK(!ec, io, "{}: cannot set its mode to {:o}: {}", dir.string(), int(mode),
+                  ec.message());
+  }
   p.ipc = c.ipc.empty() ? "ipc://" + (p.data_dir / "spindled.sock").string() : c.ipc;
   p.pub = c.pub.empty() ? "ipc://" + (p.data_dir / "spindled-events.sock").string() : c.pub;
+  // The PUB socket has no CURVE and no tokens: on TCP anyone on the network would read every
+  // tenant's residency and metrics. Remote clients use the authenticated subscribe op.
+  SPINDLE_CHECK(p.pub.starts_with("ipc://"), invalid_argument,
+                "--pub {}: expected ipc://PATH (the PUB socket is unauthenticated, so it is local "
+                "only; remote clients subscribe to events over the CURVE socket)",
+                p.pub);
   p.tcp = c.tcp;
   SPINDLE_CHECK(p.tcp.empty() || p.tcp.starts_with("tcp://"), invalid_argument,
                 "--tcp {}: expected tcp://HOST:PORT", p.tcp);

@@ -13,7 +13,7 @@ namespace {
 const ServedBase& tokenizer_base(const Daemon& d, const std::string& base_model) {
   const ServedBase& b = d.base(base_model);
   if (!b.tokenizer) {
-    throw ProtocolError(errc::failed_precondition, "the base '" + b.id + "' has no tokenizer");
+    SPINDLE_THROW(failed_precondition, "the base '{}' has no tokenizer", b.id);
   }
   return b;
 }

@@ -311,9 +311,8 @@ void load_state(Daemon& d, const Call& call, const Session& s, const LoadStateRe
       const catalog::Resolved r = cat.get(call.tenant, a);
       ServedBase& base = served_base_of(d, r.policy);
       if (&base != s.base) {
-        throw ProtocolError(errc::failed_precondition,
-                            fmt::format("{} is on base '{}'; session {} trains on '{}'",
-                                        r.policy.address(), base.id, s.id, s.base->id));
+        SPINDLE_THROW(failed_precondition, "{} is on base '{}'; session {} trains on '{}'",
+                      r.policy.address(), base.id, s.id, s.base->id);
       }
       const catalog::Address exact{a.tenant, a.policy, r.revision.id};
       engine::LoraWeights w = cat.read_revision(call.tenant, exact).weights;

@@ -5,7 +5,10 @@
 // member of the daemon's group connects and reads the token, tokens.json and the secret key stay
 // private, and a user outside the group is still refused. A world-readable file in the same
 // folder (curve/server.pub) is read by the same child, so a refusal is the file's own mode, not
-// a folder the user cannot enter.
+// a folder the user cannot enter. The folders themselves are closed too (the data dir 0700, or
+// 0750 with --group-access; curve/ and logs/ 0700): the test checks those modes, opens the
+// folders (as root) to probe each file's own mode, then closes them again and checks that the
+// folder alone refuses.
 
 #include <grp.h>
 #include <pwd.h>
@@ -87,6 +90,17 @@ std::optional<User> nobody(std::string* why) {
   return User{pw->pw_uid, pw->pw_gid, {}};
 }
 
+// Checks the modes spindled gave the data dir and its folders, then opens them to 0755 so the
+// probes below reach each file's own mode (defence in depth: either refuses alone).
+void expect_closed_folders_then_open(const fs::path& dir, mode_t data_mode) {
+  EXPECT_EQ(mode_of(dir), data_mode);
+  EXPECT_EQ(mode_of(dir / "curve"), 0700u);
+  EXPECT_EQ(mode_of(dir / "logs"), 0700u);
+  for (const fs::path& d : {dir, dir / "curve"}) {
+    fs::permissions(d, fs::perms(0755), fs::perm_options::replace);
+  }
+}
+
 // Skips unless `user` can enter `dir` (the world-readable control file is readable).
 #define SKIP_UNLESS_REACHABLE(user, dir)                                                           \
   do {                                                                                             \
@@ -106,6 +120,7 @@ TEST(LocalUsers, AnotherUserCannotConnectNorReadSecrets) {
   // --tcp so the CURVE server keys exist too.
   Daemon d(fresh_dir("local_users"), {"--tcp", "tcp://127.0.0.1:*"});
   const fs::path dir = d.data_dir();
+  expect_closed_folders_then_open(dir, 0700);
   SKIP_UNLESS_REACHABLE(*other, dir);
 
   for (const char* f :
@@ -118,6 +133,9 @@ TEST(LocalUsers, AnotherUserCannotConnectNorReadSecrets) {
   for (const char* f : {"token", "tokens.json", "curve/server.key"}) {
     EXPECT_EQ(as_user(*other, [&] { return open_errno(dir / f); }), EACCES) << f;
   }
+  // The data dir alone refuses too, once closed again as spindled leaves it.
+  fs::permissions(dir, fs::perms(0700), fs::perm_options::replace);
+  EXPECT_EQ(as_user(*other, [&] { return connect_errno(dir / "spindled.sock"); }), EACCES);
   // The owner is served on the same socket (the refusal above is not a dead socket).
   EXPECT_EQ(connect_errno(dir / "spindled.sock"), 0);
   RawClient owner(d.ipc(), d.token());
@@ -135,6 +153,7 @@ TEST(LocalUsers, GroupAccessOpensSocketAndTokenToTheGroupOnly) {
   member.groups = {::getegid()};  // the daemon's group (what the system service's users join)
   Daemon d(fresh_dir("local_group"), {"--tcp", "tcp://127.0.0.1:*", "--group-access", "true"});
   const fs::path dir = d.data_dir();
+  expect_closed_folders_then_open(dir, 0750);
   SKIP_UNLESS_REACHABLE(*outsider, dir);
 
   EXPECT_EQ(mode_of(dir / "spindled.sock"), 0660u);
@@ -147,6 +166,10 @@ TEST(LocalUsers, GroupAccessOpensSocketAndTokenToTheGroupOnly) {
   EXPECT_EQ(as_user(member, [&] { return open_errno(dir / "curve" / "server.key"); }), EACCES);
   EXPECT_EQ(as_user(*outsider, [&] { return connect_errno(dir / "spindled.sock"); }), EACCES);
   EXPECT_EQ(as_user(*outsider, [&] { return open_errno(dir / "token"); }), EACCES);
+  // As spindled leaves it (0750): the group enters, others do not.
+  fs::permissions(dir, fs::perms(0750), fs::perm_options::replace);
+  EXPECT_EQ(as_user(member, [&] { return connect_errno(dir / "spindled.sock"); }), 0);
+  EXPECT_EQ(as_user(*outsider, [&] { return connect_errno(dir / "spindled.sock"); }), EACCES);
   EXPECT_EQ(d.terminate(), 0);
   fs::remove_all(dir);
 }

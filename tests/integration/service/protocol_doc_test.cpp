@@ -249,6 +249,18 @@ TEST(ProtocolDocEvents, PubSocketIsAtTheDocumentedPathAndMovesWithPub) {
   EXPECT_FALSE(fs::exists(other / "spindled-events.sock"));
   EXPECT_NE(moved.log().find("events on " + endpoint), std::string::npos) << moved.log();
   EXPECT_EQ(moved.terminate(), 0);
+
+  // ... but never onto TCP: the firehose has no CURVE and no tenants, so spindled refuses.
+  std::string refusal;
+  try {
+    Daemon tcp(fresh_dir("pubdoc3"), {"--pub", "tcp://127.0.0.1:*"});
+    tcp.terminate();
+  } catch (const std::exception& e) {
+    refusal = e.what();
+  }
+  EXPECT_NE(refusal.find("--pub tcp://127.0.0.1:*: expected ipc://PATH"), std::string::npos)
+      << refusal;
+  EXPECT_NE(md.find("`--pub` takes `ipc://PATH` only"), std::string::npos);
 }
 
 // ---- the limits' flags and the service-level limits ------------------------------------------

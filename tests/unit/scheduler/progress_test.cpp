@@ -109,5 +109,54 @@ TEST(SchedulerProgress, InvalidJobGetsNoProgress) {
   EXPECT_EQ(calls, 0u);
 }
 
+// A throwing progress callback is the service's bug, not the job's: the engine keeps running,
+// the job still completes with the same tokens, and every throw reaches on_fault (the daemon's
+// log) and SchedulerStats::faults, never swallowed silently.
+TEST(SchedulerProgress, AThrowingCallbackIsReportedAndTheJobStillCompletes) {
+  auto env = testing::tiny_env();
+  std::mutex mutex;
+  std::vector<std::string> faults;
+  SchedulerOptions options{.token_budget = 16, .max_running = 16, .kv_blocks = 128};
+  options.on_fault = [&](const std::string& message) {
+    std::lock_guard lock(mutex);
+    faults.push_back(message);
+  };
+  Scheduler sched(*env->backend, nullptr, env->pool, env->residency, options);
+  const auto make_job = [] {
+    SampleJob job;
+    job.tenant = "t";
+    job.prompt = {1, 5, 7, 9};
+    job.params.max_tokens = 6;
+    job.params.temperature = 0.0f;
+    return job;
+  };
+  SampleJob throwing = make_job();
+  size_t calls = 0;
+  throwing.progress = [&calls](std::span<const SampleDelta>) {
+    ++calls;
+    throw std::runtime_error("callback bug");
+  };
+  SampleWaiter thrown, plain;
+  throwing.done = thrown.callback();
+  ASSERT_TRUE(sched.submit_sample(std::move(throwing)));
+  auto got = thrown.get();
+  SampleJob reference = make_job();
+  reference.done = plain.callback();
+  ASSERT_TRUE(sched.submit_sample(std::move(reference)));
+  auto want = plain.get();
+  ASSERT_TRUE(got.ok());
+  ASSERT_TRUE(want.ok());
+  EXPECT_EQ(got.value->at(0).tokens, want.value->at(0).tokens);
+  EXPECT_GE(calls, 1u);
+  const SchedulerStats stats = sched.stats();
+  sched.stop();
+  std::lock_guard lock(mutex);
+  EXPECT_EQ(faults.size(), calls);
+  EXPECT_EQ(stats.faults, calls);
+  ASSERT_FALSE(faults.empty());
+  EXPECT_NE(faults[0].find("progress callback"), std::string::npos) << faults[0];
+  EXPECT_NE(faults[0].find("callback bug"), std::string::npos) << faults[0];
+}
+
 }  // namespace
 }  // namespace spindle::scheduler

@@ -5,8 +5,11 @@
 
 #include <fmt/format.h>
 
+#include <cstddef>
+#include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace spindle {
 
@@ -18,11 +21,24 @@ enum class ErrorCode {
   io,                // the operating system refused a read or write
   resource,          // a fixed pool or limit is exhausted (slots, KV blocks, disk space, quota)
   already_exists,    // a name that is taken (a policy name in its tenant)
+  failed_precondition,  // well-formed, but the state does not allow it now (no head yet, a
+                        // base this server does not serve, a run that is not stopped)
   data_loss,         // stored bytes are damaged: a blob failing its checksum, a corrupt catalog
   internal,          // a broken invariant: a bug in Spindle
 };
 
+// Every code, in declaration order (for name lookups and exhaustive tests).
+inline constexpr ErrorCode kAllErrorCodes[] = {
+    ErrorCode::invalid_argument, ErrorCode::not_found,      ErrorCode::format,
+    ErrorCode::unsupported,      ErrorCode::io,             ErrorCode::resource,
+    ErrorCode::already_exists,   ErrorCode::failed_precondition, ErrorCode::data_loss,
+    ErrorCode::internal};
+static_assert(sizeof(kAllErrorCodes) / sizeof(ErrorCode) == size_t(ErrorCode::internal) + 1,
+              "kAllErrorCodes must list every ErrorCode");
+
+// The code's name ("invalid_argument", ...); error_code_from_name is its inverse.
 const char* error_code_name(ErrorCode code);
+std::optional<ErrorCode> error_code_from_name(std::string_view name);
 
 // The code for an errno from a filesystem call, one mapping for every layer: resource for
 // ENOSPC and EDQUOT (disk full or over quota: free space and retry), not_found for ENOENT and

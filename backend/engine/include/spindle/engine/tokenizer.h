@@ -58,6 +58,10 @@ class Tokenizer {
 // Errors name the file and what was wrong (spindle::Error).
 std::unique_ptr<Tokenizer> load_tokenizer(const std::filesystem::path& path);
 
+// A tokenizer.json's text -> BpeTokenizer (no tokenizer_config.json: bos/eos come from the
+// post-processor only). Errors name `source`. Pure: the fuzz target calls it directly.
+std::unique_ptr<Tokenizer> tokenizer_from_json(const std::string& text, const std::string& source);
+
 // Default tokenizer for a model path: tokenizer.json (or tokenizer.bin) inside an HF
 // directory; tokenizer.bin or tok*.bin beside a llama2.c .bin. Throws not_found if none.
 std::filesystem::path default_tokenizer_path(const std::filesystem::path& model_path);

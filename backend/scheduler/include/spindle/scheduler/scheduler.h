@@ -140,6 +140,11 @@ struct SchedulerOptions {
   // caps activation memory whatever the number of policies merged (a datum longer than the
   // cap gets a call of its own).
   int64_t train_tokens_per_pass = 0;
+  // Called on the engine thread, with a message naming what threw, for every exception that
+  // escapes a service callback (done, progress, top-k) or an engine step outside any job's own
+  // error handling; the engine keeps running. Must be quick and must not call the scheduler.
+  // The service logs it; unset, such faults are only counted (SchedulerStats::faults).
+  std::function<void(const std::string&)> on_fault;
 };
 
 struct SchedulerStats {
@@ -155,6 +160,7 @@ struct SchedulerStats {
   uint64_t train_calls = 0;           // Trainer calls (a pass is chunked at the cap)
   uint64_t train_jobs_merged = 0;     // forward_backward jobs that shared a pass with another
   uint64_t session_sample_jobs = 0;   // sample/logprobs jobs run on a session's live weights
+  uint64_t faults = 0;                // exceptions reported through SchedulerOptions::on_fault
   adapters::ResidencyStats residency;
   std::vector<adapters::RevisionPlacement> placements;
   int32_t device_slots = 0;
