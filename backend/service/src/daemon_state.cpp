@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <new>
-#include <stdexcept>
 
 #include "reward_tests.h"
 #include "run_manager.h"
@@ -313,9 +312,6 @@ std::pair<std::string, std::string> wire_error(const std::exception& e) {
   }
   if (dynamic_cast<const std::bad_alloc*>(&e)) {
     return {protocol::errc::resource_exhausted, "out of host memory while serving the request"};
-  }
-  if (dynamic_cast<const std::invalid_argument*>(&e)) {
-    return {protocol::errc::internal, std::string("kernel contract violated: ") + e.what()};
   }
   return {protocol::errc::internal, e.what()};
 }

@@ -241,9 +241,8 @@ struct Daemon {
 //   - spindle::Error maps by wire_code (each layer below has already mapped its foreign
 //     errors into it: SQLite and I/O in the catalog, CUDA in the GPU engine, errno names);
 //   - std::bad_alloc -> resource_exhausted ("out of host memory");
-//   - std::invalid_argument (a kernel's contract, kernel_error.h) -> internal: the engine
-//     passed bad shapes, a bug, never the client's input;
-//   - anything else -> internal.
+//   - anything else -> internal with its message (a kernel's contract violation names the
+//     kernel itself, kernel_error.h: the engine passed bad shapes, a bug).
 std::pair<std::string, std::string> wire_error(const std::exception& e);
 const char* wire_code(ErrorCode code);
 
