@@ -13,6 +13,8 @@ targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(safetensors protocol tokenizer_json run_config)
 bin=build/fuzz/tests/fuzz
 findings=build/fuzz/findings
+# Halt on any UBSan report that tests/fuzz/ubsan.supp does not name (third-party headers only).
+export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:suppressions=$PWD/tests/fuzz/ubsan.supp"
 mkdir -p "$findings"
 if [ ! -e tests/fuzz/corpus/protocol/seed0 ] && [ -x build/default/tests/fuzz/fuzz_protocol_corpus ]; then
   mkdir -p tests/fuzz/corpus/protocol
