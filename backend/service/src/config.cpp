@@ -87,6 +87,8 @@ void for_each_field(ServiceConfig& c, F&& f) {
                          "need more (0: no budget)", c.memory_budget_mib);
   f("expiry-sweep-s", "how often ephemeral revisions past their expiry are collected",
     c.expiry_sweep_s);
+  f("heap-trim-s", "how often freed heap memory is returned to the kernel (malloc_trim; 0: "
+                   "never)", c.heap_trim_s);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <zmq_addon.hpp>
 
 #include "engine_ops.h"
+#include "heap_trim.h"
 #include "peer_send.h"
 #include "reward_tests.h"
 #include "server_status.h"
@@ -77,13 +78,21 @@ void Front::run(const std::atomic<bool>& stop, std::atomic<bool>& rescan) {
   }
 }
 
-// About once a second: expired session leases; every expiry_sweep_s, ephemeral revisions past
-// expiry (collected on the catalog thread, their cached resolutions dropped).
+// About once a second: expired session leases; every heap_trim_s, freed heap pages back to the
+// kernel; every expiry_sweep_s, ephemeral revisions past expiry (collected on the catalog
+// thread, their cached resolutions dropped).
 void Front::housekeeping() {
   const auto now = Clock::now();
   if (now - last_housekeeping_ < std::chrono::seconds(1)) return;
   last_housekeeping_ = now;
   close_expired_sessions(d_);
+  if (d_.config.heap_trim_s > 0 &&
+      now - last_heap_trim_ >= std::chrono::duration<double>(d_.config.heap_trim_s)) {
+    last_heap_trim_ = now;
+    const HeapTrim t = trim_heap();
+    d_.log->debug("heap trim: rss {:.1f} -> {:.1f} MiB", double(t.rss_before) / double(1 << 20),
+                  double(t.rss_after) / double(1 << 20));
+  }
   if (now - last_expiry_sweep_ < std::chrono::duration<double>(d_.config.expiry_sweep_s)) return;
   last_expiry_sweep_ = now;
   d_.catalog.post([&d = d_](catalog::Catalog& cat) {

@@ -62,6 +62,7 @@ class Front {
   std::string last_residency_;
   std::chrono::steady_clock::time_point last_housekeeping_{};
   std::chrono::steady_clock::time_point last_expiry_sweep_ = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point last_heap_trim_ = std::chrono::steady_clock::now();
   // (time, sampled tokens) about once a second, the last ~10 s: tokens_per_s.
   std::deque<std::pair<std::chrono::steady_clock::time_point, uint64_t>> throughput_;
 };

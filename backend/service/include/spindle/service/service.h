@@ -95,6 +95,8 @@ struct ServiceConfig {
   // (MiB; 0 = no budget).
   int64_t memory_budget_mib = 0;
   double expiry_sweep_s = 5.0;     // how often ephemeral revisions past expiry are collected
+  // How often freed heap memory goes back to the kernel (malloc_trim, src/heap_trim.h); 0 = never.
+  double heap_trim_s = 30.0;
 
   static protocol::Limits default_limits() {
     protocol::Limits l;
