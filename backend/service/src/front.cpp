@@ -90,8 +90,9 @@ void Front::housekeeping() {
       now - last_heap_trim_ >= std::chrono::duration<double>(d_.config.heap_trim_s)) {
     last_heap_trim_ = now;
     const HeapTrim t = trim_heap();
-    d_.log->debug("heap trim: rss {:.1f} -> {:.1f} MiB", double(t.rss_before) / double(1 << 20),
-                  double(t.rss_after) / double(1 << 20));
+    d_.log->debug("heap trim: rss {:.1f} -> {:.1f} MiB in {:.1f} ms",
+                  double(t.rss_before) / double(1 << 20), double(t.rss_after) / double(1 << 20),
+                  1e3 * t.seconds);
   }
   if (now - last_expiry_sweep_ < std::chrono::duration<double>(d_.config.expiry_sweep_s)) return;
   last_expiry_sweep_ = now;

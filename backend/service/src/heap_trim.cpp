@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 
 #if defined(__GLIBC__)
@@ -25,9 +26,11 @@ int64_t rss_bytes() {
 HeapTrim trim_heap() {
   HeapTrim t;
   t.rss_before = rss_bytes();
+  const auto start = std::chrono::steady_clock::now();
 #if defined(__GLIBC__)
   t.released = malloc_trim(0) != 0;
 #endif
+  t.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   t.rss_after = rss_bytes();
   return t;
 }

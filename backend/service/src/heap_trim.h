@@ -13,6 +13,7 @@ struct HeapTrim {
   int64_t rss_before = 0;  // bytes, /proc/self/statm (0 where it cannot be read)
   int64_t rss_after = 0;
   bool released = false;   // malloc_trim returned memory to the kernel
+  double seconds = 0.0;    // how long malloc_trim took (the caller's thread waits that long)
 };
 
 // One malloc_trim(0) over every arena, with the process's RSS around it. A no-op (released =

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -31,6 +32,8 @@ TEST(HeapTrim, FreedPagesInsideTheHeapGoBackToTheKernel) {
   const HeapTrim t = trim_heap();
   std::free(blocks.back());
   ASSERT_GT(t.rss_before, 0) << "/proc/self/statm unreadable";
+  std::printf("heap trim: rss %.1f -> %.1f MiB in %.2f ms\n", double(t.rss_before) / 1048576.0,
+              double(t.rss_after) / 1048576.0, 1e3 * t.seconds);
   EXPECT_TRUE(t.released);
   // At least half of the 64 MiB freed leaves the process.
   EXPECT_GT(t.rss_before - t.rss_after, int64_t(kBlock * kBlocks / 2))
