@@ -261,7 +261,8 @@ TEST_F(ClientTest, OverloadedRetriesAreBounded) {
 TEST_F(ClientTest, NoReplyIsATimeout) {
   TestServer server({.silent = true}, ipc());
   ClientOptions o = options(server.endpoint());
-  o.timeout_ms = 200;
+  // The handshake (answered) must fit in the same timeout: 1 s leaves room on a loaded machine.
+  o.timeout_ms = 1000;
   Client c(o);
   try {
     c.status();
@@ -269,6 +270,7 @@ TEST_F(ClientTest, NoReplyIsATimeout) {
   } catch (const ClientError& e) {
     EXPECT_EQ(e.code(), "timeout");
   }
+  EXPECT_EQ(server.requests(), 2) << "the handshake and the unanswered status";
 }
 
 TEST_F(ClientTest, NoServerFailsTheHandshakeWithTimeout) {
