@@ -30,6 +30,9 @@ std::vector<int32_t> parse_ids(const std::string& arg) {
   } catch (const nlohmann::json::parse_error& e) {
     SPINDLE_THROW(invalid_argument, "--decode: not a JSON array of token ids (byte {}): {}", e.byte,
                   arg);
+  } catch (const nlohmann::json::exception& e) {  // out_of_range: a number past double's range
+    SPINDLE_THROW(invalid_argument, "--decode: not a JSON array of token ids ({}): {}", e.what(),
+                  arg);
   }
   SPINDLE_CHECK(j.is_array(), invalid_argument, "--decode: expected a JSON array of ids, got {}",
                 j.type_name());

@@ -27,6 +27,8 @@ class Reader {
       return json::parse(text);
     } catch (const json::parse_error& e) {
       SPINDLE_THROW(format, "{}: not valid JSON at byte {}: {}", file_, e.byte, e.what());
+    } catch (const json::exception& e) {  // out_of_range: a number past double's range
+      SPINDLE_THROW(format, "{}: not valid JSON: {}", file_, e.what());
     }
   }
   // Member `key` of object `obj` (at `where`), or nullptr when absent or null.

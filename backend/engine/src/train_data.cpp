@@ -125,6 +125,8 @@ TrainDatum parse_sft_row(std::string_view line, const Tokenizer& tokenizer,
     row = json::parse(line);
   } catch (const json::parse_error& e) {
     SPINDLE_THROW(invalid_argument, "{}: not valid JSON at byte {}: {}", where, e.byte, e.what());
+  } catch (const json::exception& e) {  // out_of_range: a number past double's range
+    SPINDLE_THROW(invalid_argument, "{}: not valid JSON: {}", where, e.what());
   }
   SPINDLE_CHECK(row.is_object(), invalid_argument, "{}: a row must be a JSON object, got {}",
                 where, row.type_name());

@@ -225,6 +225,10 @@ TEST_F(BpeConfig, TokenizerConfigNamesBosEos) {
 TEST_F(BpeConfig, MalformedFilesNameTheProblem) {
   EXPECT_SPINDLE_ERROR(load_tokenizer(dir_.write("tokenizer.json", "{ not json")), format,
                        "not valid JSON at byte");
+  // A number past double's range is nlohmann's out_of_range, not a parse_error (found by the
+  // tokenizer_json fuzzer): still a format error naming the file.
+  EXPECT_SPINDLE_ERROR(load_tokenizer(dir_.write("tokenizer.json", "22e444222")), format,
+                       "tokenizer.json: not valid JSON: [json.exception.out_of_range.406]");
   json j = base_tokenizer();
   j["model"].erase("vocab");
   EXPECT_SPINDLE_ERROR(load(j), format, "model.vocab is missing");
