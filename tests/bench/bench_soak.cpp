@@ -54,6 +54,7 @@ struct SoakOptions {
   bool enabled(const std::string& op) const { return ("," + mix + ",").find("," + op + ",") != std::string::npos; }
   double rss_every_s = 0.0;  // > 0: print the daemon's RSS that often
   int64_t kv_blocks = 0;     // > 0: spindled --kv-blocks (its KV pool is paged in as used)
+  int64_t catalog_cache_mib = 0;  // > 0: spindled --catalog-cache-mib
 };
 
 double rss_mb(pid_t pid) {
@@ -302,6 +303,10 @@ void run_soak(const SoakOptions& o) {
     args.push_back("--kv-blocks");
     args.push_back(std::to_string(o.kv_blocks));
   }
+  if (o.catalog_cache_mib > 0) {
+    args.push_back("--catalog-cache-mib");
+    args.push_back(std::to_string(o.catalog_cache_mib));
+  }
   SpindledProcess daemon(o.spindled, dir, args, 60);
   Fixture f;
   f.endpoint = daemon.endpoints().at(0);
@@ -435,6 +440,9 @@ void register_soak_bench(CLI::App& app) {
   cmd->add_option("--rss-every", o->rss_every_s, "print the daemon's RSS every S seconds");
   cmd->add_option("--kv-blocks", o->kv_blocks, "spindled --kv-blocks (default: spindled's)")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 30));
+  cmd->add_option("--catalog-cache-mib", o->catalog_cache_mib,
+                  "spindled --catalog-cache-mib (default: spindled's)")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
   cmd->add_option("--shared", *shared, "fixtures folder (default: $SPINDLE_SHARED_DIR or ../shared)");
   cmd->add_option("--spindled", o->spindled, "spindled binary (default: beside this program's build)");
   cmd->callback([o, shared] {

@@ -89,6 +89,8 @@ void for_each_field(ServiceConfig& c, F&& f) {
     c.expiry_sweep_s);
   f("heap-trim-s", "how often freed heap memory is returned to the kernel (malloc_trim; 0: "
                    "never)", c.heap_trim_s);
+  f("catalog-cache-mib", "SQLite page cache of the catalog connection (MiB; RSS grows up to it "
+                         "as the catalog grows)", c.catalog_cache_mib);
 }
 
 }  // namespace

@@ -164,7 +164,9 @@ int serve(Daemon& d) {
                   "--serving-slots / --max-sessions",
                   double(resident) / double(1 << 20), budget_detail, c.memory_budget_mib);
   }
-  d.catalog.start(d.paths.data_dir);
+  SPINDLE_CHECK(c.catalog_cache_mib >= 1, invalid_argument,
+                "--catalog-cache-mib must be at least 1, got {}", c.catalog_cache_mib);
+  d.catalog.start(d.paths.data_dir, c.catalog_cache_mib);
   // Runs left "running" by a daemon that died are stopped now; `run_resume` continues them.
   d.runs = std::make_unique<RunManager>(d);
   d.reward_tests = std::make_unique<RewardTester>(d, c.reward_test_workers);

@@ -104,5 +104,11 @@ TEST(Bases, DuplicateIdsAndAnExceededBudgetAreRefusedAtStart) {
   EXPECT_NE(bad_id.find("a//b"), std::string::npos) << bad_id;
 }
 
+TEST(Bases, ACatalogCacheBelowOneMibIsRefusedAtStart) {
+  if (!fs::exists(stories_model())) GTEST_SKIP() << "fixture missing: " << stories_model();
+  const std::string r = refusal({"--model", stories_model().string(), "--catalog-cache-mib", "0"});
+  EXPECT_NE(r.find("--catalog-cache-mib must be at least 1, got 0"), std::string::npos) << r;
+}
+
 }  // namespace
 }  // namespace spindle::testing

@@ -97,6 +97,9 @@ struct ServiceConfig {
   double expiry_sweep_s = 5.0;     // how often ephemeral revisions past expiry are collected
   // How often freed heap memory goes back to the kernel (malloc_trim, src/heap_trim.h); 0 = never.
   double heap_trim_s = 30.0;
+  // The catalog connection's SQLite page cache (MiB): filled as the catalog is read, so RSS
+  // grows up to it as the catalog grows.
+  int64_t catalog_cache_mib = 64;
 
   static protocol::Limits default_limits() {
     protocol::Limits l;
