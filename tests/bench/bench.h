@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,17 @@ inline std::filesystem::path shared_dir_or_default(const std::string& flag) {
   if (!flag.empty()) return flag;
   if (const char* env = std::getenv("SPINDLE_SHARED_DIR"); env && *env) return env;
   return std::filesystem::path("..") / "shared";
+}
+
+// A "Vm...:" field of /proc/<pid>/status ("VmRSS", "VmHWM"), in bytes (0 when absent); pid 0 is
+// this process.
+inline double vm_status_bytes(const std::string& field, int pid = 0) {
+  std::ifstream f(pid == 0 ? std::string("/proc/self/status")
+                           : "/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(f, line);) {
+    if (line.rfind(field + ":", 0) == 0) return std::stod(line.substr(field.size() + 1)) * 1024.0;
+  }
+  return 0;
 }
 
 // <build>/app/spindled, this program being <build>/tests/bench/spindle-bench.

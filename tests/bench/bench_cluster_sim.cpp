@@ -14,7 +14,6 @@
 
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
@@ -37,13 +36,6 @@ struct SimOptions {
   double dead_fraction = 0.01;
   uint64_t seed = 1;
 };
-
-double self_rss_mb() {
-  std::ifstream f("/proc/self/statm");
-  long long size = 0, resident = 0;
-  f >> size >> resident;
-  return double(resident) * 4096.0 / 1048576.0;
-}
 
 // Inverse-CDF Zipf sampler over [0, n): ranks by descending popularity.
 class Zipf {
@@ -77,7 +69,7 @@ void run_sim(const SimOptions& o) {
   std::printf("cluster_sim: %d workers, %d policies placed cold in %.2f s\n", o.workers,
               o.policies, cold_s);
   std::printf("cold_place_us = %.3f\n", 1e6 * cold_s / double(o.policies));
-  std::printf("rss_mb = %.1f (the placement table and the policy names)\n", self_rss_mb());
+  std::printf("rss_mb = %.1f (the placement table and the policy names)\n", vm_status_bytes("VmRSS") / 1048576.0);
 
   // Zipf traffic. Every `window` requests each worker's queue depth becomes its share of the
   // window scaled so an average worker sits at half the spill bound: a hot policy's home then
@@ -89,12 +81,7 @@ void run_sim(const SimOptions& o) {
   std::vector<uint32_t> window_count(size_t(o.workers), 0);
   const int window = std::max(1000, o.workers * 10);
   const double avg = double(window) / double(o.workers);
-  uint64_t spilled_to_new = 0;
-  const uint64_t placed_before = [&] {
-    uint64_t r = 0;
-    for (WorkerId w = 0; w < WorkerId(o.workers); ++w) r += p.worker(w).placed;
-    return r;
-  }();
+  const uint64_t placed_before = p.replica_placements();
   double route_s = 0.0;
   for (int done = 0; done < o.requests;) {
     const int n = std::min(window, o.requests - done);
@@ -112,11 +99,9 @@ void run_sim(const SimOptions& o) {
       window_count[w] = 0;
     }
   }
-  uint64_t placed_after = 0;
-  for (WorkerId w = 0; w < WorkerId(o.workers); ++w) placed_after += p.worker(w).placed;
-  spilled_to_new = placed_after - placed_before;
+  const uint64_t placed_after = p.replica_placements();
   std::printf("routed %d Zipf(s = %.2f) requests: %llu hot-spill replicas added\n", o.requests,
-              o.zipf_s, (unsigned long long)spilled_to_new);
+              o.zipf_s, (unsigned long long)(placed_after - placed_before));
   std::printf("route_ns = %.0f\n", 1e9 * route_s / double(o.requests));
 
   // 1 % of the workers die.

@@ -108,16 +108,6 @@ size_t policy_state_bytes(const engine::ModelConfig& config, int32_t rank) {
   return 3 * adapter;
 }
 
-// A "Vm...:" field of /proc/self/status ("VmHWM" = peak resident set), in bytes.
-double vm_status_bytes(const std::string& field) {
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.rfind(field + ":", 0) == 0) return std::stod(line.substr(field.size() + 1)) * 1024.0;
-  }
-  return 0;
-}
-
 // CPU seconds (user + system) of every thread of this process so far.
 double process_cpu_s() {
   rusage u{};

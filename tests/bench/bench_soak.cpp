@@ -57,13 +57,7 @@ struct SoakOptions {
   int64_t catalog_cache_mib = 0;  // > 0: spindled --catalog-cache-mib
 };
 
-double rss_mb(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;  // kB
-  }
-  return 0.0;
-}
+double rss_mb(pid_t pid) { return vm_status_bytes("VmRSS", int(pid)) / 1048576.0; }
 
 double percentile(std::vector<double> v, double p) {
   if (v.empty()) return 0.0;

@@ -1,6 +1,7 @@
 #include "spindle/cluster/placement.h"
 
 #include <algorithm>
+#include <iterator>
 
 #include "spindle/core/error.h"
 
@@ -49,7 +50,7 @@ WorkerId Placement::add_worker(std::string_view name, std::string_view base) {
     if (w.alive) return id;
   } else {
     id = WorkerId(workers_.size());
-    workers_.push_back(WorkerInfo{std::string(name), std::string(base), false, {}, 0});
+    workers_.push_back(WorkerInfo{std::string(name), std::string(base), false, {}});
     // The name's hash is mixed once more so that worker and policy keys of equal text differ.
     worker_hash_.push_back(mix64(fnv1a(name) ^ 0x6a09e667f3bcc909ULL));
     held_.emplace_back();
@@ -82,7 +83,6 @@ uint64_t Placement::remove_worker(WorkerId id) {
   }
   held_[id].clear();
   held_[id].shrink_to_fit();
-  w.placed = 0;
   return affected;
 }
 
@@ -94,6 +94,17 @@ void Placement::update_load(WorkerId id, const WorkerLoad& load) {
 const WorkerInfo& Placement::worker(WorkerId id) const {
   SPINDLE_CHECK(id < workers_.size(), not_found, "placement: no worker {}", id);
   return workers_[id];
+}
+
+uint64_t Placement::placed_on(WorkerId id) const {
+  SPINDLE_CHECK(id < workers_.size(), not_found, "placement: no worker {}", id);
+  return held_[id].size();
+}
+
+uint64_t Placement::replica_placements() const {
+  uint64_t n = 0;
+  for (const auto& keys : held_) n += keys.size();
+  return n;
 }
 
 size_t Placement::live_workers() const {
@@ -135,7 +146,6 @@ void Placement::top(uint64_t key, const std::vector<WorkerId>& live, uint32_t n,
 void Placement::add_replica(uint64_t key, WorkerId w) {
   replicas_[key].push_back(w);
   held_[w].push_back(key);
-  ++workers_[w].placed;
 }
 
 WorkerId Placement::place_cold(uint64_t key, const std::vector<WorkerId>& live) {
@@ -175,8 +185,7 @@ std::optional<WorkerId> Placement::route_session(std::string_view policy, std::s
   if (!live) return std::nullopt;
   const uint64_t key = policy_key(policy);
   const auto it = replicas_.find(key);
-  if (it == replicas_.end()) return place_cold(key, *live);
-  return it->second.front();
+  return it == replicas_.end() ? place_cold(key, *live) : it->second.front();
 }
 
 std::vector<WorkerId> Placement::spread(std::span<const std::string> policies,
@@ -204,15 +213,13 @@ std::vector<WorkerId> Placement::spread(std::span<const std::string> policies,
     }
     ++taken[best];
     // The run's worker becomes the policy's primary (a replica elsewhere stays a replica).
-    auto& r = replicas_[key];
-    const auto pos = std::find(r.begin(), r.end(), best);
+    std::vector<WorkerId>& r = replicas_[key];
+    auto pos = std::find(r.begin(), r.end(), best);
     if (pos == r.end()) {
-      r.insert(r.begin(), best);
-      held_[best].push_back(key);
-      ++workers_[best].placed;
-    } else {
-      std::rotate(r.begin(), pos, pos + 1);
+      add_replica(key, best);  // appends to r (references into replicas_ stay valid)
+      pos = std::prev(r.end());
     }
+    std::rotate(r.begin(), pos, pos + 1);
     out.push_back(best);
   }
   return out;

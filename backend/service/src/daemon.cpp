@@ -166,7 +166,9 @@ int serve(Daemon& d) {
   }
   SPINDLE_CHECK(c.catalog_cache_mib >= 1, invalid_argument,
                 "--catalog-cache-mib must be at least 1, got {}", c.catalog_cache_mib);
-  d.catalog.start(d.paths.data_dir, c.catalog_cache_mib);
+  catalog::CatalogOptions catalog_options;
+  catalog_options.cache_mib = c.catalog_cache_mib;
+  d.catalog.start(d.paths.data_dir, std::move(catalog_options));
   // Runs left "running" by a daemon that died are stopped now; `run_resume` continues them.
   d.runs = std::make_unique<RunManager>(d);
   d.reward_tests = std::make_unique<RewardTester>(d, c.reward_test_workers);

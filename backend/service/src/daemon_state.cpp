@@ -235,10 +235,12 @@ protocol::StatusReply AdapterOwners::for_tenant(protocol::StatusReply status,
   return status;
 }
 
-void CatalogWorker::start(const std::filesystem::path& data_dir, int64_t cache_mib) {
+void CatalogWorker::start(const std::filesystem::path& data_dir, catalog::CatalogOptions options) {
   std::promise<void> opened;
   auto ready = opened.get_future();
-  thread_ = std::thread([this, data_dir, cache_mib, &opened] { loop(data_dir, cache_mib, &opened); });
+  thread_ = std::thread([this, data_dir, options = std::move(options), &opened] {
+    loop(data_dir, options, &opened);
+  });
   try {
     ready.get();
   } catch (...) {
@@ -247,12 +249,10 @@ void CatalogWorker::start(const std::filesystem::path& data_dir, int64_t cache_m
   }
 }
 
-void CatalogWorker::loop(const std::filesystem::path& data_dir, int64_t cache_mib,
-                         std::promise<void>* opened) {
+void CatalogWorker::loop(const std::filesystem::path& data_dir,
+                         const catalog::CatalogOptions& options, std::promise<void>* opened) {
   std::unique_ptr<catalog::Catalog> cat;
   try {
-    catalog::CatalogOptions options;
-    options.cache_mib = cache_mib;
     cat = std::make_unique<catalog::Catalog>(data_dir, options);
   } catch (...) {
     opened->set_exception(std::current_exception());

@@ -176,16 +176,16 @@ class AdapterOwners {
 class CatalogWorker {
  public:
   using Task = std::function<void(catalog::Catalog&)>;
-  // Opens the catalog on the worker thread with a SQLite page cache of up to `cache_mib` (filled
-  // as the catalog is read); throws what opening throws (from start()).
-  void start(const std::filesystem::path& data_dir, int64_t cache_mib);
+  // Opens the catalog on the worker thread; throws what opening throws (from start()).
+  void start(const std::filesystem::path& data_dir, catalog::CatalogOptions options);
   void post(Task task);
   // Runs every task already posted, then joins. Idempotent.
   void stop();
   ~CatalogWorker() { stop(); }
 
  private:
-  void loop(const std::filesystem::path& data_dir, int64_t cache_mib, std::promise<void>* opened);
+  void loop(const std::filesystem::path& data_dir, const catalog::CatalogOptions& options,
+            std::promise<void>* opened);
   std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<Task> queue_;  // guarded by mutex_

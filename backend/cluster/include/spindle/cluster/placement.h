@@ -57,7 +57,6 @@ struct WorkerInfo {
   std::string base;  // the base it holds
   bool alive = false;
   WorkerLoad load;
-  uint64_t placed = 0;  // policies with a replica here
 };
 
 // The 64-bit key placement uses for a policy (FNV-1a then a 64-bit finalizer).
@@ -93,6 +92,8 @@ class Placement {
   size_t worker_count() const { return workers_.size(); }
   size_t live_workers() const;
   uint64_t placed_policies() const { return replicas_.size(); }
+  uint64_t placed_on(WorkerId id) const;  // policies with a replica on the worker
+  uint64_t replica_placements() const;    // replicas over all policies (>= placed_policies)
 
  private:
   struct NameHash {
