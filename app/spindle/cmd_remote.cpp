@@ -205,7 +205,58 @@ void run_sample(const RemoteOptions& o, const SampleArgs& a, bool as_json) {
   }
 }
 
+// `spindle cluster status`: a coordinator's workers (op cluster_status).
+void run_cluster_status(const RemoteOptions& o, bool as_json) {
+  const auto client = connect_remote(o);
+  const protocol::ClusterStatusReply c = client->cluster_status();
+  if (as_json) {
+    json workers = json::array();
+    for (const auto& w : c.workers) {
+      workers.push_back({{"id", w.id}, {"name", w.name}, {"base", w.base}, {"device", w.device},
+                         {"host", w.host}, {"pid", w.pid}, {"alive", w.alive},
+                         {"last_seen_ms", w.last_seen_ms}, {"base_bytes", w.base_bytes},
+                         {"device_free_bytes", w.device_free_bytes},
+                         {"serving_slots", w.serving_slots}, {"slots_used", w.slots_used},
+                         {"queue_depth", w.queue_depth}, {"loader_queue", w.loader_queue},
+                         {"sessions", w.sessions}, {"tokens_per_s", w.tokens_per_s},
+                         {"forwarded", w.forwarded}, {"placed_policies", w.placed_policies}});
+    }
+    std::printf("%s\n", json{{"role", c.role}, {"cluster_endpoint", c.cluster_endpoint},
+                             {"workers", workers}, {"placed_policies", c.placed_policies},
+                             {"replica_placements", c.replica_placements}}
+                            .dump(2)
+                            .c_str());
+    return;
+  }
+  std::printf("role %s%s%s\n", c.role.c_str(), c.cluster_endpoint.empty() ? "" : ", workers join ",
+              c.cluster_endpoint.c_str());
+  if (c.workers.empty()) return;
+  std::printf("%-4s %-20s %-5s %-24s %-12s %6s %6s %9s %9s %s\n", "id", "name", "alive", "base",
+              "device", "queue", "slots", "forwarded", "policies", "tokens/s");
+  for (const auto& w : c.workers) {
+    std::printf("%-4u %-20s %-5s %-24s %-12s %6u %3u/%-2u %9llu %9llu %.1f\n", w.id,
+                w.name.c_str(), w.alive ? "yes" : "no", w.base.c_str(),
+                w.device.substr(0, w.device.find(' ')).c_str(), w.queue_depth, w.slots_used,
+                w.serving_slots, static_cast<unsigned long long>(w.forwarded),
+                static_cast<unsigned long long>(w.placed_policies), w.tokens_per_s);
+  }
+  std::printf("%llu policies placed, %llu replicas\n",
+              static_cast<unsigned long long>(c.placed_policies),
+              static_cast<unsigned long long>(c.replica_placements));
+}
+
 }  // namespace
+
+void register_cluster(CLI::App& app) {
+  auto o = std::make_shared<RemoteOptions>();
+  auto as_json = std::make_shared<bool>(false);
+  CLI::App* cluster = app.add_subcommand("cluster", "A coordinator's workers and placements");
+  cluster->require_subcommand(1);
+  CLI::App* cmd = cluster->add_subcommand("status", "Workers: base, device, liveness, load, placements");
+  add_remote_options(*cmd, *o);
+  cmd->add_flag("--json", *as_json, "one JSON document (a `workers` array)");
+  cmd->callback([o, as_json] { run_cluster_status(*o, *as_json); });
+}
 
 void register_status(CLI::App& app) {
   auto o = std::make_shared<RemoteOptions>();

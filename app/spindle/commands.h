@@ -19,6 +19,7 @@ void register_serve(CLI::App& app);
 void register_grpo(CLI::App& app);
 void register_reward(CLI::App& app);
 void register_status(CLI::App& app);
+void register_cluster(CLI::App& app);  // cluster status
 void register_sample(CLI::App& app);
 void register_run(CLI::App& app);
 

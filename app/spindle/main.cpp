@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   spindle::cli::register_grpo(app);
   spindle::cli::register_reward(app);
   spindle::cli::register_status(app);
+  spindle::cli::register_cluster(app);
   spindle::cli::register_sample(app);
   spindle::cli::register_run(app);
   try {

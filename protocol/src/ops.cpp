@@ -55,6 +55,7 @@ constexpr std::array<OpEntry, kOpCount> kOps = {{
     {Op::tokenizer_info, "tokenizer_info"},
     {Op::heartbeat, "heartbeat"},
     {Op::catalog_promote, "catalog_promote"},
+    {Op::cluster_status, "cluster_status"},
 }};
 
 constexpr bool table_in_enum_order() {
@@ -120,6 +121,7 @@ RequestBody empty_request_body(Op op) {
     case Op::tokenizer_info: return TokenizerInfoRequest{};
     case Op::heartbeat: return HeartbeatRequest{};
     case Op::catalog_promote: return AddressRequest{};
+    case Op::cluster_status: return Empty{};
   }
   throw ProtocolError(errc::internal, "empty_request_body: op " + std::to_string(int(op)));
 }
@@ -167,6 +169,7 @@ ReplyBody empty_reply_body(Op op) {
     case Op::tokenizer_info: return TokenizerInfoReply{};
     case Op::heartbeat: return HeartbeatReply{};
     case Op::catalog_promote: return PolicyReply{};
+    case Op::cluster_status: return ClusterStatusReply{};
   }
   throw ProtocolError(errc::internal, "empty_reply_body: op " + std::to_string(int(op)));
 }

@@ -91,6 +91,28 @@ void for_each_field(ServiceConfig& c, F&& f) {
                    "never)", c.heap_trim_s);
   f("catalog-cache-mib", "SQLite page cache of the catalog connection (MiB; RSS grows up to it "
                          "as the catalog grows)", c.catalog_cache_mib);
+  f("role", "standalone (all in one process), coordinator (catalog, blob store, client endpoint; "
+            "routes engine work to workers) or worker (one base on one device, joins "
+            "--coordinator)", c.role);
+  f("coordinator", "worker: the coordinator's cluster endpoint (the last endpoint on its "
+                   "`spindled ready:` line)", c.coordinator);
+  f("cluster-endpoint", "coordinator: where workers join (default: "
+                        "ipc://<data-dir>/spindled-cluster.sock; tcp://HOST:PORT is CURVE "
+                        "encrypted, workers allow-listed in --authorized-clients)",
+    c.cluster_endpoint);
+  f("coordinator-key", "worker over TCP: the coordinator's CURVE public key, Z85 text or a file "
+                       "holding it (its <data-dir>/curve/server.pub)", c.coordinator_key);
+  f("worker-name", "worker: its stable name for placement (default: <hostname>/<device>)",
+    c.worker_name);
+  f("blob-dir", "worker: read revision blobs from this shared directory (the coordinator's "
+                "<data-dir>/blobs) before asking the coordinator for them", c.blob_dir);
+  f("heartbeat-s", "worker: how often it reports its load to the coordinator", c.heartbeat_s);
+  f("worker-timeout-s", "coordinator: a worker silent this long is lost (its requests in flight "
+                        "fail `unavailable`, its policies move)", c.worker_timeout_s);
+  f("spill-queue", "coordinator: a hot policy gains a replica on another worker when its "
+                   "replicas' shortest queue is longer than this", c.spill_queue);
+  f("max-replicas", "coordinator: most workers one policy is served from at once",
+    c.max_replicas);
 }
 
 }  // namespace

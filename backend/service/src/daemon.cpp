@@ -10,7 +10,9 @@
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
+#include <fstream>
 
+#include "cluster_ops.h"
 #include "front.h"
 #include "metrics.h"
 #include "metrics_http.h"
@@ -20,6 +22,7 @@
 #include "spindle/core/error.h"
 #include "spindle/engine/loader.h"
 #include "spindle/execution/select.h"
+#include "spindle/protocol/curve.h"
 #include "zap.h"
 
 namespace spindle::service {
@@ -83,6 +86,11 @@ int serve(Daemon& d) {
   const ServiceConfig& c = d.config;
   spdlog::logger& log = *d.log;
   const int lock_fd = lock_data_dir(d.paths);
+  d.cluster = std::make_unique<ClusterState>(role_from_name(c.role));
+  const bool worker = d.cluster->worker();
+  SPINDLE_CHECK(!worker || !c.coordinator.empty(), invalid_argument,
+                "--role worker needs --coordinator ENDPOINT (the last endpoint on the "
+                "coordinator's `spindled ready:` line)");
 
   // The bases, their tokenizers and catalog entries; then each one's engine (below).
   const std::vector<fs::path> models = resolve_models(c, d.paths, log);
@@ -128,8 +136,24 @@ int serve(Daemon& d) {
                     fs::perm_options::replace, ec);
   }
 
-  // Residency tiers and one engine thread per base, all over one blob store.
-  d.blobs = std::make_unique<adapters::BlobStore>(d.paths.data_dir / "blobs");
+  SPINDLE_CHECK(!worker || d.bases.size() == 1, invalid_argument,
+                "a worker serves one base; {} --model given", d.bases.size());
+  if (worker && d.config.worker_name.empty()) {
+    char host[256] = {};
+    ::gethostname(host, sizeof(host) - 1);
+    d.config.worker_name = fmt::format("{}/{}", host, d.bases[0]->backend->device().name());
+  }
+
+  // Residency tiers and one engine thread per base, all over one blob store. A worker's is its
+  // cache of blobs fetched from the coordinator (cluster_ops.h).
+  d.blobs = std::make_unique<adapters::BlobStore>(d.paths.data_dir /
+                                                  (worker ? "blob-cache" : "blobs"));
+  std::shared_ptr<const adapters::BlobStore> shared_blobs;
+  if (worker && !c.blob_dir.empty()) {
+    SPINDLE_CHECK(fs::is_directory(c.blob_dir), not_found, "--blob-dir {}: no such directory",
+                  c.blob_dir);
+    shared_blobs = std::make_shared<const adapters::BlobStore>(c.blob_dir);
+  }
   scheduler::EngineStackOptions eo;
   eo.serving_slots = c.serving_slots;
   eo.serving_max_rank = int32_t(c.limits.max_rank);
@@ -145,7 +169,9 @@ int serve(Daemon& d) {
   std::string budget_detail;
   for (auto& b : d.bases) {
     b->engine = std::make_unique<scheduler::EngineStack>(
-        *b->backend, b->tokenizer.get(), adapters::blob_store_load_fn(*d.blobs, b->weights.config),
+        *b->backend, b->tokenizer.get(),
+        worker ? worker_load_fn(d, b->weights.config, shared_blobs)
+               : adapters::blob_store_load_fn(*d.blobs, b->weights.config),
         eo);
     b->scheduler = &b->engine->scheduler();
     b->host_cache = &b->engine->host_cache();
@@ -194,13 +220,23 @@ int serve(Daemon& d) {
   };
   std::vector<std::unique_ptr<zmq::socket_t>> routers;
   std::vector<std::string> endpoints;
-  routers.push_back(make_router());
-  bind_ipc(*routers.back(), d.paths.ipc, c.group_access);
-  endpoints.push_back(routers.back()->get(zmq::sockopt::last_endpoint));
+  if (!worker) {  // a worker has no client endpoint: its coordinator forwards to it
+    routers.push_back(make_router());
+    bind_ipc(*routers.back(), d.paths.ipc, c.group_access);
+    endpoints.push_back(routers.back()->get(zmq::sockopt::last_endpoint));
+  }
   std::unique_ptr<ZapHandler> zap;
-  if (!d.paths.tcp.empty()) {
-    const auto [public_key, secret_key] = load_or_create_server_keys(d.paths);
+  const std::string cluster_endpoint =
+      d.cluster->coordinator()
+          ? (c.cluster_endpoint.empty() ? "ipc://" + (d.paths.data_dir / "spindled-cluster.sock").string()
+                                        : c.cluster_endpoint)
+          : c.coordinator;
+  const bool cluster_tcp = cluster_endpoint.starts_with("tcp://");
+  if (!worker && (!d.paths.tcp.empty() || cluster_tcp)) {
     zap = std::make_unique<ZapHandler>(*d.context, d.paths.authorized_clients, d.log);
+  }
+  if (!d.paths.tcp.empty() && !worker) {
+    const auto [public_key, secret_key] = load_or_create_server_keys(d.paths);
     routers.push_back(make_router());
     auto& tcp = *routers.back();
     tcp.set(zmq::sockopt::curve_server, true);
@@ -211,6 +247,56 @@ int serve(Daemon& d) {
     log.info("TCP {} (CURVE): server public key {} (also in {}); allow-list {}", endpoints.back(),
              public_key, (d.paths.curve_dir / "server.pub").string(),
              d.paths.authorized_clients.string());
+  }
+  // The cluster socket: a coordinator's ROUTER that workers join, or a worker's DEALER to it.
+  std::unique_ptr<zmq::socket_t> cluster;
+  if (d.cluster->coordinator()) {
+    cluster = make_router();
+    if (cluster_tcp) {
+      const auto [public_key, secret_key] = load_or_create_server_keys(d.paths);
+      cluster->set(zmq::sockopt::curve_server, true);
+      cluster->set(zmq::sockopt::curve_secretkey, secret_key);
+      cluster->set(zmq::sockopt::zap_domain, "spindle");
+      cluster->bind(cluster_endpoint);
+      log.info("cluster endpoint {} (CURVE): workers need --coordinator-key {} and their "
+               "curve/worker.pub in {}", cluster_endpoint, (d.paths.curve_dir / "server.pub").string(),
+               d.paths.authorized_clients.string());
+    } else {
+      bind_ipc(*cluster, cluster_endpoint, c.group_access);
+    }
+  } else if (worker) {
+    cluster = std::make_unique<zmq::socket_t>(*d.context, zmq::socket_type::dealer);
+    cluster->set(zmq::sockopt::linger, 2000);
+    cluster->set(zmq::sockopt::maxmsgsize, max_msg);
+    cluster->set(zmq::sockopt::reconnect_ivl, 100);
+    cluster->set(zmq::sockopt::reconnect_ivl_max, 2000);
+    if (cluster_tcp) {
+      SPINDLE_CHECK(!c.coordinator_key.empty(), invalid_argument,
+                    "--coordinator {} is TCP: give --coordinator-key (the coordinator's "
+                    "curve/server.pub, or its Z85 text)", c.coordinator);
+      std::string server_key = c.coordinator_key;
+      if (!protocol::is_z85_key(server_key)) {
+        std::ifstream in(server_key);
+        SPINDLE_CHECK(in.good(), not_found, "--coordinator-key {}: not a Z85 key and not a "
+                      "readable file", server_key);
+        std::getline(in, server_key);
+        SPINDLE_CHECK(protocol::is_z85_key(server_key), format,
+                      "--coordinator-key {}: the file does not hold a Z85 key", c.coordinator_key);
+      }
+      protocol::CurveKeyPair keys;
+      try {
+        keys = protocol::load_or_create_keypair(d.paths.curve_dir, "worker");
+      } catch (const std::runtime_error& e) {
+        SPINDLE_THROW(format, "CURVE worker keys: {}", e.what());
+      }
+      cluster->set(zmq::sockopt::curve_serverkey, server_key);
+      cluster->set(zmq::sockopt::curve_publickey, keys.public_key);
+      cluster->set(zmq::sockopt::curve_secretkey, keys.secret_key);
+      log.info("joining {} with CURVE: this worker's public key {} ({}) must be in the "
+               "coordinator's allow-list", c.coordinator, keys.public_key,
+               (d.paths.curve_dir / "worker.pub").string());
+    }
+    cluster->connect(c.coordinator);
   }
   zmq::socket_t pub(*d.context, zmq::socket_type::pub);
   pub.set(zmq::sockopt::linger, 0);
@@ -225,8 +311,10 @@ int serve(Daemon& d) {
     log.info("metrics on {}", metrics->url());
   }
 
+  if (d.cluster->coordinator()) endpoints.push_back(cluster_endpoint);  // workers join here
   std::string ready;
   for (const auto& e : endpoints) ready += (ready.empty() ? "" : " ") + e;
+  if (worker) ready = fmt::format("worker '{}' of {}", d.config.worker_name, c.coordinator);
   log.info("serving {} base(s) {} on {}; events on {}", d.bases.size(), d.served_ids(), ready,
            d.paths.pub);
   std::printf("spindled ready: %s\n", ready.c_str());
@@ -234,7 +322,7 @@ int serve(Daemon& d) {
 
   std::vector<zmq::socket_t*> raw;
   for (auto& r : routers) raw.push_back(r.get());
-  Front(d, raw, pub, pull).run(g_stop, g_rescan);
+  Front(d, raw, pub, pull, cluster.get(), cluster_endpoint).run(g_stop, g_rescan);
 
   // Everything handed off is answered (or the drain timed out): stop the metrics thread (it
   // reads the scheduler), the workers, then close sockets (routers linger to flush replies),
@@ -247,6 +335,7 @@ int serve(Daemon& d) {
   if (zap) zap->stop();
   close_thread_push();
   routers.clear();
+  cluster.reset();
   pub.close();
   pull.close();
   zap.reset();

@@ -13,7 +13,9 @@
 
 namespace spindle::service {
 
-Daemon::Daemon() : datasets(std::make_unique<DatasetCache>()) {}
+Daemon::Daemon()
+    : datasets(std::make_unique<DatasetCache>()),
+      cluster(std::make_unique<ClusterState>(Role::standalone)) {}
 Daemon::~Daemon() = default;
 
 namespace {
@@ -32,11 +34,24 @@ std::string random_hex(size_t bytes) {
 
 }  // namespace
 
+std::string SessionTable::new_id() { return "s-" + random_hex(12); }
+
+void SessionTable::set_worker(const std::string& id, uint32_t worker) {
+  std::lock_guard lock(mutex_);
+  if (auto it = sessions_.find(id); it != sessions_.end()) it->second.session.worker = worker;
+}
+
+void SessionTable::set_restore(const std::string& id, const std::string& revision, bool optimizer) {
+  std::lock_guard lock(mutex_);
+  if (auto it = sessions_.find(id); it != sessions_.end()) {
+    it->second.session.restore_revision = revision;
+    it->second.session.restore_optimizer = optimizer;
+  }
+}
+
 std::string SessionTable::add(Session s) {
   std::lock_guard lock(mutex_);
-  do {
-    s.id = "s-" + random_hex(12);
-  } while (sessions_.count(s.id) != 0);
+  while (s.id.empty() || sessions_.count(s.id) != 0) s.id = new_id();
   const std::string id = s.id;
   if (const auto r = reserved_.find(s.tenant); r != reserved_.end()) {
     if (--r->second == 0) reserved_.erase(r);

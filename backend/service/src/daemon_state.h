@@ -20,6 +20,7 @@
 
 #include <spdlog/logger.h>
 
+#include "cluster_state.h"
 #include "reply_channel.h"
 #include "tenant_quotas.h"
 #include "spindle/adapters/blob_store.h"
@@ -71,6 +72,16 @@ struct Session {
   scheduler::SessionId sid = 0;
   int64_t rank = 0;
   float alpha = 0.0f;
+  // A coordinator's session on a worker (cluster_state.h; kLocalWorker = on this process), and
+  // what it is restored from when that worker is lost: the last save_state revision, else the
+  // revision it started from, else a fresh init of (targets, seed).
+  uint32_t worker = kLocalWorker;
+  std::string restore_revision;  // "" = fresh
+  bool restore_optimizer = false;
+  std::vector<engine::LoraTarget> targets;
+  uint64_t seed = 0;
+  std::string user_metadata;
+  uint32_t lease_ms = 0;  // a worker's session: the coordinator's lease it reports (0 = ours)
 };
 
 // Live sessions with their leases and their request gates. Thread-safe: one mutex, held only
@@ -93,9 +104,13 @@ class SessionTable {
   using Clock = std::chrono::steady_clock;
   using Task = std::function<void()>;
 
-  // A fresh random id for `s` (s.id is ignored), then stored with a fresh lease; takes one
-  // reservation of s.tenant when it has one.
+  // Stores `s` with a fresh lease under s.id, or a fresh random id when s.id is "" (new_id());
+  // takes one reservation of s.tenant when it has one.
   std::string add(Session s);
+  static std::string new_id();  // "s-" + 12 random hex digits
+  // A coordinator's remote session: its worker now, and its restore point after a save_state.
+  void set_worker(const std::string& id, uint32_t worker);
+  void set_restore(const std::string& id, const std::string& revision, bool optimizer);
   void reserve(const std::string& tenant);
   void unreserve(const std::string& tenant);
   // `tenant`'s live sessions plus its reservations.
@@ -234,6 +249,7 @@ struct Daemon {
   std::unique_ptr<DatasetCache> datasets;  // the datasets op (made in Daemon())
   std::unique_ptr<zmq::context_t> context;
   std::unique_ptr<ReplyChannel> replies;
+  std::unique_ptr<ClusterState> cluster;  // the role and what its threads share (made in Daemon())
   FrontFigures front_figures;  // written by the front thread only
 };
 

@@ -16,7 +16,28 @@ namespace spindle::service {
 void dispatch_training_op(Daemon& d, Call call, protocol::Request request);
 void dispatch_sampling_op(Daemon& d, Call call, protocol::Request request);
 
-// Closes the sessions whose lease ran out (front thread, about once a second).
+// Closes the sessions whose lease ran out (front thread, about once a second). A coordinator
+// closes its remote sessions on their workers; a worker keeps its sessions (the coordinator
+// holds their leases).
 void close_expired_sessions(Daemon& d);
+
+// Submits a sampling request (sample, sample_stream, compute_logprobs) whose address is
+// resolved to `adapter` to its base's scheduler: a standalone daemon's, or a worker's for a
+// forwarded one.
+void submit_sampling(Daemon& d, const Call& call, const protocol::Request& request,
+                     const ResolvedAdapter& adapter);
+
+// A worker: the session forwards that are not plain requests (open, load, snapshot;
+// cluster_wire.h), for the coordinator's session header.session_id.
+void dispatch_forwarded_session(Daemon& d, const Call& call,
+                                const cluster_wire::ForwardHeader& header);
+
+// A request as a coordinator forwards it: its header frame (no token) and its tensor frames.
+protocol::Frames encode_forwarded(protocol::Request request);
+
+// A worker: a forwarded request (cluster_wire.h), already counted in flight; replies through
+// d.replies to the call's cluster route.
+void dispatch_forwarded(Daemon& d, Call call, protocol::Request request,
+                        cluster_wire::ForwardHeader header);
 
 }  // namespace spindle::service

@@ -2,6 +2,7 @@
 
 #include <zmq_addon.hpp>
 
+#include "cluster_ops.h"
 #include "engine_ops.h"
 #include "heap_trim.h"
 #include "peer_send.h"
@@ -29,11 +30,38 @@ std::vector<std::string> recv_parts(zmq::socket_t& s) {
 
 }  // namespace
 
+Front::Front(Daemon& d, std::vector<zmq::socket_t*> routers, zmq::socket_t& pub,
+             zmq::socket_t& pull, zmq::socket_t* cluster, std::string cluster_endpoint)
+    : d_(d),
+      routers_(routers),
+      pub_(pub),
+      pull_(pull),
+      events_(d, std::move(routers)),
+      cluster_(cluster),
+      cluster_endpoint_(std::move(cluster_endpoint)) {
+  if (cluster_ && d_.cluster->coordinator()) {
+    hub_ = std::make_unique<ClusterHub>(
+        d_, *cluster_, cluster_endpoint_,
+        [this](const Call& call, std::vector<std::string> parts, bool final) {
+          relay(call, std::move(parts), final);
+        },
+        [this](const Call& call, const std::string& code, const std::string& message) {
+          send_direct(call, make_error(call, code, message));
+          if (in_flight_ > 0) set_in_flight(in_flight_ - 1);
+        });
+  }
+}
+
+Front::~Front() = default;
+
 void Front::run(const std::atomic<bool>& stop, std::atomic<bool>& rescan) {
   Clock::time_point deadline{};
   std::vector<zmq::pollitem_t> items;
   for (auto* r : routers_) items.push_back({r->handle(), 0, ZMQ_POLLIN, 0});
+  const size_t cluster_item = items.size();
+  if (cluster_) items.push_back({cluster_->handle(), 0, ZMQ_POLLIN, 0});
   items.push_back({pull_.handle(), 0, ZMQ_POLLIN, 0});
+  if (d_.cluster->worker()) send_hello(false);
   for (;;) {
     for (auto& it : items) it.revents = 0;
     try {
@@ -47,6 +75,13 @@ void Front::run(const std::atomic<bool>& stop, std::atomic<bool>& rescan) {
         auto parts = recv_parts(pull_);
         if (parts.empty()) break;
         on_reply(std::move(parts));
+      }
+    }
+    if (cluster_ && (items[cluster_item].revents & ZMQ_POLLIN)) {
+      for (int i = 0; i < 256; ++i) {
+        auto parts = recv_parts(*cluster_);
+        if (parts.empty()) break;
+        on_cluster_message(std::move(parts));
       }
     }
     for (size_t s = 0; s < routers_.size(); ++s) {
@@ -66,6 +101,7 @@ void Front::run(const std::atomic<bool>& stop, std::atomic<bool>& rescan) {
       deadline = Clock::now() + std::chrono::milliseconds(int64_t(d_.config.drain_timeout_s * 1000));
       d_.log->info("stopping: refusing new requests, {} in flight", in_flight_);
       events_.close_all();
+      if (d_.cluster->worker()) send_hello(true);  // out of placement now, not at the timeout
     }
     if (draining_ && in_flight_ == 0) break;
     if (draining_ && Clock::now() > deadline) {
@@ -75,6 +111,7 @@ void Front::run(const std::atomic<bool>& stop, std::atomic<bool>& rescan) {
     sample_throughput();
     publish_residency();
     housekeeping();
+    cluster_tick();
   }
 }
 
@@ -114,6 +151,8 @@ void Front::housekeeping() {
 
 void Front::on_reply(std::vector<std::string> parts) {
   const std::optional<Route> route = parts.empty() ? std::nullopt : decode_route(parts[0]);
+  if (route && route->socket == kWakeRoute) return on_wake();
+  if (route && route->socket == kClusterRoute) return on_cluster_send(*route, parts);
   if (route && route->socket == kPublishRoute && parts.size() == 3) {
     pub_.send(zmq::buffer(parts[1]), zmq::send_flags::sndmore);
     pub_.send(zmq::buffer(parts[2]), zmq::send_flags::dontwait);

@@ -7,20 +7,30 @@
 // Daemon::front_figures, the metrics endpoint's view of them (server_status.h).
 
 #include <atomic>
+#include <map>
+#include <memory>
 #include <vector>
 
 #include <zmq.hpp>
 
+#include "cluster_hub.h"
 #include "daemon_state.h"
 #include "events.h"
 #include "op_table.h"
 
 namespace spindle::service {
 
+//
+// Cluster (cluster_wire.h): a coordinator's front also owns the cluster ROUTER and its
+// ClusterHub; a worker's owns the DEALER to its coordinator, heartbeats on it, runs what it is
+// forwarded and sends the replies back on it (it has no client ROUTER).
 class Front {
  public:
-  Front(Daemon& d, std::vector<zmq::socket_t*> routers, zmq::socket_t& pub, zmq::socket_t& pull)
-      : d_(d), routers_(routers), pub_(pub), pull_(pull), events_(d, std::move(routers)) {}
+  // `cluster`: the coordinator's cluster ROUTER or the worker's DEALER (null: standalone);
+  // `cluster_endpoint`: its endpoint (the coordinator's, for both).
+  Front(Daemon& d, std::vector<zmq::socket_t*> routers, zmq::socket_t& pub, zmq::socket_t& pull,
+        zmq::socket_t* cluster = nullptr, std::string cluster_endpoint = "");
+  ~Front();
   // Serves until `stop`; `rescan` (set by SIGHUP) asks for a reward plugin rescan, as the
   // plugin_rescan op does, and is cleared when taken.
   void run(const std::atomic<bool>& stop, std::atomic<bool>& rescan);
@@ -43,6 +53,16 @@ class Front {
   void serve_heartbeat(const Call& call, const protocol::Request& req);
   void serve_subscribe(const Call& call, const protocol::Request& req);
   void serve_unsubscribe(const Call& call, const protocol::Request& req);
+  void serve_cluster_status(const Call& call, const protocol::Request& req);
+  // Cluster plumbing (both roles; see the class comment).
+  void on_cluster_message(std::vector<std::string> parts);
+  void on_cluster_send(const Route& route, std::vector<std::string>& parts);
+  void on_wake();
+  void cluster_tick();
+  void send_hello(bool draining);
+  void on_forwarded(std::vector<std::string>& parts);  // worker
+  void on_blob(std::vector<std::string>& parts);       // worker
+  void relay(const Call& call, std::vector<std::string> parts, bool final);  // coordinator
   void refuse(const Call& call, const char* code, const std::string& message);
   protocol::StatusReply status() const;
   double tokens_per_s() const;
@@ -56,6 +76,18 @@ class Front {
   zmq::socket_t& pub_;
   zmq::socket_t& pull_;
   EventHub events_;         // subscribe/unsubscribe (events.h)
+  zmq::socket_t* cluster_ = nullptr;
+  std::string cluster_endpoint_;
+  std::unique_ptr<ClusterHub> hub_;  // coordinator only
+  // Worker: registration state and the blob fetches sent, by id.
+  std::chrono::steady_clock::time_point last_hello_{};
+  std::string welcome_error_;
+  bool welcomed_ = false;
+  struct PendingFetch {
+    std::shared_ptr<std::promise<std::string>> promise;
+    std::chrono::steady_clock::time_point sent;
+  };
+  std::map<uint64_t, PendingFetch> fetches_;
   uint64_t in_flight_ = 0;  // handed-off requests not yet answered (set_in_flight only)
   bool draining_ = false;
   std::chrono::steady_clock::time_point last_publish_{};

@@ -78,6 +78,7 @@ struct OpTable {
       SPINDLE_FRONT(tokenizer_info, TokenizerInfoRequest, serve_tokenizer_info),
       SPINDLE_FRONT(heartbeat, HeartbeatRequest, serve_heartbeat),
       SPINDLE_QUEUED(catalog_promote, AddressRequest, catalog, dispatch_catalog_op),
+      SPINDLE_FRONT(cluster_status, Empty, serve_cluster_status),
   }};
 
 #undef SPINDLE_FRONT

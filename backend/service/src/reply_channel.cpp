@@ -34,7 +34,7 @@ std::string encode_route(const Route& route) {
   std::string r(6, '\0');
   r[0] = char(route.socket);
   for (int i = 0; i < 4; ++i) r[size_t(1 + i)] = char((route.envelope_frames >> (8 * i)) & 0xff);
-  r[5] = char(route.final ? 1 : 0);
+  r[5] = char((route.final ? 1 : 0) | (route.ok ? 2 : 0));
   return r;
 }
 
@@ -46,6 +46,7 @@ std::optional<Route> decode_route(const std::string& frame) {
     route.envelope_frames |= uint32_t(uint8_t(frame[size_t(1 + i)])) << (8 * i);
   }
   route.final = (uint8_t(frame[5]) & 1) != 0;
+  route.ok = (uint8_t(frame[5]) & 2) != 0;
   return route;
 }
 
@@ -135,7 +136,8 @@ void ReplyChannel::send(const Call& call, const protocol::Reply& reply) {
   std::string header;
   const protocol::Reply* sent = &encode_counted(call, reply, fallback, header);
   zmq::socket_t& push = push_for(context_, endpoint_);
-  const Route route{call.socket, uint32_t(call.envelope.size()), protocol::is_final_reply(*sent)};
+  const Route route{call.socket, uint32_t(call.envelope.size()), protocol::is_final_reply(*sent),
+                    sent->ok};
   push.send(zmq::buffer(encode_route(route)), zmq::send_flags::sndmore);
   for (const auto& f : call.envelope) push.send(zmq::buffer(f), zmq::send_flags::sndmore);
   const protocol::Frames& frames = sent->frames;
@@ -152,6 +154,21 @@ void ReplyChannel::publish(const std::string& topic, const protocol::Reply& even
   push.send(zmq::buffer(encode_route({kPublishRoute, 0, true})), zmq::send_flags::sndmore);
   push.send(zmq::buffer(topic), zmq::send_flags::sndmore);
   push.send(zmq::buffer(header), zmq::send_flags::none);
+}
+
+void ReplyChannel::send_raw(uint8_t socket, const std::vector<std::string>& frames) {
+  zmq::socket_t& push = push_for(context_, endpoint_);
+  push.send(zmq::buffer(encode_route({socket, 0, true, true})),
+            frames.empty() ? zmq::send_flags::none : zmq::send_flags::sndmore);
+  for (size_t i = 0; i < frames.size(); ++i) {
+    push.send(zmq::buffer(frames[i]),
+              i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+  }
+}
+
+void ReplyChannel::wake() {
+  zmq::socket_t& push = push_for(context_, endpoint_);
+  push.send(zmq::buffer(encode_route({kWakeRoute, 0, true, true})), zmq::send_flags::none);
 }
 
 }  // namespace spindle::service

@@ -4,7 +4,8 @@
 // first reply, closed when the thread exits) connected to the front's inproc PULL. Message on
 // that PUSH: [route][envelope...][reply header][tensor frames...], route = 1 byte socket index
 // + 4 bytes LE envelope frame count + 1 byte flags (bit 0: the reply ends its request; a
-// stream's non-final messages clear it, so the front counts a stream once, at its end).
+// stream's non-final messages clear it, so the front counts a stream once, at its end; bit 1:
+// the reply is ok, which a worker passes on to its coordinator).
 //
 // Threading: send() is safe from any thread that exits before the context is closed (the
 // daemon joins every such thread first).
@@ -26,6 +27,11 @@ namespace spindle::service {
 
 // The route socket index of an event for the PUB socket (never a ROUTER index).
 inline constexpr uint8_t kPublishRoute = 0xff;
+// The cluster socket (cluster_wire.h): the coordinator's cluster ROUTER, or a worker's DEALER
+// to its coordinator. A Call on it is a forwarded request (a worker's) or a raw message.
+inline constexpr uint8_t kClusterRoute = 0xfe;
+// No message: wakes the front thread to take what was posted for it (cluster_state.h).
+inline constexpr uint8_t kWakeRoute = 0xfd;
 
 // Who a reply goes to: the request's route and the header fields a reply echoes.
 struct Call {
@@ -54,6 +60,10 @@ class ReplyChannel {
   // Hands an event to the front thread, which publishes [topic][header] on the PUB socket.
   // Route: socket index kPublishRoute, no envelope.
   void publish(const std::string& topic, const protocol::Reply& event);
+  // Frames for the front thread to send as they are on the socket `socket` (kClusterRoute).
+  void send_raw(uint8_t socket, const std::vector<std::string>& frames);
+  // Wakes the front thread (route kWakeRoute, no frames).
+  void wake();
 
   // Replies sent by any path (this channel and the front's direct sends), ok and errors.
   std::atomic<uint64_t> served{0};
@@ -93,6 +103,7 @@ struct Route {
   uint8_t socket = 0;
   uint32_t envelope_frames = 0;
   bool final = true;  // the reply ends its request (see the top of this file)
+  bool ok = true;     // flags bit 1: the reply is not an error
 };
 std::string encode_route(const Route& route);
 std::optional<Route> decode_route(const std::string& frame);

@@ -215,7 +215,7 @@ bool submit_sample_with_prompt(Daemon& d, const Call& call, const Request& req,
   return true;
 }
 
-void submit(Daemon& d, const Call& call, const Request& req, const ResolvedAdapter& adapter) {
+void submit_local(Daemon& d, const Call& call, const Request& req, const ResolvedAdapter& adapter) {
   bool queued = false;
   d.owners.note(adapter.blob, call.tenant);
   scheduler::Scheduler& sched = *adapter.base->scheduler;
@@ -265,12 +265,36 @@ void submit(Daemon& d, const Call& call, const Request& req, const ResolvedAdapt
   if (!queued) reply_scheduler_full(d, call, *adapter.base);
 }
 
+// A coordinator with a live worker for the base forwards the request there (placed by
+// `key`, tenant/policy); otherwise this process's scheduler runs it.
+void submit(Daemon& d, const Call& call, Request& req, const ResolvedAdapter& adapter,
+            const std::string& key) {
+  if (!d.cluster->coordinator() || !d.cluster->serves(adapter.base->id)) {
+    return submit_local(d, call, req, adapter);
+  }
+  Forward f;
+  f.call = call;
+  f.base = adapter.base->id;
+  f.policy_key = key;
+  f.header.tenant = call.tenant;
+  f.header.base = adapter.base->id;
+  f.header.revision_id = adapter.revision_id;
+  f.header.blob = adapter.blob;
+  f.request = encode_forwarded(std::move(req));
+  d.cluster->post(std::move(f), *d.replies);
+}
+
 const std::string& address_of(const Request& req) {
   return req.op == Op::compute_logprobs ? std::get<ComputeLogprobsRequest>(req.body).address
                                         : std::get<SampleRequest>(req.body).address;
 }
 
 }  // namespace
+
+void submit_sampling(Daemon& d, const Call& call, const protocol::Request& request,
+                     const ResolvedAdapter& adapter) {
+  submit_local(d, call, request, adapter);
+}
 
 void dispatch_sampling_op(Daemon& d, Call call, protocol::Request request) {
   try {
@@ -280,7 +304,7 @@ void dispatch_sampling_op(Daemon& d, Call call, protocol::Request request) {
       SPINDLE_CHECK(base != nullptr && !text.empty(), not_found,
                     "'{}' is neither a served base ({}) nor a spindle://tenant/policy address",
                     text, d.served_ids());
-      return submit(d, call, request, {base, "", ""});
+      return submit(d, call, request, {base, "", ""}, "base:" + call.tenant);
     }
     const catalog::Address a = catalog::parse_address(text);
     if (a.tenant != call.tenant) {
@@ -290,15 +314,15 @@ void dispatch_sampling_op(Daemon& d, Call call, protocol::Request request) {
     }
     if (is_full_id(a.revision)) {
       if (auto hit = d.resolutions.find(cache_key(call.tenant, a))) {
-        return submit(d, call, request, *hit);
+        return submit(d, call, request, *hit, call.tenant + "/" + a.policy);
       }
     }
-    d.catalog.post([&d, call, a, request = std::move(request)](catalog::Catalog& cat) {
+    d.catalog.post([&d, call, a, request = std::move(request)](catalog::Catalog& cat) mutable {
       try {
         const catalog::Resolved r = cat.get(call.tenant, a);
         const ResolvedAdapter adapter{&served_base_of(d, r.policy), r.revision.id, r.revision.blob};
         if (is_full_id(a.revision)) d.resolutions.put(cache_key(call.tenant, a), adapter);
-        submit(d, call, request, adapter);
+        submit(d, call, request, adapter, call.tenant + "/" + a.policy);
       } catch (const std::exception& e) {
         reply_exception(d, call, e);
       }

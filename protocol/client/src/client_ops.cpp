@@ -67,6 +67,10 @@ CapabilitiesReply Client::capabilities() { return body_of<CapabilitiesReply>(cal
 
 StatusReply Client::status() { return body_of<StatusReply>(call(Op::status, Empty{})); }
 
+ClusterStatusReply Client::cluster_status() {
+  return body_of<ClusterStatusReply>(call(Op::cluster_status, Empty{}));
+}
+
 TrainingSessionReply Client::create_training(const CreateTrainingRequest& request) {
   return body_of<TrainingSessionReply>(call(Op::create_training, request));
 }

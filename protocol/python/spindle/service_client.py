@@ -151,6 +151,12 @@ class ServiceClient:
     def status(self) -> ServerStatus:
         return self._call("status", {}, _convert.status)
 
+    def cluster_status(self) -> dict:
+        """The `cluster_status` op as a dict: `role`, `cluster_endpoint`, `workers` (one dict per
+        worker: id, name, base, device, alive, queue_depth, forwarded, placed_policies, ...),
+        `placed_policies`, `replica_placements`. A standalone daemon has no workers."""
+        return self._call("cluster_status", {}, lambda reply: dict(reply.body))
+
     def get_tokenizer(self, base_model: str) -> Tokenizer:
         """The tokenizer of base `base_model`, run by the daemon (one cached object per base)."""
         with self._lock:

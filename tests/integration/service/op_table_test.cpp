@@ -38,7 +38,7 @@ TEST(OpTable, CategoriesAreTheFrontsRouting) {
   EXPECT_EQ(ops_in(OpCategory::front),
             (std::set<Op>{Op::handshake, Op::capabilities, Op::status, Op::tokenize,
                           Op::detokenize, Op::tokenizer_info, Op::heartbeat, Op::subscribe,
-                          Op::unsubscribe}));
+                          Op::unsubscribe, Op::cluster_status}));
   // PROTOCOL.md 6: never refused as overloaded.
   EXPECT_EQ(ops_in(OpCategory::session),
             (std::set<Op>{Op::forward, Op::forward_backward, Op::optim_step, Op::save_weights,

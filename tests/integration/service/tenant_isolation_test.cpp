@@ -41,6 +41,7 @@ constexpr Scope scope_of(Op op) {
     case Op::reward_plugins:
     case Op::plugin_rescan:
     case Op::datasets:
+    case Op::cluster_status:
       return Scope::none;
     case Op::status:
     case Op::create_training:

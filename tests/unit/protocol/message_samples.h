@@ -171,6 +171,7 @@ inline Request sample_request(Op op, Encoding encoding = Encoding::binary) {
     case Op::tokenizer_info: r.body = TokenizerInfoRequest{"Qwen/Qwen3-0.6B"}; break;
     case Op::heartbeat: r.body = HeartbeatRequest{{"s-1", "s-2"}}; break;
     case Op::catalog_promote: r.body = AddressRequest{"spindle://alice/p@ab12"}; break;
+    case Op::cluster_status: r.body = Empty{}; break;
   }
   return r;
 }
@@ -370,6 +371,35 @@ inline Reply sample_reply(Op op, Encoding encoding = Encoding::binary) {
                                   "{% for m in messages %}{{ m['content'] }}{% endfor %}", false};
       break;
     case Op::heartbeat: r.body = HeartbeatReply{60000, {"s-gone"}}; break;
+    case Op::cluster_status: {
+      ClusterStatusReply c;
+      c.role = "coordinator";
+      c.cluster_endpoint = "tcp://10.0.0.1:7879";
+      ClusterWorkerMsg w;
+      w.id = 2;
+      w.name = "node2/cuda:0";
+      w.base = "Qwen/Qwen3-0.6B";
+      w.device = "cuda:0 (NVIDIA H200)";
+      w.host = "node2";
+      w.pid = 4242;
+      w.alive = true;
+      w.last_seen_ms = 120;
+      w.base_bytes = 1ull << 30;
+      w.device_free_bytes = 130ull << 30;
+      w.serving_slots = 16;
+      w.slots_used = 3;
+      w.queue_depth = 7;
+      w.loader_queue = 1;
+      w.sessions = 2;
+      w.tokens_per_s = 1234.5;
+      w.forwarded = 99;
+      w.placed_policies = 40;
+      c.workers = {w};
+      c.placed_policies = 40;
+      c.replica_placements = 44;
+      r.body = c;
+      break;
+    }
   }
   return r;
 }

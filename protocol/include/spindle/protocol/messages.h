@@ -641,3 +641,4 @@ CEREAL_CLASS_VERSION(spindle::protocol::BaseStatus, 1);
 #include "spindle/protocol/messages_catalog.h"  // IWYU pragma: export
 #include "spindle/protocol/messages_runs.h"     // IWYU pragma: export
 #include "spindle/protocol/messages_studio.h"   // IWYU pragma: export
+#include "spindle/protocol/messages_cluster.h"  // IWYU pragma: export

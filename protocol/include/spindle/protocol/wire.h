@@ -67,8 +67,9 @@ enum class Op : uint8_t {
   tokenizer_info,              // TokenizerInfoRequest -> TokenizerInfoReply
   heartbeat,                   // HeartbeatRequest -> HeartbeatReply
   catalog_promote,             // AddressRequest -> PolicyReply (an ephemeral revision made durable)
+  cluster_status,              // Empty -> ClusterStatusReply (a coordinator's workers)
 };
-inline constexpr int kOpCount = int(Op::catalog_promote) + 1;
+inline constexpr int kOpCount = int(Op::cluster_status) + 1;
 
 const char* op_name(Op op);
 std::optional<Op> op_from_name(std::string_view name);
@@ -123,7 +124,7 @@ using ReplyBody =
                  ExportPeftReply, TokenizeReply, RunStartReply, RunListReply,
                  RunStatusReply, RewardTestReply, RewardPluginsReply, DatasetsReply,
                  SampleStreamReply, EventReply, DetokenizeReply, TokenizerInfoReply,
-                 HeartbeatReply>;
+                 HeartbeatReply, ClusterStatusReply>;
 
 /// The body a request (reply) of `op` must hold, default-constructed.
 RequestBody empty_request_body(Op op);

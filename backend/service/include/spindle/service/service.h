@@ -101,6 +101,21 @@ struct ServiceConfig {
   // grows up to it as the catalog grows.
   int64_t catalog_cache_mib = 64;
 
+  // The cluster (issue 17, docs/cluster.md). A coordinator hosts the catalog, blob store and
+  // client endpoint, and routes sampling and training sessions to workers that serve the base
+  // (its own engine serves a base no live worker holds, reward tests and GRPO runs); a worker
+  // serves one base on one device for its coordinator and has no client endpoint.
+  std::string role = "standalone";  // standalone | coordinator | worker
+  std::string coordinator;          // worker: the coordinator's cluster endpoint
+  std::string cluster_endpoint;     // coordinator: "" = ipc://<data_dir>/spindled-cluster.sock
+  std::string coordinator_key;      // worker over TCP: server public key (Z85) or its file
+  std::string worker_name;          // worker: "" = <hostname>/<device>
+  std::string blob_dir;             // worker: a shared blob directory read before fetching
+  double heartbeat_s = 0.5;         // worker: load report interval
+  double worker_timeout_s = 3.0;    // coordinator: silence after which a worker is lost
+  uint32_t spill_queue = 32;        // coordinator: Placement's hot-spill bound
+  uint32_t max_replicas = 2;        // coordinator: Placement's replica bound
+
   static protocol::Limits default_limits() {
     protocol::Limits l;
     l.max_rank = 64;

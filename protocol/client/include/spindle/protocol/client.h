@@ -134,6 +134,7 @@ class Client {
   // ---- typed helpers (each is call() plus decoding; all throw ClientError) ----------------
   CapabilitiesReply capabilities();
   StatusReply status();
+  ClusterStatusReply cluster_status();
   TrainingSessionReply create_training(const CreateTrainingRequest& request);
   TrainingSessionReply create_training_from_state(const std::string& address);
   ForwardBackwardResult forward(const std::string& session_id, const std::vector<Datum>& data,

@@ -1,0 +1,102 @@
+#pragma once
+// What the threads of a coordinator or a worker share about the cluster (issue 17). The sockets
+// and the placement live on the front thread (cluster_hub.h, front.h); this holds only what
+// other threads read or hand to the front thread. Thread-safe: one mutex, held for short
+// updates only.
+//
+// Coordinator:
+//   - the live workers by base (written by the front thread at each registration and loss), so
+//     dispatching threads know whether a base is served remotely and whether a session's worker
+//     is still there;
+//   - the forward queue: any thread posts a Forward (a request for a worker, with what it
+//     resolved) and the front thread sends it in post order, so a session's requests reach its
+//     worker in the order they were dispatched.
+// Worker:
+//   - blob fetches: a loader thread that misses a revision blob asks the coordinator for it
+//     through the front thread (the only one on the coordinator connection) and waits.
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <future>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "cluster_wire.h"
+#include "reply_channel.h"
+
+namespace spindle::service {
+
+enum class Role : uint8_t { standalone, coordinator, worker };
+Role role_from_name(const std::string& name);  // throws invalid_argument naming the choices
+const char* role_name(Role role);
+
+inline constexpr uint32_t kLocalWorker = UINT32_MAX;  // a session served by this process
+
+// What became of a forward: the worker's reply, or the worker's loss.
+struct ForwardOutcome {
+  bool ok = false;                 // the worker answered ok
+  bool lost = false;               // the worker was lost (or none could take it): no reply
+  std::vector<std::string> parts;  // the reply: [header][tensor frames...] (empty when lost)
+  std::string code, message;       // !ok: the error
+  uint32_t worker = kLocalWorker;  // who served it
+};
+// Called on the front thread with each reply (a stream: each message) or the loss. Returns
+// true to have the front relay it to the client (the reply as is, or the error); false when
+// the callback answers the client itself (or there is no client: a restore, an expiry close).
+using ForwardDone = std::function<bool(ForwardOutcome&)>;
+
+struct Forward {
+  Call call;                 // the client call (its reply route); empty envelope = none
+  std::string base;
+  std::string policy_key;    // placement key (tenant/policy)
+  bool session = false;      // place as a new training session (else as sampling)
+  uint32_t worker = kLocalWorker;  // pinned to this worker (a session's); kLocalWorker = place
+  cluster_wire::ForwardHeader header;
+  protocol::Frames request;  // the re-encoded request: header frame, tensor frames
+  ForwardDone done;          // null = relay every reply
+};
+
+class ClusterState {
+ public:
+  explicit ClusterState(Role role) : role_(role) {}
+  Role role() const { return role_; }
+  bool coordinator() const { return role_ == Role::coordinator; }
+  bool worker() const { return role_ == Role::worker; }
+
+  // Coordinator: the live workers (front thread writes, any thread reads).
+  void set_live(uint32_t worker, const std::string& base, bool live);
+  bool serves(const std::string& base) const;  // some live worker holds the base
+  bool alive(uint32_t worker) const;
+
+  // Coordinator: any thread posts; the front thread takes them all, in post order. `wake` is
+  // sent through the reply channel so the front thread looks now (not at its next poll tick).
+  void post(Forward f, ReplyChannel& wake);
+  std::deque<Forward> take_forwards();
+
+  // Worker: the blob's bytes from the coordinator (a loader thread; blocks up to `timeout`).
+  // Throws unavailable-like Error(resource) on timeout, or the coordinator's error.
+  std::string fetch_blob(const std::string& blob, ReplyChannel& wake,
+                         std::chrono::milliseconds timeout);
+  struct BlobFetch {
+    uint64_t id = 0;
+    std::string blob;
+    std::shared_ptr<std::promise<std::string>> promise;
+  };
+  std::vector<BlobFetch> take_fetches();
+
+ private:
+  const Role role_;
+  mutable std::mutex mutex_;
+  std::map<uint32_t, std::string> live_;    // worker -> base
+  std::map<std::string, uint32_t> served_;  // base -> live workers holding it
+  std::deque<Forward> forwards_;
+  std::vector<BlobFetch> fetches_;
+  uint64_t next_fetch_ = 1;
+};
+
+}  // namespace spindle::service
