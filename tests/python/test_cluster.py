@@ -38,7 +38,7 @@ def cluster():
     model = shared_dir() / "models" / "stories260K" / "stories260K.bin"
     if not model.is_file():
         pytest.skip(f"fixture missing: {model} (set SPINDLE_SHARED_DIR to the folder holding models/)")
-    coord = Daemon(Path(binary), model, ["--role", "coordinator", "--worker-timeout-s", "1.5"])
+    coord = Daemon(Path(binary), model, ["--role", "coordinator", "--worker-timeout-s", "3"])
     endpoint = f"ipc://{coord.data_dir / 'spindled-cluster.sock'}"
     workers = [Daemon(Path(binary), model, ["--role", "worker", "--coordinator", endpoint,
                                             "--worker-name", f"w{i}", "--heartbeat-s", "0.2"])
@@ -48,8 +48,11 @@ def cluster():
              what="three workers to join")
     yield coord, workers, client
     client.close()
-    for w in workers:
-        w.stop()
+    killed = [w for w in workers if w.proc.poll() is not None]
+    codes = [w.stop() for w in workers if w not in killed]
+    for w in killed:
+        w.stop()  # removes its data dir
+    assert codes == [0] * len(codes), codes  # SIGTERM drains and stops cleanly
     assert coord.stop() == 0, "".join(coord.log[-40:])
 
 
