@@ -40,9 +40,11 @@ def shared_dir() -> Path:
 class Daemon:
     """A spindled child process; stdout/stderr are kept (and echoed on failure)."""
 
-    def __init__(self, binary: Path, model: Path, extra_args: list[str] | None = None) -> None:
-        # Short path: the IPC socket path must fit in sockaddr_un (108 bytes).
-        self.data_dir = Path(tempfile.mkdtemp(prefix="spdpy"))
+    def __init__(self, binary: Path, model: Path, extra_args: list[str] | None = None,
+                 data_dir: Path | None = None) -> None:
+        # Short path: the IPC socket path must fit in sockaddr_un (108 bytes). A given data_dir
+        # (a restart, or files written before the start) is used as it is.
+        self.data_dir = data_dir or Path(tempfile.mkdtemp(prefix="spdpy"))
         self.log: list[str] = []
         self._ready = threading.Event()
         args = [str(binary), "--data-dir", str(self.data_dir), "--model", str(model),
@@ -70,7 +72,8 @@ class Daemon:
     def token(self) -> str:
         return (self.data_dir / "token").read_text().strip()
 
-    def stop(self) -> int:
+    def stop(self, remove: bool = True) -> int:
+        """SIGTERM (drain), then the exit code; remove=False keeps the data dir for a restart."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -79,7 +82,8 @@ class Daemon:
                 self.proc.kill()
                 self.proc.wait()
         self._reader.join(timeout=5)
-        shutil.rmtree(self.data_dir, ignore_errors=True)
+        if remove:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
         return self.proc.returncode
 
 

@@ -1,12 +1,19 @@
 """A coordinator and three worker processes on stories260K over IPC (issue 17): routing lands a
-policy's requests on one worker, a training session trains and saves through its worker and
-the saved revision samples from another process, and a worker killed with SIGKILL is lost (its
-policies move, its session is restored on another worker from its last save_state)."""
+policy's requests on one worker and a hot policy spills to a second under load, a training
+session trains and saves through its worker and the saved revision samples from another process,
+two tenants' same-named policies stay apart on the workers, and a worker killed with SIGKILL is
+lost (its policies move, its session is restored on another worker from its last save_state).
+Separate small clusters: a coordinator killed and restarted on its data dir (workers re-register,
+acknowledged revisions serve again), and workers joining over TCP with CURVE (allow-listed)."""
 
 from __future__ import annotations
 
+import json
 import os
+import secrets
 import signal
+import socket
+import tempfile
 import time
 from pathlib import Path
 
@@ -38,7 +45,16 @@ def cluster():
     model = shared_dir() / "models" / "stories260K" / "stories260K.bin"
     if not model.is_file():
         pytest.skip(f"fixture missing: {model} (set SPINDLE_SHARED_DIR to the folder holding models/)")
-    coord = Daemon(Path(binary), model, ["--role", "coordinator", "--worker-timeout-s", "3"])
+    # Two tenants: `local` (the token file the fixtures read) and `acme`.
+    data_dir = Path(tempfile.mkdtemp(prefix="spdpy"))
+    tokens = {"local": secrets.token_hex(32), "acme": secrets.token_hex(32)}
+    (data_dir / "tokens.json").write_text(json.dumps(
+        [{"token": t, "tenant": name} for name, t in tokens.items()]))
+    (data_dir / "token").write_text(tokens["local"] + "\n")
+    os.chmod(data_dir / "tokens.json", 0o600)
+    coord = Daemon(Path(binary), model, ["--role", "coordinator", "--worker-timeout-s", "3",
+                                         "--spill-queue", "2"], data_dir=data_dir)
+    coord.tokens = tokens
     endpoint = f"ipc://{coord.data_dir / 'spindled-cluster.sock'}"
     workers = [Daemon(Path(binary), model, ["--role", "worker", "--coordinator", endpoint,
                                             "--worker-name", f"w{i}", "--heartbeat-s", "0.2"])
@@ -69,6 +85,85 @@ def test_status_lists_the_workers(cluster):
     assert names == ["w0", "w1", "w2"]
     for w in s["workers"]:
         assert w["alive"] and w["device"].startswith("cpu") and w["serving_slots"] > 0
+
+
+def forwarded(client):
+    return {n: w["forwarded"] for n, w in by_name(client).items()}
+
+
+def grown(before, after):
+    return sorted(n for n in after if after[n] > before.get(n, 0))
+
+
+def test_sampling_routes_to_one_worker_and_spills_under_load(cluster):
+    coord, workers, client = cluster
+    base_model = client.get_server_capabilities().bases[0].id
+    training = client.create_lora_training_client(base_model, rank=8, seed=11, policy="cl-hot")
+    training.forward_backward([sft_datum([BOS, 30, 31], [60, 61, 62])], "cross_entropy")
+    training.optim_step(types.AdamParams(learning_rate=1e-2)).result()
+    sampler = training.save_weights_and_get_sampling_client("hot")
+    prompt = types.ModelInput.from_ints([BOS, 30, 31])
+    greedy = types.SamplingParams(max_tokens=24, temperature=0.0, seed=0)
+
+    # One at a time, the queue stays under --spill-queue: every request lands on one worker.
+    before = forwarded(client)
+    alone = [sampler.sample(prompt, 1, greedy).result().sequences[0].tokens for _ in range(5)]
+    home = grown(before, forwarded(client))
+    assert len(home) == 1, home
+    assert all(t == alone[0] for t in alone)
+
+    # 48 at once: the home worker's queue passes 2, so the policy gains a replica and requests
+    # spill there; the replica serves the same revision (greedy output identical).
+    before = forwarded(client)
+    futures = [sampler.sample(prompt, 1, greedy) for _ in range(48)]
+    results = [f.result().sequences[0].tokens for f in futures]
+    assert all(t == alone[0] for t in results)
+    spilled = grown(before, forwarded(client))
+    assert len(spilled) == 2 and home[0] in spilled, (home, spilled)
+    assert client.cluster_status()["replica_placements"] >= 1
+    training.close()
+
+
+def test_tenants_stay_apart_across_workers(cluster):
+    coord, workers, client = cluster
+    base_model = client.get_server_capabilities().bases[0].id
+    acme = spindle.ServiceClient(coord.endpoint, token=coord.tokens["acme"])
+    assert acme.server.tenant == "acme"
+    # The same policy name in both tenants, trained on different data.
+    prompt = [BOS, 50, 51, 52]
+    mine = client.create_lora_training_client(base_model, rank=8, seed=1, policy="cl-same")
+    theirs = acme.create_lora_training_client(base_model, rank=8, seed=1, policy="cl-same")
+    for training, completion in ((mine, [70, 71, 72, 73]), (theirs, [90, 91, 92, 93])):
+        for _ in range(3):
+            training.forward_backward([sft_datum(prompt, completion)], "cross_entropy")
+            training.optim_step(types.AdamParams(learning_rate=2e-2)).result()
+    mine_s = mine.save_weights_and_get_sampling_client("v1")
+    theirs_s = theirs.save_weights_and_get_sampling_client("v1")
+    assert mine_s.model_path.startswith("spindle://local/cl-same@")
+    assert theirs_s.model_path.startswith("spindle://acme/cl-same@")
+
+    # Each tenant's sampler serves its own weights, wherever they are placed: the logprobs of a
+    # sequence equal that tenant's session's forward, and differ from the other tenant's.
+    seq = prompt + [70, 71, 72, 73]
+    probe = types.ModelInput.from_ints(seq)
+    lp_mine = np.array(mine_s.compute_logprobs(probe).result()[1:])
+    lp_theirs = np.array(theirs_s.compute_logprobs(probe).result()[1:])
+    fw_mine = mine.forward([sft_datum(prompt, seq[len(prompt):])]).result()
+    fw_theirs = theirs.forward([sft_datum(prompt, seq[len(prompt):])]).result()
+    np.testing.assert_allclose(lp_mine, fw_mine.loss_fn_outputs[0]["logprobs"].to_numpy(),
+                               atol=1e-4)
+    np.testing.assert_allclose(lp_theirs, fw_theirs.loss_fn_outputs[0]["logprobs"].to_numpy(),
+                               atol=1e-4)
+    assert lp_mine[-4:].sum() > lp_theirs[-4:].sum() + 1.0, (lp_mine, lp_theirs)
+
+    # Another tenant's policy is indistinguishable from a missing one, through the coordinator.
+    with pytest.raises(spindle.SpindleError) as err:
+        acme.create_sampling_client(mine_s.model_path).sample(
+            types.ModelInput.from_ints(prompt), 1, types.SamplingParams(max_tokens=2)).result()
+    assert err.value.code == "not_found"
+    mine.close()
+    theirs.close()
+    acme.close()
 
 
 def test_training_routes_to_one_worker_and_survives_its_loss(cluster):
@@ -131,3 +226,124 @@ def test_cli_cluster_status_json(cluster):
     assert {w["name"] for w in doc["workers"]} == {"w0", "w1", "w2"}
     assert all({"alive", "base", "device", "queue_depth", "placed_policies"} <= set(w)
                for w in doc["workers"])
+
+
+def small_cluster_args():
+    binary = os.environ.get("SPINDLED_BIN", "")
+    if not binary or not Path(binary).is_file():
+        pytest.skip(f"spindled binary not found (SPINDLED_BIN={binary!r}); build target spindled")
+    model = shared_dir() / "models" / "stories260K" / "stories260K.bin"
+    if not model.is_file():
+        pytest.skip(f"fixture missing: {model} (set SPINDLE_SHARED_DIR to the folder holding models/)")
+    return Path(binary), model
+
+
+def alive(client):
+    return sorted(w["name"] for w in client.cluster_status()["workers"] if w["alive"])
+
+
+def test_coordinator_restart_recovers_and_workers_reregister():
+    binary, model = small_cluster_args()
+    coord_args = ["--role", "coordinator", "--worker-timeout-s", "3"]
+    coord = Daemon(binary, model, coord_args)
+    data_dir = coord.data_dir
+    endpoint = f"ipc://{data_dir / 'spindled-cluster.sock'}"
+    workers = [Daemon(binary, model, ["--role", "worker", "--coordinator", endpoint,
+                                      "--worker-name", f"r{i}", "--heartbeat-s", "0.2"])
+               for i in range(2)]
+    try:
+        client = spindle.ServiceClient(coord.endpoint, token=coord.token)
+        wait_for(lambda: alive(client) == ["r0", "r1"], what="two workers to join")
+        base_model = client.get_server_capabilities().bases[0].id
+        prompt = [BOS, 40, 41, 42]
+        data = [sft_datum(prompt, [80, 81, 82, 83])]
+        training = client.create_lora_training_client(base_model, rank=8, seed=2, policy="cl-restart")
+        for _ in range(2):
+            training.forward_backward(data, "cross_entropy")
+            training.optim_step(types.AdamParams(learning_rate=1e-2)).result()
+        state = training.save_state("two").result()
+        sampler = training.save_weights_and_get_sampling_client("w2")
+        probe = types.ModelInput.from_ints(prompt + [80, 81, 82, 83])
+        before = sampler.compute_logprobs(probe).result()
+        client.close()
+
+        # SIGKILL: no drain, nothing flushed beyond what was acknowledged. The workers live on.
+        coord.proc.send_signal(signal.SIGKILL)
+        coord.proc.wait()
+        coord.stop(remove=False)
+        time.sleep(0.5)
+        assert all(w.proc.poll() is None for w in workers)
+
+        coord = Daemon(binary, model, coord_args, data_dir=data_dir)
+        client = spindle.ServiceClient(coord.endpoint, token=coord.token)
+        wait_for(lambda: alive(client) == ["r0", "r1"], what="the workers to re-register")
+        # The acknowledged revisions are in the recovered catalog and serve from a worker.
+        assert client.show(state.path).revision.has_state
+        again = client.create_sampling_client(sampler.model_path).compute_logprobs(probe).result()
+        np.testing.assert_allclose(again[1:], before[1:], atol=1e-5)
+        # Training continues from the saved state on a worker: the same step.
+        resumed = client.create_training_client_from_state_with_optimizer(state.path)
+        assert resumed.info.step == 2
+        out = resumed.forward_backward(data, "cross_entropy").result()
+        assert out.metrics["n_tokens:sum"] == 4
+        resumed.optim_step(types.AdamParams(learning_rate=1e-2)).result()
+        resumed.close()
+        client.close()
+        assert "joined" in "".join(coord.log)
+    finally:
+        codes = [w.stop() for w in workers]
+        code = coord.stop()
+    assert codes == [0, 0] and code == 0, "".join(coord.log[-40:])
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_workers_join_over_tcp_with_curve_only_when_allow_listed():
+    binary, model = small_cluster_args()
+    port = free_port()
+    coord = Daemon(binary, model, ["--role", "coordinator",
+                                   "--cluster-endpoint", f"tcp://127.0.0.1:{port}"])
+    workers = []
+    try:
+        ready = [line for line in coord.log if "spindled ready" in line][0]
+        assert ready.rstrip().endswith(f"tcp://127.0.0.1:{port}"), ready
+        server_pub = coord.data_dir / "curve" / "server.pub"
+        assert server_pub.is_file()
+        client = spindle.ServiceClient(coord.endpoint, token=coord.token)
+        common = ["--role", "worker", "--coordinator", f"tcp://127.0.0.1:{port}",
+                  "--heartbeat-s", "0.2"]
+        # A worker with the coordinator's key but not in its allow-list is refused by ZAP.
+        workers.append(Daemon(binary, model, common + ["--worker-name", "t0",
+                                                       "--coordinator-key", str(server_pub)]))
+        # A worker with a wrong server key fails the CURVE handshake.
+        wrong = "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7"
+        workers.append(Daemon(binary, model, common + ["--worker-name", "t1",
+                                                       "--coordinator-key", wrong]))
+        time.sleep(2.0)
+        assert client.cluster_status()["workers"] == []
+        assert any("refus" in line or "denied" in line for line in coord.log), "".join(coord.log[-20:])
+
+        # Allow-list both workers' keys (the file is re-read when it changes): only t0 joins.
+        keys = [(w.data_dir / "curve" / "worker.pub").read_text().strip() for w in workers]
+        allow = coord.data_dir / "curve" / "authorized_clients"
+        allow.write_text("\n".join(keys) + "\n")
+        wait_for(lambda: alive(client) == ["t0"], what="the allow-listed worker to join")
+        time.sleep(1.0)
+        assert alive(client) == ["t0"]  # the wrong server key never authenticates
+
+        # Requests travel over the encrypted link.
+        base_model = client.get_server_capabilities().bases[0].id
+        training = client.create_lora_training_client(base_model, rank=4, seed=1, policy="cl-curve")
+        out = training.forward_backward([sft_datum([BOS, 5, 6], [7, 8])], "cross_entropy").result()
+        assert out.metrics["n_tokens:sum"] == 2
+        assert by_name(client)["t0"]["forwarded"] >= 2
+        training.close()
+        client.close()
+    finally:
+        codes = [w.stop() for w in workers]
+        code = coord.stop()
+    assert codes == [0, 0] and code == 0, "".join(coord.log[-40:])

@@ -79,8 +79,12 @@ class Front {
   zmq::socket_t* cluster_ = nullptr;
   std::string cluster_endpoint_;
   std::unique_ptr<ClusterHub> hub_;  // coordinator only
-  // Worker: registration state and the blob fetches sent, by id.
+  // Worker: registration state and the blob fetches sent, by id. last_welcome_: the last
+  // welcome (or the last reconnect); a long silence reconnects the DEALER (cluster_tick).
+  void reconnect_coordinator(std::chrono::steady_clock::time_point now);
   std::chrono::steady_clock::time_point last_hello_{};
+  std::chrono::steady_clock::time_point last_welcome_{};
+  uint64_t reconnects_ = 0;
   std::string welcome_error_;
   bool welcomed_ = false;
   struct PendingFetch {

@@ -80,12 +80,40 @@ void Front::cluster_tick() {
   const auto now = Clock::now();
   if (hub_) return hub_->tick(now);
   if (!d_.cluster->worker()) return;
+  if (last_welcome_ == Clock::time_point{}) last_welcome_ = now;
+  // No welcome for this long: the connection is dead in a way ZeroMQ does not retry (a CURVE
+  // handshake that ZAP refused ends the session for good, so a key allow-listed later would
+  // never be tried), or the coordinator is gone. A fresh connect costs nothing either way.
+  const auto silence = std::chrono::duration<double>(std::max(5.0, 10 * d_.config.heartbeat_s));
+  if (now - last_welcome_ > silence) reconnect_coordinator(now);
   if (now - last_hello_ >= std::chrono::duration<double>(d_.config.heartbeat_s)) {
     send_hello(draining_);
   }
   for (auto it = fetches_.begin(); it != fetches_.end();) {  // the waiter gave up at 60 s
     it = now - it->second.sent > std::chrono::seconds(120) ? fetches_.erase(it) : std::next(it);
   }
+}
+
+void Front::reconnect_coordinator(Clock::time_point now) {
+  last_welcome_ = now;
+  try {
+    cluster_->disconnect(cluster_endpoint_);
+  } catch (const zmq::error_t&) {
+    // ENOENT: the session already ended (a refused handshake); connect makes a new one.
+  }
+  try {
+    cluster_->connect(cluster_endpoint_);
+  } catch (const zmq::error_t& e) {
+    d_.log->error("cluster: reconnecting to {} failed: {}", cluster_endpoint_, e.what());
+    return;
+  }
+  welcomed_ = false;
+  // The first time at warn, then every 12th (about a minute at the default heartbeat).
+  const bool loud = reconnects_++ % 12 == 0;
+  d_.log->log(loud ? spdlog::level::warn : spdlog::level::debug,
+              "cluster: no welcome from the coordinator {} for a while (down, or this worker's "
+              "CURVE key not in its allow-list): reconnecting",
+              cluster_endpoint_);
 }
 
 void Front::send_hello(bool draining) {
@@ -124,6 +152,7 @@ void Front::on_cluster_message(std::vector<std::string> parts) {
     if (kind == cw::kBlob) return on_blob(parts);
     if (kind == cw::kWelcome && parts.size() == 2) {
       const cw::Welcome w = cw::decode_welcome(parts[1]);
+      last_welcome_ = Clock::now();  // a refusal too: the link works
       if (!w.error.empty()) {
         if (w.error != welcome_error_) d_.log->error("the coordinator refuses this worker: {}", w.error);
         welcome_error_ = w.error;
@@ -135,6 +164,7 @@ void Front::on_cluster_message(std::vector<std::string> parts) {
                      d_.config.worker_name);
       }
       welcomed_ = true;
+      reconnects_ = 0;
       welcome_error_.clear();
       return;
     }
