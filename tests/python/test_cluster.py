@@ -53,7 +53,8 @@ def cluster():
     (data_dir / "token").write_text(tokens["local"] + "\n")
     os.chmod(data_dir / "tokens.json", 0o600)
     coord = Daemon(Path(binary), model, ["--role", "coordinator", "--worker-timeout-s", "3",
-                                         "--spill-queue", "2"], data_dir=data_dir)
+                                         "--spill-queue", "2", "--metrics-port", "-1",
+                                         "--tenant-max-queued-tokens", "2000"], data_dir=data_dir)
     coord.tokens = tokens
     endpoint = f"ipc://{coord.data_dir / 'spindled-cluster.sock'}"
     workers = [Daemon(Path(binary), model, ["--role", "worker", "--coordinator", endpoint,
@@ -164,6 +165,43 @@ def test_tenants_stay_apart_across_workers(cluster):
     mine.close()
     theirs.close()
     acme.close()
+
+
+def metrics_text(coord) -> str:
+    import urllib.request
+    ready = [line for line in coord.log if "spindled ready" in line][0]
+    url = next(part for part in ready.split() if part.startswith("http://"))
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return r.read().decode()
+
+
+def counter(text: str, op: str, code: str) -> float:
+    key = f'spindle_requests_total{{op="{op}",code="{code}"}}'
+    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(key))
+
+
+def test_coordinator_counts_relayed_replies_and_holds_tenant_quotas(cluster):
+    coord, workers, client = cluster
+    base_model = client.get_server_capabilities().bases[0].id
+    base = client.create_sampling_client(base_model=base_model)
+    prompt = types.ModelInput.from_ints([BOS, 7, 8])
+    before = metrics_text(coord)
+    for seed in range(3):
+        base.sample(prompt, 2, types.SamplingParams(max_tokens=8, seed=seed)).result()
+    after = metrics_text(coord)
+    # Served by workers, counted by the coordinator its clients talk to.
+    assert counter(after, "sample", "ok") - counter(before, "sample", "ok") == 3
+
+    # --tenant-max-queued-tokens 2000 holds across the cluster, at the coordinator: 64 x 40
+    # sampled tokens are refused before they travel, naming the quota; other tenants are not
+    # affected and the refused tenant's quota is whole again.
+    with pytest.raises(spindle.SpindleError) as err:
+        base.sample(prompt, 64, types.SamplingParams(max_tokens=40, seed=1)).result()
+    assert err.value.code == "resource_exhausted"
+    assert "tenant-max-queued-tokens" in str(err.value)
+    out = base.sample(prompt, 40, types.SamplingParams(max_tokens=40, seed=1)).result()
+    assert len(out.sequences) == 40
+    assert counter(metrics_text(coord), "sample", "resource_exhausted") >= 1
 
 
 def test_training_routes_to_one_worker_and_survives_its_loss(cluster):

@@ -173,6 +173,7 @@ void ClusterHub::on_reply(const std::vector<std::string>& parts) {
   }
   const bool final = (flags & cw::kReplyFinal) != 0;
   ForwardOutcome outcome;
+  outcome.final = final;
   outcome.ok = (flags & cw::kReplyOk) != 0;
   outcome.worker = it->second.worker;
   outcome.parts.assign(parts.begin() + 3, parts.end());
@@ -202,13 +203,18 @@ void ClusterHub::on_reply(const std::vector<std::string>& parts) {
 void ClusterHub::finish(Forward& f, ForwardOutcome& outcome, bool final) {
   const bool relay = f.done ? f.done(outcome) : true;
   if (!relay || f.call.envelope.empty()) return;
-  if (outcome.lost) return fail_(f.call, outcome.code, outcome.message);
+  if (outcome.lost) return fail_(f.call, outcome.code, outcome.message);  // counted there
+  if (final) {  // the worker counted its reply; the coordinator counts what its client got
+    (outcome.ok ? d_.replies->served : d_.replies->failed).fetch_add(1, std::memory_order_relaxed);
+    d_.replies->counters.count(protocol::op_name(f.call.op), outcome.ok ? "ok" : outcome.code);
+  }
   relay_(f.call, std::move(outcome.parts), final);
 }
 
 void ClusterHub::fail_forward(Forward& f, uint32_t worker, const std::string& message) {
   ForwardOutcome outcome;
   outcome.lost = true;
+  outcome.final = true;
   outcome.code = errc::unavailable;
   outcome.message = message;
   outcome.worker = worker;

@@ -41,6 +41,7 @@ inline constexpr uint32_t kLocalWorker = UINT32_MAX;  // a session served by thi
 struct ForwardOutcome {
   bool ok = false;                 // the worker answered ok
   bool lost = false;               // the worker was lost (or none could take it): no reply
+  bool final = false;              // this ends the request (the last reply, or the loss)
   std::vector<std::string> parts;  // the reply: [header][tensor frames...] (empty when lost)
   std::string code, message;       // !ok: the error
   uint32_t worker = kLocalWorker;  // who served it

@@ -76,11 +76,11 @@ struct Session {
   // what it is restored from when that worker is lost: the last save_state revision, else the
   // revision it started from, else a fresh init of (targets, seed).
   uint32_t worker = kLocalWorker;
-  std::string restore_revision;  // "" = fresh
+  std::string restore_revision{};  // "" = fresh
   bool restore_optimizer = false;
-  std::vector<engine::LoraTarget> targets;
+  std::vector<engine::LoraTarget> targets{};
   uint64_t seed = 0;
-  std::string user_metadata;
+  std::string user_metadata{};
   uint32_t lease_ms = 0;  // a worker's session: the coordinator's lease it reports (0 = ours)
 };
 

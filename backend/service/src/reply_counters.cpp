@@ -9,6 +9,11 @@ void ReplyCounters::count(const protocol::Reply& reply) {
   ++counts_[{std::move(op), reply.ok ? std::string("ok") : reply.error.code}];
 }
 
+void ReplyCounters::count(const std::string& op, const std::string& code) {
+  std::lock_guard lock(mutex_);
+  ++counts_[{op, code}];
+}
+
 ReplyCounters::Counts ReplyCounters::snapshot() const {
   std::lock_guard lock(mutex_);
   return counts_;

@@ -5,7 +5,8 @@
 // (sample_stream, subscribe) counts once, at its final message. Code "ok" for a success, else
 // the error's wire code; op "unknown" for a refusal of a request whose op was not understood.
 // Counted where replies leave (ReplyChannel::encode_counted, which ReplyChannel::send and
-// Front::send_direct share) and at a subscription's final "closed" event (events.cpp). A request that gets no reply at all (a
+// Front::send_direct share), at a subscription's final "closed" event (events.cpp), and where a
+// coordinator relays a worker's final reply (cluster_hub.cpp). A request that gets no reply at all (a
 // message with no header frame, a subscription whose connection vanished) is not counted.
 //
 // Threading: every method is safe from any thread (one mutex, held for a map update).
@@ -28,6 +29,9 @@ class ReplyCounters {
   // One count for (op, "ok" or the error code) when `reply` ends its request; a stream's other
   // messages are ignored.
   void count(const protocol::Reply& reply);
+  // One count for a final reply known by its op name and code ("ok" or the wire code): a
+  // coordinator's relay of a worker's reply, which it does not decode.
+  void count(const std::string& op, const std::string& code);
   Counts snapshot() const;
 
  private:

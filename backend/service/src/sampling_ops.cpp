@@ -272,8 +272,23 @@ void submit(Daemon& d, const Call& call, Request& req, const ResolvedAdapter& ad
   if (!d.cluster->coordinator() || !d.cluster->serves(adapter.base->id)) {
     return submit_local(d, call, req, adapter);
   }
+  // The tenant's quotas are the coordinator's (the whole cluster's work in flight): charged
+  // here, given back with the final reply or the loss. Building the job validates the request
+  // before it travels.
+  int64_t tokens = 0;
+  if (call.op == Op::compute_logprobs) {
+    tokens = int64_t(read_int32(std::get<ComputeLogprobsRequest>(req.body).prompt, req.frames,
+                                "prompt").size());
+  } else {
+    tokens = job_tokens(sample_job(d, call, req, adapter));
+  }
+  TenantQuotas::ChargePtr charge = d.quotas.charge(call.tenant, tokens, adapter.blob);
   Forward f;
   f.call = call;
+  f.done = [charge = std::move(charge)](ForwardOutcome& o) {
+    if (o.final) charge->release();
+    return true;
+  };
   f.base = adapter.base->id;
   f.policy_key = key;
   f.header.tenant = call.tenant;
