@@ -204,6 +204,30 @@ def test_coordinator_counts_relayed_replies_and_holds_tenant_quotas(cluster):
     assert counter(metrics_text(coord), "sample", "resource_exhausted") >= 1
 
 
+def test_reward_test_samples_on_the_workers(cluster):
+    coord, workers, client = cluster
+    base_model = client.get_server_capabilities().bases[0].id
+    spec = {"terms": [{"name": "pets", "plugin": "keywords", "weight": 2.0,
+                       "config": {"present": ["cat", "dog"]}}]}
+    rows = ["Once upon a time", "Lily saw a"]
+    params = types.SamplingParams(max_tokens=16, temperature=1.0, seed=5)
+    before = forwarded(client)
+    r = client.reward_test(spec, rows, base_model, num_samples=4, sampling_params=params)
+    after = forwarded(client)
+    # One forwarded sample per row, to the worker the base's sampling is placed on.
+    assert sum(after.values()) - sum(before.values()) == len(rows)
+    assert len(r.samples) == 8
+    for s in r.samples:
+        lowered = s.text.lower()
+        assert s.scores[0] == sum(w in lowered for w in ("cat", "dog")) / 2
+    # The completions are what sampling the same prompt gives (same worker, same seed).
+    tok = client.get_tokenizer(base_model)
+    base = client.create_sampling_client(base_model=base_model)
+    for i, row in enumerate(rows):
+        direct = base.sample(types.ModelInput.from_ints(tok.encode(row)), 4, params).result()
+        assert [s.tokens for s in r.samples if s.row == i] == [q.tokens for q in direct.sequences]
+
+
 def test_training_routes_to_one_worker_and_survives_its_loss(cluster):
     coord, workers, client = cluster
     base_model = client.get_server_capabilities().bases[0].id

@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "daemon_state.h"
+#include "engine_ops.h"
 #include "worker_ops.h"
 #include "spindle/core/error.h"
 #include "spindle/engine/generator.h"
@@ -77,6 +78,69 @@ engine::SamplingParams sampling_params(const SamplingParamsMsg& p) {
   return sp;
 }
 
+// A coordinator with a live worker for the base: every row is one `sample` forwarded to the
+// worker placement picks for `key` (as a client's sample of the same policy would be), all at
+// once; the completions come back here to be scored. A row whose worker fails or is lost
+// fails the request with that error (unavailable: retry, the protocol's rule).
+std::vector<Completions> sample_rows_on_workers(Daemon& d, const Call& call,
+                                                const RewardTestRequest& r,
+                                                const ResolvedAdapter& adapter,
+                                                std::vector<scheduler::SampleJob>& jobs,
+                                                const std::string& key) {
+  std::vector<std::future<ForwardOutcome>> pending;
+  for (scheduler::SampleJob& job : jobs) {
+    Request req;
+    req.op = Op::sample;
+    req.request_id = call.request_id;
+    SampleRequest s;
+    s.address = r.address;
+    s.prompt = add_tensor(req.frames, std::span<const int32_t>(job.prompt));
+    s.num_samples = job.num_samples;
+    s.sampling_params = r.sampling_params;
+    s.sampling_params.max_tokens = job.params.max_tokens;
+    req.body = std::move(s);
+    auto promise = std::make_shared<std::promise<ForwardOutcome>>();
+    pending.push_back(promise->get_future());
+    Forward f;
+    f.call.tenant = call.tenant;  // no envelope: the outcome comes back here, not to a client
+    f.call.op = Op::sample;
+    f.call.request_id = call.request_id;
+    f.base = adapter.base->id;
+    f.policy_key = key;
+    f.header.tenant = call.tenant;
+    f.header.base = adapter.base->id;
+    f.header.revision_id = adapter.revision_id;
+    f.header.blob = adapter.blob;
+    f.request = encode_forwarded(std::move(req));
+    f.done = [promise](ForwardOutcome& o) {
+      if (o.final) promise->set_value(std::move(o));
+      return false;
+    };
+    d.cluster->post(std::move(f), *d.replies);
+  }
+  std::vector<Completions> out;
+  for (size_t i = 0; i < pending.size(); ++i) {
+    ForwardOutcome o = pending[i].get();  // every one, so none outlives this call's promises
+    if (!o.ok) {
+      for (size_t j = i + 1; j < pending.size(); ++j) pending[j].wait();
+      throw ProtocolError(o.code, fmt::format("rows[{}]: {}", i, o.message));
+    }
+    const Reply reply = decode_reply(o.parts, d.config.limits);
+    const auto& body = std::get<SampleReply>(reply.body);
+    Completions row;
+    for (const SequenceMsg& m : body.sequences) {
+      engine::Completion c;
+      c.tokens = read_int32(m.tokens, reply.frames, "tokens");
+      c.logprobs = read_float32(m.logprobs, reply.frames, "logprobs");
+      c.stop_reason = m.stop_reason == "stop" ? engine::StopReason::stop : engine::StopReason::length;
+      c.text = m.text;
+      row.push_back(std::move(c));
+    }
+    out.push_back(std::move(row));
+  }
+  return out;
+}
+
 // Every row's completions, rows submitted at once so they batch. nullopt when the scheduler
 // refused a job (its queue is full); jobs already submitted are waited for either way, since
 // their callbacks outlive nothing here but their promises.
@@ -98,6 +162,13 @@ std::optional<std::vector<Completions>> sample_rows(Daemon& d, const Call& call,
     tokens += int64_t(job.prompt.size()) + int64_t(job.num_samples) * job.params.max_tokens;
   }
   const TenantQuotas::ChargePtr charge = d.quotas.charge(call.tenant, tokens, adapter.blob);
+  if (d.cluster->coordinator() && d.cluster->serves(adapter.base->id)) {
+    std::string key = "base:" + call.tenant;  // the placement key sampling uses (sampling_ops)
+    if (r.address.starts_with("spindle://")) {
+      key = call.tenant + "/" + catalog::parse_address(r.address).policy;
+    }
+    return sample_rows_on_workers(d, call, r, adapter, jobs, key);
+  }
   std::vector<std::future<SampleOutcome>> pending;
   bool refused = false;
   for (size_t i = 0; i < jobs.size() && !refused; ++i) {
@@ -237,7 +308,11 @@ void RewardTester::loop() {
       const uint64_t g = plugin_generation_.load();
       if (scorer && g != generation) scorer->rescan();
       generation = g;
-      if (!scorer) scorer.emplace(rewards::RewardHostOptions{.memory_limit_mib = memory_mib});
+      if (!scorer) {
+        rewards::RewardHostOptions host;
+        host.memory_limit_mib = memory_mib;
+        scorer.emplace(host);
+      }
       if (task.call.op == Op::reward_test) {
         run_reward_test(d_, *scorer, task.call, std::get<RewardTestRequest>(task.request.body));
       } else if (task.call.op == Op::datasets) {
