@@ -409,3 +409,73 @@ def test_workers_join_over_tcp_with_curve_only_when_allow_listed():
         codes = [w.stop() for w in workers]
         code = coord.stop()
     assert codes == [0, 0] and code == 0, "".join(coord.log[-40:])
+
+
+def test_grpo_run_spreads_over_workers_and_survives_a_kill():
+    binary, model = small_cluster_args()
+    coord = Daemon(binary, model, ["--role", "coordinator", "--worker-timeout-s", "2"])
+    endpoint = f"ipc://{coord.data_dir / 'spindled-cluster.sock'}"
+    workers = [Daemon(binary, model, ["--role", "worker", "--coordinator", endpoint,
+                                      "--worker-name", f"g{i}", "--heartbeat-s", "0.2"])
+               for i in range(3)]
+    try:
+        client = spindle.ServiceClient(coord.endpoint, token=coord.token)
+        wait_for(lambda: alive(client) == ["g0", "g1", "g2"], what="three workers to join")
+
+        def policy(word):
+            return {"name": f"grpo-{word}", "rank": 4, "alpha": 8, "learning_rate": 1e-2,
+                    "dataset": {"name": "inline", "prompts": ["Once upon a time", "One day"]},
+                    "reward": {"terms": [{"name": word, "plugin": "keywords", "weight": 1,
+                                          "config": {"present": [word]}}]}}
+        steps = 24
+        config = {"seed": 1, "steps": steps, "group_size": 4, "prompts_per_step": 2,
+                  "max_tokens": 8, "eval_every": 0, "save_every": 2, "eval_prompts": 0,
+                  "policies": [policy(w) for w in ("cat", "dog", "sun", "sky")]}
+        started = client.start_run(config)
+
+        # Every policy's session lives on a worker, spread over more than one.
+        def sessions():
+            return {n: w["sessions"] for n, w in by_name(client).items() if w["alive"]}
+        wait_for(lambda: sum(sessions().values()) == 4, what="the run's four sessions")
+        spread = sessions()
+        assert sum(1 for v in spread.values() if v > 0) >= 2, spread
+        wait_for(lambda: client.run_status(started.run_id).run.step >= 3, timeout=120,
+                 what="the run to pass its first save")
+
+        # SIGKILL a worker holding sessions mid-run: the run fails over to the live workers from
+        # its last save and finishes.
+        victim_name = max(spread, key=spread.get)
+        victim = workers[int(victim_name[1])]
+        victim.proc.send_signal(signal.SIGKILL)
+        victim.proc.wait()
+        deadline = time.monotonic() + 300
+        while not (st := client.run_status(started.run_id)).run.finished:
+            assert time.monotonic() < deadline, "the run did not finish"
+            time.sleep(0.2)
+        assert st.run.status == "done", st.run.error
+        assert st.run.step == steps
+        assert {(m.policy, m.step) for m in st.metrics} == {
+            (p["name"], s) for p in config["policies"] for s in range(steps + 1)}
+        assert any("failed over" in line for line in coord.log), "".join(coord.log[-30:])
+        wait_for(lambda: sum(sessions().values()) == 0, timeout=10,
+                 what="the run's sessions to close on the survivors")
+
+        # Every acknowledged revision reads back, and the heads are the last step.
+        for p in config["policies"]:
+            address = f"spindle://local/{p['name']}"
+            head = client.lineage(address)
+            assert head.revision.step == steps
+            revisions = [head.revision.id] + [e.revision.id for e in head.ancestors]
+            assert len(revisions) >= steps // 2  # a save every 2 steps (a re-run save adds one)
+            for rev in revisions:  # each blob reads back (checksum) and serves
+                sampler = client.create_sampling_client(f"{address}@{rev}")
+                out = sampler.sample(types.ModelInput.from_ints([BOS]), 1,
+                                     types.SamplingParams(max_tokens=2, seed=1)).result()
+                assert len(out.sequences[0].tokens) >= 1
+        client.close()
+    finally:
+        codes = [w.stop() for w in workers if w.proc.poll() is None]
+        for w in workers:
+            w.stop()
+        code = coord.stop()
+    assert all(c == 0 for c in codes) and code == 0, "".join(coord.log[-40:])

@@ -7,6 +7,7 @@
 #include "spindle/catalog/catalog.h"
 #include "spindle/rl/datasets.h"
 #include "spindle/rl/grpo_run.h"
+#include "spindle/rl/policy_engine.h"
 
 namespace spindle::rl::detail {
 
@@ -15,7 +16,7 @@ struct PolicyState {
   size_t index = 0;
   Dataset data;
   uint64_t seed = 0;  // data order and sampling seeds of this policy
-  scheduler::SessionId session = 0;
+  std::unique_ptr<PolicyEngine> engine;  // its session's (policy_engine.h)
   bool open = false;
 };
 
@@ -62,8 +63,15 @@ struct GrpoRun::Impl {
 
   void execute();  // the whole run on the calling thread
   void prepare();
-  int64_t open_sessions();  // returns the step to continue after (0 for a fresh run)
+  // Opens every policy's session on a fresh engine: from its head revision (weights, AdamW
+  // state, step) when it has one and `resume`, else a fresh init. Returns the step to continue
+  // after (0 for a fresh run).
+  int64_t open_sessions(bool resume);
   void close_sessions();
+  // After a lost engine: closes what still answers, drops later steps from history_, reopens
+  // every policy from its last save. Returns the step to continue after.
+  int64_t fail_over(const std::string& why);
+  bool any_lost() const;
   std::vector<StepMetrics> step(int64_t step);
   // Greedy held-out evaluation of every policy; fills eval_* of metrics[k].
   void evaluate(std::vector<StepMetrics>& metrics);

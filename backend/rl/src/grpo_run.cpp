@@ -114,7 +114,7 @@ void GrpoRun::Impl::execute() {
   }
   try {
     prepare();
-    const int64_t start = open_sessions();
+    const int64_t start = open_sessions(options.resume);
     {
       std::lock_guard lock(mutex);
       status_.step = start;
@@ -129,16 +129,30 @@ void GrpoRun::Impl::execute() {
     int64_t saved = start;
     std::vector<StepMetrics> m;
     while (s < config.steps && !stop_requested) {
-      ++s;
-      m = step(s);
-      const bool last = s == config.steps || stop_requested;
-      if (config.eval_prompts > 0 && (last || (config.eval_every > 0 && s % config.eval_every == 0)))
-        evaluate(m);
-      if (cat && (last || (config.save_every > 0 && s % config.save_every == 0))) {
-        save(s, m);
-        saved = s;
+      try {
+        const int64_t next = s + 1;
+        m = step(next);
+        const bool last = next == config.steps || stop_requested;
+        if (config.eval_prompts > 0 &&
+            (last || (config.eval_every > 0 && next % config.eval_every == 0)))
+          evaluate(m);
+        if (cat && (last || (config.save_every > 0 && next % config.save_every == 0))) {
+          save(next, m);
+          saved = next;
+        }
+        s = next;
+        report(m, s);
+      } catch (const std::exception& e) {
+        // A lost engine (its worker died): continue from the last save on fresh engines. The
+        // data order and seeds are functions of (seed, step), so the steps re-run as they ran.
+        const int64_t failovers = [&] {
+          std::lock_guard lock(mutex);
+          return status_.failovers;
+        }();
+        if (!cat || !any_lost() || failovers >= kMaxFailovers) throw;
+        s = saved = fail_over(e.what());
+        m.clear();
       }
-      report(m, s);
     }
     // A stop that arrived between two steps: the last finished step is saved too, so a stopped
     // run always resumes from where it stopped.
@@ -177,9 +191,9 @@ void GrpoRun::Impl::prepare() {
   }
 }
 
-int64_t GrpoRun::Impl::open_sessions() {
+int64_t GrpoRun::Impl::open_sessions(bool resume) {
   std::optional<int64_t> start;
-  std::vector<detail::Pending<scheduler::SessionId>> opened(policies.size());
+  std::vector<detail::Pending<bool>> opened(policies.size());
   for (detail::PolicyState& p : policies) {
     const PolicyConfig& pc = *p.config;
     std::vector<engine::LoraTarget> targets = pc.targets;
@@ -199,7 +213,7 @@ int64_t GrpoRun::Impl::open_sessions() {
         if (e.code() != ErrorCode::not_found) throw;
       }
       if (existing && existing->head) {
-        SPINDLE_CHECK(options.resume, invalid_argument,
+        SPINDLE_CHECK(resume, invalid_argument,
                       "policy {} already has revisions: resume it or choose another name",
                       existing->address());
         catalog::Address a{config.tenant, pc.name, ""};
@@ -225,20 +239,70 @@ int64_t GrpoRun::Impl::open_sessions() {
                   "policy {} resumes at step {} but another policy of the run at step {}",
                   pc.name, from, *start);
     start = from;
-    ctx.scheduler->open_session(std::move(weights), std::move(adam),
-                                opened[p.index].callback());
+    p.engine = ctx.engines ? ctx.engines(pc.name) : make_local_policy_engine(*ctx.scheduler, tenant_key(p));
+    detail::check_submitted(
+        p.engine->open(std::move(weights), std::move(adam), from, opened[p.index].callback()),
+        "open session");
   }
   for (detail::PolicyState& p : policies) {
-    p.session = opened[p.index].get("open training session for " + p.config->name);
+    opened[p.index].get("open training session for " + p.config->name + " on " + p.engine->where());
     p.open = true;
   }
   return start.value_or(0);
 }
 
+bool GrpoRun::Impl::any_lost() const {
+  for (const detail::PolicyState& p : policies) {
+    if (p.engine && p.engine->lost()) return true;
+  }
+  return false;
+}
+
+int64_t GrpoRun::Impl::fail_over(const std::string& why) {
+  std::string reason = why;
+  for (;;) {
+    {
+      std::lock_guard lock(mutex);
+      ++status_.failovers;
+    }
+    for (detail::PolicyState& p : policies) {  // the live ones would hold their slots otherwise
+      if (!p.open) continue;
+      p.open = false;
+      if (p.engine->lost()) continue;
+      detail::Pending<bool> closed;
+      if (p.engine->close(closed.callback())) {
+        try {
+          closed.get("close session");
+        } catch (const std::exception&) {
+          // Closing is best effort: its engine may be going too.
+        }
+      }
+    }
+    int64_t from = 0;
+    try {
+      from = open_sessions(/*resume=*/true);
+    } catch (const std::exception& e) {
+      // Another engine lost while reopening (its worker died too): again, within the bound.
+      const int64_t failovers = [&] {
+        std::lock_guard lock(mutex);
+        return status_.failovers;
+      }();
+      if (!any_lost() || failovers >= kMaxFailovers) throw;
+      reason = e.what();
+      continue;
+    }
+    std::lock_guard lock(mutex);
+    status_.last_failover = fmt::format("{}; continued from step {}", reason, from);
+    status_.step = from;
+    std::erase_if(history_, [from](const StepMetrics& m) { return m.step > from; });
+    return from;
+  }
+}
+
 void GrpoRun::Impl::close_sessions() {
   std::vector<detail::Pending<bool>> closed(policies.size());
   for (detail::PolicyState& p : policies) {
-    if (p.open) ctx.scheduler->close_session(p.session, closed[p.index].callback());
+    if (p.open) detail::check_submitted(p.engine->close(closed[p.index].callback()), "close session");
   }
   for (detail::PolicyState& p : policies) {
     if (!p.open) continue;
@@ -250,8 +314,7 @@ void GrpoRun::Impl::close_sessions() {
 void GrpoRun::Impl::save(int64_t step, std::vector<StepMetrics>& metrics) {
   std::vector<detail::Pending<scheduler::SessionSnapshot>> snaps(policies.size());
   for (detail::PolicyState& p : policies) {
-    detail::check_submitted(
-        ctx.scheduler->submit_snapshot(p.session, true, snaps[p.index].callback()), "snapshot");
+    detail::check_submitted(p.engine->snapshot(snaps[p.index].callback()), "snapshot");
   }
   for (detail::PolicyState& p : policies) {
     const scheduler::SessionSnapshot snap = snaps[p.index].get("snapshot " + p.config->name);

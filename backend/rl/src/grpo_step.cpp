@@ -45,14 +45,11 @@ std::vector<StepMetrics> GrpoRun::Impl::step(int64_t step) {
       const size_t row = data_index(p.seed, draw, p.data.train.size());
       rows[p.index].push_back(row);
       prompts[p.index].push_back(encode_prompt(p.data.train[row].prompt));
-      scheduler::SampleJob job;
-      job.tenant = tenant_key(p);
-      job.session = p.session;
-      job.prompt = prompts[p.index].back();
-      job.num_samples = G;
-      job.params = sampling(engine::sample_seed(p.seed, 1u << 20 | draw), /*greedy=*/false);
-      job.done = sampled[p.index][size_t(j)].callback();
-      detail::check_submitted(ctx.scheduler->submit_sample(std::move(job)), "sample");
+      detail::check_submitted(
+          p.engine->sample(prompts[p.index].back(), G,
+                           sampling(engine::sample_seed(p.seed, 1u << 20 | draw), /*greedy=*/false),
+                           sampled[p.index][size_t(j)].callback()),
+          "sample");
     }
   }
   std::vector<std::vector<Completions>> groups(K);
@@ -100,12 +97,10 @@ std::vector<StepMetrics> GrpoRun::Impl::step(int64_t step) {
       for (int32_t j = 0; j < P; ++j) {
         for (const auto& c : groups[k][size_t(j)]) {
           if (adv[k].keep[i] && !c.tokens.empty()) {
-            scheduler::LogprobsJob job;
-            job.tenant = tenant_key(p);
-            job.tokens = prompts[k][size_t(j)];
-            job.tokens.insert(job.tokens.end(), c.tokens.begin(), c.tokens.end());
-            job.done = base_lp[k][i].callback();
-            detail::check_submitted(ctx.scheduler->submit_logprobs(std::move(job)), "logprobs");
+            std::vector<int32_t> tokens = prompts[k][size_t(j)];
+            tokens.insert(tokens.end(), c.tokens.begin(), c.tokens.end());
+            detail::check_submitted(
+                p.engine->base_logprobs(std::move(tokens), base_lp[k][i].callback()), "logprobs");
           }
           ++i;
         }
@@ -173,14 +168,15 @@ std::vector<StepMetrics> GrpoRun::Impl::step(int64_t step) {
   std::vector<detail::Pending<scheduler::TrainBatchResult>> fb(K);
   std::vector<detail::Pending<engine::OptimStepResult>> opt(K);
   std::vector<bool> trained(K, false);
-  std::optional<scheduler::Scheduler::IntakeHold> hold(*ctx.scheduler);  // one intake: one pass
+  // One intake of the local scheduler: the local policies' jobs merge into one pass (engines on
+  // workers merge there, per worker).
+  std::optional<scheduler::Scheduler::IntakeHold> hold(*ctx.scheduler);
   for (detail::PolicyState& p : policies) {
     trained[p.index] = !data[p.index].empty();
     if (!trained[p.index]) continue;  // every group dropped: nothing to learn this step
     detail::check_submitted(
-        ctx.scheduler->submit_forward_backward(p.session, std::move(data[p.index]),
-                                               p.config->loss, p.config->loss_config, true,
-                                               fb[p.index].callback()),
+        p.engine->forward_backward(std::move(data[p.index]), p.config->loss,
+                                   p.config->loss_config, fb[p.index].callback()),
         "forward_backward");
   }
   hold.reset();
@@ -189,9 +185,7 @@ std::vector<StepMetrics> GrpoRun::Impl::step(int64_t step) {
     engine::AdamParams adam;
     adam.learning_rate = p.config->learning_rate;
     adam.grad_clip_norm = 1.0f;
-    detail::check_submitted(
-        ctx.scheduler->submit_optim_step(p.session, adam, opt[p.index].callback()),
-        "optim_step");
+    detail::check_submitted(p.engine->optim_step(adam, opt[p.index].callback()), "optim_step");
   }
   for (detail::PolicyState& p : policies) {
     if (!trained[p.index]) continue;
@@ -216,14 +210,10 @@ void GrpoRun::Impl::evaluate(std::vector<StepMetrics>& metrics) {
     const size_t n = std::min(p.data.heldout.size(), size_t(config.eval_prompts));
     pending[p.index].resize(n);
     for (size_t i = 0; i < n; ++i) {
-      scheduler::SampleJob job;
-      job.tenant = tenant_key(p);
-      job.session = p.session;
-      job.prompt = encode_prompt(p.data.heldout[i].prompt);
-      job.num_samples = 1;
-      job.params = sampling(0, /*greedy=*/true);
-      job.done = pending[p.index][i].callback();
-      detail::check_submitted(ctx.scheduler->submit_sample(std::move(job)), "eval sample");
+      detail::check_submitted(
+          p.engine->sample(encode_prompt(p.data.heldout[i].prompt), 1,
+                           sampling(0, /*greedy=*/true), pending[p.index][i].callback()),
+          "eval sample");
     }
   }
   for (detail::PolicyState& p : policies) {

@@ -125,7 +125,8 @@ PolicyReply import_peft(Daemon& d, catalog::Catalog& cat, const Call& call,
                                       .targets = cfg.target_modules,
                                       .use_rslora = cfg.use_rslora},
                              .description = req.description,
-                             .tags = {}};
+                             .tags = {},
+                             .user_metadata_json = {}};
     cat.create_policy(call.tenant, spec, actor(call));
   }
   catalog::CommitOptions opts;

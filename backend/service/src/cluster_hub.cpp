@@ -226,15 +226,22 @@ void ClusterHub::on_blob_get(const std::string& identity, const std::vector<std:
 }
 
 void ClusterHub::send_forwards() {
-  for (Forward& f : d_.cluster->take_forwards()) {
+  for (Forward& f : d_.cluster->take_forwards()) send_forward(f);
+}
+
+// Places (or takes the pinned worker of) `f` and sends it. A worker whose connection is gone
+// (the ROUTER no longer knows its identity: it died, or reconnected under a new one) is lost at
+// once rather than at its heartbeat timeout, and an unpinned forward goes to the next worker.
+void ClusterHub::send_forward(Forward& f) {
+  for (;;) {
     std::optional<cluster::WorkerId> target;
     if (f.worker != kLocalWorker) {
       const auto w = workers_.find(f.worker);
       if (w == workers_.end() || !w->second.alive) {
-        fail_forward(f, f.worker,
-                     fmt::format("worker {} is gone (lost before this request reached it): retry",
-                                 f.worker));
-        continue;
+        return fail_forward(f, f.worker,
+                            fmt::format("worker {} is gone (lost before this request reached it): "
+                                        "retry",
+                                        f.worker));
       }
       target = f.worker;
     } else if (f.session) {
@@ -243,9 +250,9 @@ void ClusterHub::send_forwards() {
       target = placement_.route_sample(f.policy_key, f.base);
     }
     if (!target) {
-      fail_forward(f, kLocalWorker,
-                   fmt::format("no live worker serves base '{}': retry when one has joined", f.base));
-      continue;
+      return fail_forward(f, kLocalWorker,
+                          fmt::format("no live worker serves base '{}': retry when one has joined",
+                                      f.base));
     }
     Worker& w = workers_.at(*target);
     const uint64_t id = next_forward_++;
@@ -255,16 +262,20 @@ void ClusterHub::send_forwards() {
                                        zmq::buffer(idf), zmq::buffer(header)};
     for (const std::string& r : f.request) out.push_back(zmq::buffer(r));
     const PeerSend sent = send_to_peer(router_, out);
+    if (sent == PeerSend::unreachable) {
+      lose(*target, "its connection is gone");
+      continue;  // pinned: fails above; else the next worker in the policy's order
+    }
     if (sent != PeerSend::sent) {
-      fail_forward(f, *target,
-                   fmt::format("worker {} '{}' cannot be reached ({}): retry", *target,
-                               w.hello.name, peer_send_name(sent)));
-      continue;
+      return fail_forward(f, *target,
+                          fmt::format("worker {} '{}' cannot be reached ({}): retry", *target,
+                                      w.hello.name, peer_send_name(sent)));
     }
     ++w.forwarded;
     ++w.in_flight;
     update_load(*target);
     pending_.emplace(id, Pending{*target, std::move(f)});
+    return;
   }
 }
 

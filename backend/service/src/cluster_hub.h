@@ -60,6 +60,7 @@ class ClusterHub {
   void on_hello(const std::string& identity, const std::string& body);
   void on_reply(const std::vector<std::string>& parts);
   void on_blob_get(const std::string& identity, const std::vector<std::string>& parts);
+  void send_forward(Forward& f);
   void lose(uint32_t worker, const std::string& why);
   void finish(Forward& f, ForwardOutcome& outcome, bool final);
   void fail_forward(Forward& f, uint32_t worker, const std::string& message);

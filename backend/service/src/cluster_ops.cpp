@@ -22,6 +22,12 @@ Frames encode_forwarded(Request request) {
 
 void dispatch_forwarded(Daemon& d, Call call, Request request, cluster_wire::ForwardHeader header) {
   try {
+    if (header.kind == cluster_wire::ForwardKind::session_sample) {
+      SPINDLE_CHECK(request.op == Op::sample, invalid_argument,
+                    "a session_sample forward carries a sample request, not {}",
+                    op_name(request.op));
+      return submit_session_sampling(d, call, request, header.session_id);
+    }
     if (header.kind != cluster_wire::ForwardKind::request) {
       return dispatch_forwarded_session(d, call, header);
     }

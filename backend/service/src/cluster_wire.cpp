@@ -61,7 +61,7 @@ M decode_any(std::string_view bytes, const char* what) {
                   e.what());
   }
   if constexpr (std::is_same_v<M, ForwardHeader>) {
-    SPINDLE_CHECK(uint8_t(m.kind) <= uint8_t(ForwardKind::snapshot), format,
+    SPINDLE_CHECK(uint8_t(m.kind) <= uint8_t(ForwardKind::session_sample), format,
                   "cluster message forward: unknown kind {}", int(m.kind));
   }
   return m;

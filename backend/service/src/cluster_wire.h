@@ -67,6 +67,7 @@ enum class ForwardKind : uint8_t {
   open_session = 1,  // create_training / _from_state / a restore: open session_id from below
   load_session = 2,  // load_state: replace session_id's weights (and optimizer) from below
   snapshot = 3,      // save_weights / save_state: reply with the session's weights (below)
+  session_sample = 4,  // a sample request on session_id's live weights (a coordinator's run)
 };
 
 struct ForwardHeader {

@@ -320,6 +320,16 @@ const char* wire_code(ErrorCode code) {
   return protocol::errc::internal;
 }
 
+ErrorCode error_code_of(const std::string& wire) {
+  using namespace protocol;
+  for (const ErrorCode c : kAllErrorCodes) {
+    if (c != ErrorCode::format && c != ErrorCode::io && wire == wire_code(c)) return c;
+  }
+  if (wire == errc::unavailable || wire == errc::overloaded || wire == errc::limit_exceeded) {
+    return ErrorCode::resource;
+  }
+  return ErrorCode::internal;
+}
 
 std::pair<std::string, std::string> wire_error(const std::exception& e) {
   if (const auto* pe = dynamic_cast<const protocol::ProtocolError*>(&e)) {

@@ -262,6 +262,10 @@ struct Daemon {
 //     kernel itself, kernel_error.h: the engine passed bad shapes, a bug).
 std::pair<std::string, std::string> wire_error(const std::exception& e);
 const char* wire_code(ErrorCode code);
+// The ErrorCode a wire code maps back to (a worker's error seen on the coordinator): the
+// inverse of wire_code where it has one; unavailable, overloaded and the rest are resource or
+// internal.
+ErrorCode error_code_of(const std::string& wire);
 
 // The base the policy is on. Throws Error(failed_precondition) when that base is not
 // served here.

@@ -27,6 +27,14 @@ void close_expired_sessions(Daemon& d);
 void submit_sampling(Daemon& d, const Call& call, const protocol::Request& request,
                      const ResolvedAdapter& adapter);
 
+// A worker: a `sample` request on training session `session_id`'s live weights (forward kind
+// session_sample, a coordinator's GRPO run); replies SampleReply.
+void submit_session_sampling(Daemon& d, const Call& call, const protocol::Request& request,
+                             const std::string& session_id);
+
+// The completions of an ok SampleReply (a worker's, decoded on the coordinator).
+std::vector<engine::Completion> completions_of(const protocol::Reply& reply);
+
 // A worker: the session forwards that are not plain requests (open, load, snapshot;
 // cluster_wire.h), for the coordinator's session header.session_id.
 void dispatch_forwarded_session(Daemon& d, const Call& call,

@@ -24,12 +24,6 @@ std::string host_name() {
   return buf;
 }
 
-ErrorCode code_of(const std::string& wire) {
-  if (wire == errc::not_found) return ErrorCode::not_found;
-  if (wire == errc::data_loss) return ErrorCode::data_loss;
-  if (wire == errc::invalid_argument) return ErrorCode::invalid_argument;
-  return ErrorCode::io;
-}
 
 }  // namespace
 
@@ -183,7 +177,7 @@ void Front::on_blob(std::vector<std::string>& parts) {
     it->second.promise->set_value(std::move(parts[3]));
   } else {
     it->second.promise->set_exception(std::make_exception_ptr(
-        Error(code_of(parts[2]), fmt::format("the coordinator: {}", parts[3]))));
+        Error(error_code_of(parts[2]), fmt::format("the coordinator: {}", parts[3]))));
   }
   fetches_.erase(it);
 }

@@ -125,18 +125,7 @@ std::vector<Completions> sample_rows_on_workers(Daemon& d, const Call& call,
       for (size_t j = i + 1; j < pending.size(); ++j) pending[j].wait();
       throw ProtocolError(o.code, fmt::format("rows[{}]: {}", i, o.message));
     }
-    const Reply reply = decode_reply(o.parts, d.config.limits);
-    const auto& body = std::get<SampleReply>(reply.body);
-    Completions row;
-    for (const SequenceMsg& m : body.sequences) {
-      engine::Completion c;
-      c.tokens = read_int32(m.tokens, reply.frames, "tokens");
-      c.logprobs = read_float32(m.logprobs, reply.frames, "logprobs");
-      c.stop_reason = m.stop_reason == "stop" ? engine::StopReason::stop : engine::StopReason::length;
-      c.text = m.text;
-      row.push_back(std::move(c));
-    }
-    out.push_back(std::move(row));
+    out.push_back(completions_of(decode_reply(o.parts, d.config.limits)));
   }
   return out;
 }

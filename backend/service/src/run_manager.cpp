@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "daemon_state.h"
+#include "run_engines.h"
 #include "worker_ops.h"
 #include "spindle/core/error.h"
 
@@ -124,6 +125,11 @@ void RunManager::start(const catalog::RunRecord& record, rl::RunConfig config, b
   ctx.reward_host.memory_limit_mib = d_.config.reward_host_memory_mib;
   SPINDLE_CHECK(ctx.tokenizer, invalid_argument,
                 "GRPO runs need a tokenizer; the base '{}' has none", base.id);
+  // A coordinator with a live worker for the base spreads the run's policies over its workers
+  // (run_engines.h); they stay there for the run, failing over if one is lost.
+  if (d_.cluster->coordinator() && d_.cluster->serves(base.id)) {
+    ctx.engines = worker_policy_engines(d_, config.tenant, base);
+  }
   auto a = std::make_unique<Active>();
   a->run = std::make_unique<rl::GrpoRun>(std::move(config), ctx, rl::RunOptions{.resume = resume});
   Active& ref = *a;
@@ -200,6 +206,11 @@ void RunManager::drive(Active& a, catalog::RunRecord record) {
       d_.log->warn("run {} failed: {}", id, e.what());
     }
     const rl::RunStatus st = a.run->status();
+    if (st.failovers > 0) {
+      d_.log->warn("run {}: failed over {} time(s) after a lost worker, continuing from its last "
+                   "save each time (last: {})",
+                   id, st.failovers, st.last_failover);
+    }
     catalog::RunUpdate u;
     u.status = record_status(st.state);
     u.error = st.error;

@@ -311,6 +311,39 @@ void submit_sampling(Daemon& d, const Call& call, const protocol::Request& reque
   submit_local(d, call, request, adapter);
 }
 
+void submit_session_sampling(Daemon& d, const Call& call, const protocol::Request& request,
+                             const std::string& session_id) {
+  const std::optional<Session> s = d.sessions.find(call.tenant, session_id);
+  SPINDLE_CHECK(s.has_value(), not_found, "training session '{}' not found on this worker",
+                session_id);
+  scheduler::SampleJob job = sample_job(d, call, request, {s->base, "", ""});
+  job.session = s->sid;
+  job.done = [&d, call](scheduler::Outcome<std::vector<engine::Completion>> r) {
+    if (!r.ok()) return d.replies->error(call, wire_code(r.error.code), r.error.message);
+    SampleReply out;
+    Frames frames;
+    out.sequences = sequences(*r.value, frames);
+    out.prompt_logprobs = add_tensor(frames, std::span<const float>());
+    out.topk_prompt_ids = add_tensor(frames, std::span<const int32_t>(), {0, 0});
+    out.topk_prompt_logprobs = add_tensor(frames, std::span<const float>(), {0, 0});
+    d.replies->ok(call, std::move(out), std::move(frames));
+  };
+  if (!s->base->scheduler->submit_sample(std::move(job))) reply_scheduler_full(d, call, *s->base);
+}
+
+std::vector<engine::Completion> completions_of(const protocol::Reply& reply) {
+  std::vector<engine::Completion> out;
+  for (const SequenceMsg& m : std::get<SampleReply>(reply.body).sequences) {
+    engine::Completion c;
+    c.tokens = read_int32(m.tokens, reply.frames, "tokens");
+    c.logprobs = read_float32(m.logprobs, reply.frames, "logprobs");
+    c.stop_reason = m.stop_reason == "stop" ? engine::StopReason::stop : engine::StopReason::length;
+    c.text = m.text;
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
 void dispatch_sampling_op(Daemon& d, Call call, protocol::Request request) {
   try {
     const std::string& text = address_of(request);

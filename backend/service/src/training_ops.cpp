@@ -796,7 +796,8 @@ void dispatch_forwarded_session(Daemon& d, const Call& call,
     case cluster_wire::ForwardKind::open_session: return open_forwarded_session(d, call, header);
     case cluster_wire::ForwardKind::load_session: return load_forwarded_state(d, call, header);
     case cluster_wire::ForwardKind::snapshot: return snapshot_forwarded(d, call, header);
-    case cluster_wire::ForwardKind::request: break;
+    case cluster_wire::ForwardKind::request:
+    case cluster_wire::ForwardKind::session_sample: break;  // dispatch_forwarded's
   }
   SPINDLE_THROW(internal, "forward kind {} is not a session forward", int(header.kind));
 }

@@ -26,6 +26,14 @@
 // Resume: the data order and sampling seeds are functions of (seed, step), so continuing from
 // the policy's head revision (weights, AdamW state, step) reproduces the run's remaining steps.
 //
+// Engines (policy_engine.h): each policy's session lives on the engine RunContext::engines
+// makes (a coordinator's: a session on a worker), else on RunContext::scheduler. When a step
+// fails and an engine reports lost() (its worker died), the run fails over: it reopens every
+// policy from its last saved revision on fresh engines and re-runs the steps since, which the
+// (seed, step) rule makes the same steps; history() drops the lost steps' metrics, which come
+// again. At most kMaxFailovers times per run; without a catalog there is nothing to continue
+// from, and the run fails.
+//
 // Threading: start() runs the run on its own thread; run() runs it on the caller's. stop(),
 // status() and history() may be called from any thread. The metrics callback runs on the run's
 // thread.
@@ -45,13 +53,17 @@
 #include "spindle/engine/tokenizer.h"
 #include "spindle/rewards/rewards.h"
 #include "spindle/rl/config.h"
+#include "spindle/rl/policy_engine.h"
 #include "spindle/scheduler/scheduler.h"
 
 namespace spindle::rl {
 
 // What a run drives; everything here must outlive the run.
 struct RunContext {
+  // The local scheduler (always: with `engines`, its intake hold is taken around a step's
+  // forward_backward calls, and nothing else runs on it).
   scheduler::Scheduler* scheduler = nullptr;
+  PolicyEngineFactory engines;  // null: every policy on `scheduler`
   engine::ModelConfig model_config;
   const engine::Tokenizer* tokenizer = nullptr;
   std::filesystem::path catalog_dir;  // "" = no catalog: nothing is saved, resume impossible
@@ -101,8 +113,12 @@ struct RunStatus {
   int64_t step = 0;   // last finished step
   int64_t steps = 0;  // config.steps
   std::string error;  // failed: what happened
+  int64_t failovers = 0;      // times the run continued from its last save after a lost engine
+  std::string last_failover;  // why, and from which step
   std::vector<StepMetrics> last;  // the latest metrics of each policy
 };
+
+inline constexpr int64_t kMaxFailovers = 8;
 
 class GrpoRun {
  public:
