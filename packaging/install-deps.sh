@@ -19,6 +19,9 @@ packages=(
   # Debian packages (CPack DEB): man pages from --help, shlibdeps, the lintian check, the
   # systemd unit check, and pip for the offline `pip install protocol/python` check.
   help2man dpkg-dev lintian systemd man-db python3-pip python3-setuptools
+  # The Slurm launch test (tests/python/test_slurm.py): a single-node Slurm cluster, started by
+  # the test in a temp dir (slurmctld, slurmd, sbatch/srun/scancel, and munged for its auth).
+  slurm-wlm munge
 )
 
 missing=()

@@ -21,6 +21,7 @@ void register_service_bench(CLI::App& app);  // bench_service.cpp
 void register_soak_bench(CLI::App& app);  // bench_soak.cpp
 void register_kill_loop_bench(CLI::App& app);  // bench_kill_loop.cpp
 void register_cluster_sim_bench(CLI::App& app);  // bench_cluster_sim.cpp
+void register_cluster_bench(CLI::App& app);  // bench_cluster.cpp
 #ifdef SPINDLE_BENCH_STUDIO
 void register_studio_bench(CLI::App& app);  // bench_studio.cpp (needs the Studio's spindle_ui)
 #endif
@@ -47,6 +48,7 @@ int main(int argc, char** argv) {
   spindle::bench::register_soak_bench(app);  // runs from its own callback
   spindle::bench::register_kill_loop_bench(app);  // runs from its own callback
   spindle::bench::register_cluster_sim_bench(app);  // runs from its own callback
+  spindle::bench::register_cluster_bench(app);  // runs from its own callback
 #ifdef SPINDLE_BENCH_STUDIO
   spindle::bench::register_studio_bench(app);  // runs from its own callback
 #endif
