@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -16,6 +18,24 @@
 namespace spindle::bench {
 
 using Clock = std::chrono::steady_clock;
+
+// Inverse-CDF Zipf sampler over [0, n): rank 0 the most popular.
+class Zipf {
+ public:
+  Zipf(int n, double s) : cdf_(size_t(n)) {
+    double sum = 0.0;
+    for (int i = 0; i < n; ++i) cdf_[size_t(i)] = sum += 1.0 / std::pow(double(i + 1), s);
+    for (double& c : cdf_) c /= sum;
+  }
+  int operator()(std::mt19937_64& rng) const {
+    const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
+    return std::min(int(cdf_.size()) - 1,
+                    int(std::lower_bound(cdf_.begin(), cdf_.end(), u) - cdf_.begin()));
+  }
+
+ private:
+  std::vector<double> cdf_;
+};
 
 inline double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();

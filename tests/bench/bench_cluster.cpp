@@ -192,23 +192,6 @@ void write_catalog(const fs::path& dir, const fs::path& model, const engine::Mod
 
 // ---- load ---------------------------------------------------------------------------------
 
-// Inverse-CDF Zipf sampler over [0, n): rank 0 the most popular.
-class Zipf {
- public:
-  Zipf(int n, double s) : cdf_(size_t(n)) {
-    double sum = 0.0;
-    for (int i = 0; i < n; ++i) cdf_[size_t(i)] = sum += 1.0 / std::pow(double(i + 1), s);
-    for (double& c : cdf_) c /= sum;
-  }
-  int operator()(std::mt19937_64& rng) const {
-    const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
-    return std::min(int(cdf_.size()) - 1,
-                    int(std::lower_bound(cdf_.begin(), cdf_.end(), u) - cdf_.begin()));
-  }
-
- private:
-  std::vector<double> cdf_;
-};
 
 struct LoadResult {
   std::vector<double> done_at;  // completion times (s since go) of the successful requests

@@ -37,22 +37,6 @@ struct SimOptions {
   uint64_t seed = 1;
 };
 
-// Inverse-CDF Zipf sampler over [0, n): ranks by descending popularity.
-class Zipf {
- public:
-  Zipf(int n, double s) : cdf_(size_t(n)) {
-    double sum = 0.0;
-    for (int i = 0; i < n; ++i) cdf_[size_t(i)] = sum += 1.0 / std::pow(double(i + 1), s);
-    for (double& c : cdf_) c /= sum;
-  }
-  int operator()(std::mt19937_64& rng) const {
-    const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
-    return int(std::lower_bound(cdf_.begin(), cdf_.end(), u) - cdf_.begin());
-  }
-
- private:
-  std::vector<double> cdf_;
-};
 
 void run_sim(const SimOptions& o) {
   Placement p;

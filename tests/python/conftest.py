@@ -87,15 +87,22 @@ class Daemon:
         return self.proc.returncode
 
 
-@pytest.fixture(scope="session")
-def daemon():
+def spindled_and_model() -> tuple[Path, Path]:
+    """The built spindled ($SPINDLED_BIN) and the stories260K model, or skip naming what is
+    missing."""
     binary = os.environ.get("SPINDLED_BIN", "")
     if not binary or not Path(binary).is_file():
         pytest.skip(f"spindled binary not found (SPINDLED_BIN={binary!r}); build target spindled")
     model = shared_dir() / "models" / "stories260K" / "stories260K.bin"
     if not model.is_file():
         pytest.skip(f"fixture missing: {model} (set SPINDLE_SHARED_DIR to the folder holding models/)")
-    d = Daemon(Path(binary), model)
+    return Path(binary).resolve(), model
+
+
+@pytest.fixture(scope="session")
+def daemon():
+    binary, model = spindled_and_model()
+    d = Daemon(binary, model)
     yield d
     code = d.stop()
     assert code == 0, "spindled exited with %s on SIGTERM:\n%s" % (code, "".join(d.log[-40:]))

@@ -23,7 +23,7 @@ import pytest
 import spindle
 from spindle import types
 
-from conftest import Daemon, shared_dir
+from conftest import Daemon, spindled_and_model
 from helpers import BOS, sft_datum
 
 
@@ -39,12 +39,7 @@ def wait_for(predicate, timeout=30.0, what="condition"):
 
 @pytest.fixture(scope="module")
 def cluster():
-    binary = os.environ.get("SPINDLED_BIN", "")
-    if not binary or not Path(binary).is_file():
-        pytest.skip(f"spindled binary not found (SPINDLED_BIN={binary!r}); build target spindled")
-    model = shared_dir() / "models" / "stories260K" / "stories260K.bin"
-    if not model.is_file():
-        pytest.skip(f"fixture missing: {model} (set SPINDLE_SHARED_DIR to the folder holding models/)")
+    binary, model = spindled_and_model()
     # Two tenants: `local` (the token file the fixtures read) and `acme`.
     data_dir = Path(tempfile.mkdtemp(prefix="spdpy"))
     tokens = {"local": secrets.token_hex(32), "acme": secrets.token_hex(32)}
@@ -52,12 +47,12 @@ def cluster():
         [{"token": t, "tenant": name} for name, t in tokens.items()]))
     (data_dir / "token").write_text(tokens["local"] + "\n")
     os.chmod(data_dir / "tokens.json", 0o600)
-    coord = Daemon(Path(binary), model, ["--role", "coordinator", "--worker-timeout-s", "3",
+    coord = Daemon(binary, model, ["--role", "coordinator", "--worker-timeout-s", "3",
                                          "--spill-queue", "2", "--metrics-port", "-1",
                                          "--tenant-max-queued-tokens", "2000"], data_dir=data_dir)
     coord.tokens = tokens
     endpoint = f"ipc://{coord.data_dir / 'spindled-cluster.sock'}"
-    workers = [Daemon(Path(binary), model, ["--role", "worker", "--coordinator", endpoint,
+    workers = [Daemon(binary, model, ["--role", "worker", "--coordinator", endpoint,
                                             "--worker-name", f"w{i}", "--heartbeat-s", "0.2"])
                for i in range(3)]
     client = spindle.ServiceClient(coord.endpoint, token=coord.token)
@@ -290,22 +285,12 @@ def test_cli_cluster_status_json(cluster):
                for w in doc["workers"])
 
 
-def small_cluster_args():
-    binary = os.environ.get("SPINDLED_BIN", "")
-    if not binary or not Path(binary).is_file():
-        pytest.skip(f"spindled binary not found (SPINDLED_BIN={binary!r}); build target spindled")
-    model = shared_dir() / "models" / "stories260K" / "stories260K.bin"
-    if not model.is_file():
-        pytest.skip(f"fixture missing: {model} (set SPINDLE_SHARED_DIR to the folder holding models/)")
-    return Path(binary), model
-
-
 def alive(client):
     return sorted(w["name"] for w in client.cluster_status()["workers"] if w["alive"])
 
 
 def test_coordinator_restart_recovers_and_workers_reregister():
-    binary, model = small_cluster_args()
+    binary, model = spindled_and_model()
     coord_args = ["--role", "coordinator", "--worker-timeout-s", "3"]
     coord = Daemon(binary, model, coord_args)
     data_dir = coord.data_dir
@@ -365,7 +350,7 @@ def free_port() -> int:
 
 
 def test_workers_join_over_tcp_with_curve_only_when_allow_listed():
-    binary, model = small_cluster_args()
+    binary, model = spindled_and_model()
     port = free_port()
     coord = Daemon(binary, model, ["--role", "coordinator",
                                    "--cluster-endpoint", f"tcp://127.0.0.1:{port}"])
@@ -412,7 +397,7 @@ def test_workers_join_over_tcp_with_curve_only_when_allow_listed():
 
 
 def test_grpo_run_spreads_over_workers_and_survives_a_kill():
-    binary, model = small_cluster_args()
+    binary, model = spindled_and_model()
     coord = Daemon(binary, model, ["--role", "coordinator", "--worker-timeout-s", "2"])
     endpoint = f"ipc://{coord.data_dir / 'spindled-cluster.sock'}"
     workers = [Daemon(binary, model, ["--role", "worker", "--coordinator", endpoint,

@@ -25,7 +25,7 @@ import pytest
 import spindle
 from spindle import types
 
-from conftest import SOURCE_DIR, shared_dir
+from conftest import SOURCE_DIR, spindled_and_model
 from helpers import BOS, mean_token_loss, sft_datum
 
 SCRIPT = SOURCE_DIR / "packaging" / "slurm" / "spindle.sbatch"
@@ -272,13 +272,7 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 
 @pytest.fixture(scope="module")
 def spindle_bits():
-    binary = os.environ.get("SPINDLED_BIN", "")
-    if not binary or not Path(binary).is_file():
-        pytest.skip(f"spindled binary not found (SPINDLED_BIN={binary!r}); build target spindled")
-    model = shared_dir() / "models" / "stories260K" / "stories260K.bin"
-    if not model.is_file():
-        pytest.skip(f"fixture missing: {model} (set SPINDLE_SHARED_DIR to the folder holding models/)")
-    return Path(binary).resolve(), model
+    return spindled_and_model()
 
 
 @pytest.fixture(scope="module")

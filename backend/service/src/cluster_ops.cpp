@@ -20,6 +20,20 @@ Frames encode_forwarded(Request request) {
   return out;
 }
 
+Forward sampling_forward(const Call& call, const ResolvedAdapter& adapter, std::string key,
+                         Request request) {
+  Forward f;
+  f.call = call;
+  f.base = adapter.base->id;
+  f.policy_key = std::move(key);
+  f.header.tenant = call.tenant;
+  f.header.base = adapter.base->id;
+  f.header.revision_id = adapter.revision_id;
+  f.header.blob = adapter.blob;
+  f.request = encode_forwarded(std::move(request));
+  return f;
+}
+
 void dispatch_forwarded(Daemon& d, Call call, Request request, cluster_wire::ForwardHeader header) {
   try {
     if (header.kind == cluster_wire::ForwardKind::session_sample) {

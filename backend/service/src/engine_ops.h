@@ -43,6 +43,12 @@ void dispatch_forwarded_session(Daemon& d, const Call& call,
 // A request as a coordinator forwards it: its header frame (no token) and its tensor frames.
 protocol::Frames encode_forwarded(protocol::Request request);
 
+// A coordinator's forward of a sampling request resolved to `adapter`, placed by `key`
+// (tenant/policy, or base:tenant for the bare base) like any sampling of that policy; the caller
+// sets f.done (null relays every reply to f.call).
+Forward sampling_forward(const Call& call, const ResolvedAdapter& adapter, std::string key,
+                         protocol::Request request);
+
 // A worker: a forwarded request (cluster_wire.h), already counted in flight; replies through
 // d.replies to the call's cluster route.
 void dispatch_forwarded(Daemon& d, Call call, protocol::Request request,

@@ -101,17 +101,11 @@ std::vector<Completions> sample_rows_on_workers(Daemon& d, const Call& call,
     req.body = std::move(s);
     auto promise = std::make_shared<std::promise<ForwardOutcome>>();
     pending.push_back(promise->get_future());
-    Forward f;
-    f.call.tenant = call.tenant;  // no envelope: the outcome comes back here, not to a client
-    f.call.op = Op::sample;
-    f.call.request_id = call.request_id;
-    f.base = adapter.base->id;
-    f.policy_key = key;
-    f.header.tenant = call.tenant;
-    f.header.base = adapter.base->id;
-    f.header.revision_id = adapter.revision_id;
-    f.header.blob = adapter.blob;
-    f.request = encode_forwarded(std::move(req));
+    Call row;  // no envelope: the outcome comes back here, not to a client
+    row.tenant = call.tenant;
+    row.op = Op::sample;
+    row.request_id = call.request_id;
+    Forward f = sampling_forward(row, adapter, key, std::move(req));
     f.done = [promise](ForwardOutcome& o) {
       if (o.final) promise->set_value(std::move(o));
       return false;

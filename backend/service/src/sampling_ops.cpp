@@ -283,19 +283,11 @@ void submit(Daemon& d, const Call& call, Request& req, const ResolvedAdapter& ad
     tokens = job_tokens(sample_job(d, call, req, adapter));
   }
   TenantQuotas::ChargePtr charge = d.quotas.charge(call.tenant, tokens, adapter.blob);
-  Forward f;
-  f.call = call;
+  Forward f = sampling_forward(call, adapter, key, std::move(req));
   f.done = [charge = std::move(charge)](ForwardOutcome& o) {
     if (o.final) charge->release();
     return true;
   };
-  f.base = adapter.base->id;
-  f.policy_key = key;
-  f.header.tenant = call.tenant;
-  f.header.base = adapter.base->id;
-  f.header.revision_id = adapter.revision_id;
-  f.header.blob = adapter.blob;
-  f.request = encode_forwarded(std::move(req));
   d.cluster->post(std::move(f), *d.replies);
 }
 
