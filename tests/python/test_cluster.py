@@ -49,7 +49,7 @@ def cluster():
     os.chmod(data_dir / "tokens.json", 0o600)
     coord = Daemon(binary, model, ["--role", "coordinator", "--worker-timeout-s", "3",
                                          "--spill-queue", "2", "--metrics-port", "-1",
-                                         "--tenant-max-queued-tokens", "2000"], data_dir=data_dir)
+                                         "--tenant-max-queued-tokens", "4000"], data_dir=data_dir)
     coord.tokens = tokens
     endpoint = f"ipc://{coord.data_dir / 'spindled-cluster.sock'}"
     workers = [Daemon(binary, model, ["--role", "worker", "--coordinator", endpoint,
@@ -187,11 +187,11 @@ def test_coordinator_counts_relayed_replies_and_holds_tenant_quotas(cluster):
     # Served by workers, counted by the coordinator its clients talk to.
     assert counter(after, "sample", "ok") - counter(before, "sample", "ok") == 3
 
-    # --tenant-max-queued-tokens 2000 holds across the cluster, at the coordinator: 64 x 40
+    # --tenant-max-queued-tokens 4000 holds across the cluster, at the coordinator: 64 x 64
     # sampled tokens are refused before they travel, naming the quota; other tenants are not
     # affected and the refused tenant's quota is whole again.
     with pytest.raises(spindle.SpindleError) as err:
-        base.sample(prompt, 64, types.SamplingParams(max_tokens=40, seed=1)).result()
+        base.sample(prompt, 64, types.SamplingParams(max_tokens=64, seed=1)).result()
     assert err.value.code == "resource_exhausted"
     assert "tenant-max-queued-tokens" in str(err.value)
     out = base.sample(prompt, 40, types.SamplingParams(max_tokens=40, seed=1)).result()
@@ -287,6 +287,43 @@ def test_cli_cluster_status_json(cluster):
 
 def alive(client):
     return sorted(w["name"] for w in client.cluster_status()["workers"] if w["alive"])
+
+
+def test_sampling_survives_a_worker_killed_mid_flight(cluster):
+    coord, workers, client = cluster
+    base_model = client.get_server_capabilities().bases[0].id
+    sampler = client.create_sampling_client(base_model=base_model)
+    prompt = types.ModelInput.from_ints([BOS, 11, 12])
+    # 48 x (3 + 64) tokens stay under the fixture's --tenant-max-queued-tokens 4000.
+    params = [types.SamplingParams(max_tokens=64, temperature=1.0, seed=i) for i in range(48)]
+    expected = [sampler.sample(prompt, 1, p).result().sequences for p in params[:4]]
+    live = {n for n, w in by_name(client).items() if w["alive"]}
+    assert len(live) >= 2, live
+    before = forwarded(client)
+    retried = client.unavailable_retries
+    futures = [sampler.sample(prompt, 1, p) for p in params]
+    # Kill the live worker with the most of them in flight, while they run.
+    wait_for(lambda: sum(forwarded(client).values()) - sum(before.values()) >= 16,
+             what="the requests to reach the workers")
+    depth = {n: w["queue_depth"] for n, w in by_name(client).items() if n in live}
+    victim_name = max(depth, key=depth.get)
+    victim = next(w for w, n in zip(workers, ["w0", "w1", "w2"]) if n == victim_name)
+    victim.proc.send_signal(signal.SIGKILL)
+    victim.proc.wait()
+    # Every request completes: those in flight on the dead worker fail `unavailable` and the
+    # SDK resends them (PROTOCOL.md "Unavailable") to a live worker; seeded sampling gives the
+    # same completions wherever it runs.
+    results = [f.result(timeout=120).sequences for f in futures]
+    wait_for(lambda: not by_name(client)[victim_name]["alive"], what=f"{victim_name} to be lost")
+    assert len(results) == 48
+    for got, want in zip(results[:4], expected):
+        assert [s.tokens for s in got] == [s.tokens for s in want]
+    lost_lines = [line for line in coord.log
+                  if "cluster: worker" in line and f"'{victim_name}'" in line and " lost: " in line]
+    assert lost_lines, "".join(coord.log[-20:])
+    in_flight = int(lost_lines[-1].split(" request(s) in flight")[0].rsplit(";", 1)[-1])
+    assert in_flight > 0  # the kill did hit requests
+    assert client.unavailable_retries - retried >= in_flight
 
 
 def test_coordinator_restart_recovers_and_workers_reregister():

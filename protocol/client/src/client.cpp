@@ -125,8 +125,20 @@ Client::~Client() = default;
 const HandshakeReply& Client::server() const { return impl_->server; }
 const ClientOptions& Client::options() const { return impl_->options; }
 
+namespace {
+
+// PROTOCOL.md "Unavailable": the ops that change nothing on the server are resent after
+// `unavailable` (a cluster worker lost mid-request), every 100 ms, at most 20 times.
+constexpr int kUnavailableRetries = 20;
+bool resend_on_unavailable(Op op) {
+  return op == Op::sample || op == Op::compute_logprobs || op == Op::reward_test;
+}
+
+}  // namespace
+
 Reply Client::call(Op op, RequestBody body, Frames frames) {
   Impl& m = *impl_;
+  int unavailable = 0;
   for (int attempt = 0;; ++attempt) {
     const uint64_t id = m.next_id++;
     m.send_raw(id, op, body, frames);
@@ -141,6 +153,11 @@ Reply Client::call(Op op, RequestBody body, Frames frames) {
     if (r->error.code == errc::overloaded && attempt < m.options.max_overloaded_retries) {
       const uint32_t wait = std::max<uint32_t>(1, r->error.retry_after_ms);
       std::this_thread::sleep_for(std::chrono::milliseconds(wait));
+      continue;
+    }
+    if (r->error.code == errc::unavailable && resend_on_unavailable(op) &&
+        unavailable++ < kUnavailableRetries) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
       continue;
     }
     throw ClientError(r->error.code, r->error.message, id);

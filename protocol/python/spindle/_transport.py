@@ -7,7 +7,9 @@ Threading rules (STYLE.md 6; pyzmq sockets are not thread-safe):
 - The I/O thread owns the DEALER, the inproc PULL and the table of requests in flight; it
   sends, receives, routes replies by request_id to their concurrent.futures.Future, and retries
   `overloaded` replies after the server's retry_after_ms (at most `max_overloaded_retries`
-  times, then the future fails with that `overloaded` error).
+  times, then the future fails with that `overloaded` error), and `unavailable` replies to the
+  ops that change nothing (RESEND_ON_UNAVAILABLE: a cluster worker lost mid-request) every
+  UNAVAILABLE_DELAY_S, at most UNAVAILABLE_RETRIES times (PROTOCOL.md "Unavailable").
 - Futures are resolved on the I/O thread: their callbacks must not block.
 - Streams (ops sample_stream and subscribe answer one request with several replies, the last
   with body "final": true; an error reply ends a stream too) go to a `Stream`, a queue the
@@ -30,11 +32,16 @@ from dataclasses import dataclass
 import zmq
 
 from . import _wire
-from .errors import CLOSED, OVERLOADED, TIMEOUT, SpindleError
+from .errors import CLOSED, OVERLOADED, TIMEOUT, UNAVAILABLE, SpindleError
 
 _log = logging.getLogger("spindle")
 _STOP = object()
 SEND_TIMEOUT_MS = 10000
+# PROTOCOL.md "Unavailable": ops that change nothing on the server are resent after
+# `unavailable` (another worker serves the retry); session ops are not (the caller decides).
+RESEND_ON_UNAVAILABLE = frozenset({"sample", "compute_logprobs", "reward_test"})
+UNAVAILABLE_RETRIES = 20
+UNAVAILABLE_DELAY_S = 0.1
 
 
 @dataclass
@@ -107,6 +114,7 @@ class _Pending:
     future: Future | None = None
     stream: Stream | None = None
     attempts: int = 0
+    unavailable_attempts: int = 0
 
     def fail(self, error: BaseException) -> None:
         if self.stream is not None:
@@ -123,6 +131,7 @@ class Transport:
         self._token = token
         self._max_retries = max_overloaded_retries
         self.overloaded_retries = 0  # written by the I/O thread only; a statistic for callers
+        self.unavailable_retries = 0  # likewise, resends after `unavailable`
         self._ids = itertools.count(1)
         self._ids_lock = threading.Lock()
         self._ctx = zmq.Context()
@@ -295,6 +304,14 @@ class Transport:
                 self.overloaded_retries += 1
                 delay_s = max(1, int(reply.error.get("retry_after_ms", 0) or 1)) / 1000.0
                 heapq.heappush(retries, (time.monotonic() + delay_s, next(seq), p.request_id))
+                continue
+            if (not reply.ok and reply.error.get("code") == UNAVAILABLE and p.stream is None
+                    and p.op in RESEND_ON_UNAVAILABLE
+                    and p.unavailable_attempts < UNAVAILABLE_RETRIES):
+                p.unavailable_attempts += 1
+                self.unavailable_retries += 1
+                heapq.heappush(retries, (time.monotonic() + UNAVAILABLE_DELAY_S, next(seq),
+                                         p.request_id))
                 continue
             if p.stream is not None:
                 if is_final(reply):

@@ -116,6 +116,12 @@ class ServiceClient:
         """How many `overloaded` replies this client has retried so far."""
         return self._transport.overloaded_retries
 
+    @property
+    def unavailable_retries(self) -> int:
+        """How many `unavailable` replies (a cluster worker lost mid-request) this client has
+        resent so far: sample, compute_logprobs and reward_test only (PROTOCOL.md)."""
+        return self._transport.unavailable_retries
+
     def close(self) -> None:
         """Closes the training sessions this client opened (their saved revisions stay), then
         stops the I/O thread; requests still in flight fail with SpindleError("closed")."""

@@ -115,7 +115,9 @@ class Client {
 
   /// Sends and waits for the reply with this request's id (replies to send() calls that
   /// arrive meanwhile are kept for receive()). On `overloaded` waits error.retry_after_ms
-  /// (at least 1 ms) and resends under a new id, at most max_overloaded_retries times. Throws
+  /// (at least 1 ms) and resends under a new id, at most max_overloaded_retries times; on
+  /// `unavailable` resends sample, compute_logprobs and reward_test every 100 ms, at most 20
+  /// times (PROTOCOL.md "Unavailable"). Throws
   /// ClientError(code, message) on an error reply, ClientError("timeout") after timeout_ms.
   Reply call(Op op, RequestBody body, Frames frames = {});
 
