@@ -76,8 +76,9 @@ TrainingSessionReply Client::create_training(const CreateTrainingRequest& reques
 }
 
 TrainingSessionReply Client::create_training_from_state(const std::string& address) {
-  return body_of<TrainingSessionReply>(
-      call(Op::create_training_from_state, CreateTrainingFromStateRequest{address}));
+  CreateTrainingFromStateRequest req;
+  req.address = address;
+  return body_of<TrainingSessionReply>(call(Op::create_training_from_state, std::move(req)));
 }
 
 ForwardBackwardResult Client::forward(const std::string& session_id, const std::vector<Datum>& data,
