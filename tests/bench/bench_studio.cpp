@@ -123,7 +123,11 @@ void run_studio_bench(const StudioBenchOptions& o) {
   // 1. A seed policy with one revision, then N - 1 bulk-registered copies (daemon stopped).
   {
     testing::SpindledProcess d(o.app_dir / "spindled", dir, args, 120);
-    Client c({.endpoint = d.endpoints().at(0), .token = d.token(), .timeout_ms = 600000});
+    ClientOptions seed_options;
+    seed_options.endpoint = d.endpoints().at(0);
+    seed_options.token = d.token();
+    seed_options.timeout_ms = 600000;
+    Client c(seed_options);
     CreateTrainingRequest req;
     req.policy = "seed";
     req.rank = 4;
@@ -140,7 +144,10 @@ void run_studio_bench(const StudioBenchOptions& o) {
   std::printf("catalog: %lld policies bulk-registered in %.1f s\n", (long long)o.policies, double(t.elapsed()) / 1e3);
 
   testing::SpindledProcess d(o.app_dir / "spindled", dir, args, 300);
-  ClientOptions options{.endpoint = d.endpoints().at(0), .token = d.token(), .timeout_ms = 600000};
+  ClientOptions options;
+  options.endpoint = d.endpoints().at(0);
+  options.token = d.token();
+  options.timeout_ms = 600000;
   ui::Connection connection;
   bool opened = false;
   QObject::connect(&connection, &ui::Connection::opened, [&] { opened = true; });

@@ -1,0 +1,126 @@
+// A coordinator and two worker spindled processes on stories260K (issue 17), from C++ so that
+// the tsan preset runs the cluster's threads (front, catalog, run and reward threads posting
+// forwards; replies relayed and decoded) under ThreadSanitizer: a GRPO run spread over the
+// workers survives a SIGKILL of one of them, base sampling is forwarded, and every process
+// stops cleanly (exit 0: TSan's halt_on_error would make it nonzero).
+
+#include <nlohmann/json.hpp>
+
+#include <map>
+#include <memory>
+
+#include "daemon.h"
+#include "spindle/catalog/catalog.h"
+
+namespace spindle::testing {
+namespace {
+
+using namespace protocol;
+using json = nlohmann::json;
+
+json keyword_policy(const std::string& name, const std::string& word) {
+  return {{"name", name},
+          {"rank", 4},
+          {"alpha", 8},
+          {"learning_rate", 1e-2},
+          {"dataset", {{"name", "inline"}, {"prompts", {"Once upon a time", "One day"}}}},
+          {"reward", {{"terms", {{{"name", word}, {"plugin", "keywords"}, {"weight", 1},
+                                   {"config", {{"present", {word}}}}}}}}}};
+}
+
+std::map<std::string, ClusterWorkerMsg> workers_of(RawClient& c) {
+  std::map<std::string, ClusterWorkerMsg> out;
+  for (const auto& w : c.ok<ClusterStatusReply>(Op::cluster_status, Empty{}).workers) {
+    out[w.name] = w;
+  }
+  return out;
+}
+
+template <class Pred>
+bool eventually(Pred pred, int timeout_s = 120) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return false;
+}
+
+TEST(ServiceCluster, GrpoRunSpreadsOverWorkersAndSurvivesAKill) {
+  SPINDLE_SHARED_OR_SKIP(model, "models/stories260K/stories260K.bin");
+  const fs::path dir = fresh_dir("cluster_coord");
+  Daemon coord(dir, {"--role", "coordinator", "--worker-timeout-s", "3"});
+  const std::string join = "ipc://" + (dir / "spindled-cluster.sock").string();
+  std::vector<std::unique_ptr<Daemon>> workers;
+  for (int i = 0; i < 2; ++i) {
+    workers.push_back(std::make_unique<Daemon>(
+        fresh_dir("cluster_w" + std::to_string(i)),
+        std::vector<std::string>{"--role", "worker", "--coordinator", join, "--worker-name",
+                                 "w" + std::to_string(i), "--heartbeat-s", "0.2"}));
+  }
+  RawClient client(coord.ipc(), coord.token());
+  ASSERT_TRUE(eventually([&] {
+    const auto w = workers_of(client);
+    return w.size() == 2 && w.at("w0").alive && w.at("w1").alive;
+  })) << coord.log();
+
+  // Base sampling is forwarded to a worker.
+  Frames frames;
+  ComputeLogprobsRequest lp;
+  lp.address = "stories260K";
+  const std::vector<int32_t> tokens = {1, 400, 401, 402};
+  lp.prompt = add_tensor(frames, std::span<const int32_t>(tokens));
+  const auto logprobs = client.ok<ComputeLogprobsReply>(Op::compute_logprobs, lp, frames);
+  EXPECT_EQ(read_float32(logprobs.logprobs, client.last_frames, "logprobs").size(), tokens.size());
+  uint64_t forwarded = 0;
+  for (const auto& [name, w] : workers_of(client)) forwarded += w.forwarded;
+  EXPECT_GE(forwarded, 1u);
+
+  json config = {{"seed", 3},          {"steps", 40},      {"group_size", 4},
+                 {"prompts_per_step", 2}, {"max_tokens", 8}, {"eval_every", 0},
+                 {"save_every", 2},    {"eval_prompts", 0}};
+  config["policies"] = {keyword_policy("c-cat", "cat"), keyword_policy("c-dog", "dog"),
+                        keyword_policy("c-sun", "sun")};
+  const auto started =
+      client.ok<RunStartReply>(Op::run_start, RunStartRequest{config.dump(), false});
+  auto status = [&] {
+    return client.ok<RunStatusReply>(Op::run_status, RunStatusRequest{started.run_id, 0});
+  };
+  // The run's three sessions live on the workers, none on the coordinator.
+  ASSERT_TRUE(eventually([&] {
+    uint32_t n = 0;
+    for (const auto& [name, w] : workers_of(client)) n += w.sessions;
+    return n == 3;
+  })) << status().run.status << ": " << status().run.error << "\n" << coord.log();
+  ASSERT_TRUE(eventually([&] { return status().run.step >= 3; })) << coord.log();
+
+  // SIGKILL the worker holding the most sessions; the run fails over to the other.
+  const auto before = workers_of(client);
+  const int victim = before.at("w0").sessions >= before.at("w1").sessions ? 0 : 1;
+  workers[size_t(victim)]->kill_now();
+  RunStatusReply fin;
+  ASSERT_TRUE(eventually([&] {
+    fin = status();
+    return fin.run.status == "done" || fin.run.status == "failed";
+  }, 300)) << coord.log();
+  ASSERT_EQ(fin.run.status, "done") << fin.run.error << "\n" << coord.log();
+  EXPECT_EQ(fin.run.step, 40);
+  std::map<std::string, std::set<int64_t>> steps;
+  for (const auto& m : fin.metrics) steps[m.policy].insert(m.step);
+  for (const char* p : {"c-cat", "c-dog", "c-sun"}) {
+    EXPECT_EQ(steps[p].size(), 41u) << p;  // 0..40, the re-run steps replaced
+  }
+  EXPECT_NE(coord.log().find("failed over"), std::string::npos) << coord.log();
+
+  EXPECT_EQ(workers[size_t(1 - victim)]->terminate(), 0) << workers[size_t(1 - victim)]->log();
+  EXPECT_EQ(coord.terminate(), 0) << coord.log();
+  {
+    catalog::Catalog cat(dir);
+    for (const char* p : {"c-cat", "c-dog", "c-sun"}) {
+      EXPECT_EQ(cat.get("local", catalog::Address{"local", p, ""}).revision.step, 40) << p;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace spindle::testing
