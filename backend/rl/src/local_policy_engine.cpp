@@ -2,6 +2,7 @@
 // training pool, every call a scheduler job.
 
 #include <atomic>
+#include <memory>
 
 #include "spindle/rl/policy_engine.h"
 
@@ -15,22 +16,22 @@ class LocalPolicyEngine final : public PolicyEngine {
 
   bool open(engine::LoraWeights weights, engine::AdamW adam, int64_t, Done<bool> done) override {
     sched_.open_session(std::move(weights), std::move(adam),
-                        [this, done = std::move(done)](scheduler::Outcome<scheduler::SessionId> o) {
+                        [id = id_, done = std::move(done)](scheduler::Outcome<scheduler::SessionId> o) {
                           if (!o.ok()) return done({std::nullopt, o.error});
-                          session_ = *o.value;
+                          *id = *o.value;
                           done({true, {}});
                         });
     return true;
   }
   bool close(Done<bool> done) override {
-    sched_.close_session(session_, std::move(done));
+    sched_.close_session(id_->load(), std::move(done));
     return true;
   }
   bool sample(std::vector<int32_t> prompt, int32_t num_samples, engine::SamplingParams params,
               Done<Completions> done) override {
     scheduler::SampleJob job;
     job.tenant = tenant_;
-    job.session = session_;
+    job.session = id_->load();
     job.prompt = std::move(prompt);
     job.num_samples = num_samples;
     job.params = std::move(params);
@@ -47,22 +48,24 @@ class LocalPolicyEngine final : public PolicyEngine {
   bool forward_backward(std::vector<engine::TrainDatum> data, engine::LossFn loss,
                         engine::LossConfig loss_config,
                         Done<scheduler::TrainBatchResult> done) override {
-    return sched_.submit_forward_backward(session_, std::move(data), loss, loss_config, true,
+    return sched_.submit_forward_backward(id_->load(), std::move(data), loss, loss_config, true,
                                           std::move(done));
   }
   bool optim_step(engine::AdamParams params, Done<engine::OptimStepResult> done) override {
-    return sched_.submit_optim_step(session_, params, std::move(done));
+    return sched_.submit_optim_step(id_->load(), params, std::move(done));
   }
   bool snapshot(Done<scheduler::SessionSnapshot> done) override {
-    return sched_.submit_snapshot(session_, true, std::move(done));
+    return sched_.submit_snapshot(id_->load(), true, std::move(done));
   }
   std::string where() const override { return "this process"; }
 
  private:
   scheduler::Scheduler& sched_;
   std::string tenant_;
-  // Set by open's callback, read by later calls: the run waits for open before making them.
-  std::atomic<scheduler::SessionId> session_{0};
+  // Set by open's callback (which may outlive this engine when the run gives up), read by
+  // later calls: the run waits for open before making them.
+  std::shared_ptr<std::atomic<scheduler::SessionId>> id_ =
+      std::make_shared<std::atomic<scheduler::SessionId>>(0);
 };
 
 }  // namespace
