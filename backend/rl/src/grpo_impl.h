@@ -3,6 +3,7 @@
 // evaluation). Everything but the guarded fields is touched by the run's thread only.
 
 #include <future>
+#include <optional>
 
 #include "spindle/catalog/catalog.h"
 #include "spindle/rl/datasets.h"
@@ -66,11 +67,13 @@ struct GrpoRun::Impl {
   // Opens every policy's session on a fresh engine: from its head revision (weights, AdamW
   // state, step) when it has one and `resume`, else a fresh init. Returns the step to continue
   // after (0 for a fresh run).
-  int64_t open_sessions(bool resume);
+  // at_step: reopen from each policy's revision of that step (a failover: the run's last
+  // complete save), else its head.
+  int64_t open_sessions(bool resume, std::optional<int64_t> at_step = std::nullopt);
   void close_sessions();
   // After a lost engine: closes what still answers, drops later steps from history_, reopens
   // every policy from its last save. Returns the step to continue after.
-  int64_t fail_over(const std::string& why);
+  int64_t fail_over(const std::string& why, int64_t saved);
   bool any_lost() const;
   std::vector<StepMetrics> step(int64_t step);
   // Greedy held-out evaluation of every policy; fills eval_* of metrics[k].

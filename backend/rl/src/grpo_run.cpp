@@ -150,7 +150,7 @@ void GrpoRun::Impl::execute() {
           return status_.failovers;
         }();
         if (!cat || !any_lost() || failovers >= kMaxFailovers) throw;
-        s = saved = fail_over(e.what());
+        s = saved = fail_over(e.what(), saved);
         m.clear();
       }
     }
@@ -191,7 +191,7 @@ void GrpoRun::Impl::prepare() {
   }
 }
 
-int64_t GrpoRun::Impl::open_sessions(bool resume) {
+int64_t GrpoRun::Impl::open_sessions(bool resume, std::optional<int64_t> at_step) {
   std::optional<int64_t> start;
   std::vector<detail::Pending<bool>> opened(policies.size());
   for (detail::PolicyState& p : policies) {
@@ -217,10 +217,19 @@ int64_t GrpoRun::Impl::open_sessions(bool resume) {
                       "policy {} already has revisions: resume it or choose another name",
                       existing->address());
         catalog::Address a{config.tenant, pc.name, ""};
-        weights = cat->read_revision(config.tenant, a).weights;
-        if (auto st = cat->read_optimizer_state(config.tenant, a)) adam = std::move(*st);
-        from = cat->get(config.tenant, a).revision.step;
-        fresh = false;
+        catalog::Revision r = cat->get(config.tenant, a).revision;
+        // A failover continues from the run's last complete save: a policy whose save of a
+        // later step went through before the failure goes back to its revision of that step.
+        while (at_step && r.step > *at_step && r.parent) {
+          r = cat->get(config.tenant, {config.tenant, pc.name, *r.parent}).revision;
+        }
+        if (!at_step || r.step <= *at_step) {
+          a.revision = r.id;
+          weights = cat->read_revision(config.tenant, a).weights;
+          if (auto st = cat->read_optimizer_state(config.tenant, a)) adam = std::move(*st);
+          from = r.step;
+          fresh = false;
+        }
       } else if (!existing) {
         catalog::PolicySpec spec;
         spec.name = pc.name;
@@ -258,7 +267,7 @@ bool GrpoRun::Impl::any_lost() const {
   return false;
 }
 
-int64_t GrpoRun::Impl::fail_over(const std::string& why) {
+int64_t GrpoRun::Impl::fail_over(const std::string& why, int64_t saved) {
   std::string reason = why;
   for (;;) {
     {
@@ -280,7 +289,7 @@ int64_t GrpoRun::Impl::fail_over(const std::string& why) {
     }
     int64_t from = 0;
     try {
-      from = open_sessions(/*resume=*/true);
+      from = open_sessions(/*resume=*/true, saved);
     } catch (const std::exception& e) {
       // Another engine lost while reopening (its worker died too): again, within the bound.
       const int64_t failovers = [&] {
