@@ -37,6 +37,14 @@ def wait_for(predicate, timeout=30.0, what="condition"):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def start_workers(binary: Path, model: Path, coord: Daemon, names: list[str]) -> list[Daemon]:
+    """Worker processes joining `coord` over its default IPC cluster endpoint."""
+    endpoint = f"ipc://{coord.data_dir / 'spindled-cluster.sock'}"
+    return [Daemon(binary, model, ["--role", "worker", "--coordinator", endpoint,
+                                   "--worker-name", name, "--heartbeat-s", "0.2"])
+            for name in names]
+
+
 @pytest.fixture(scope="module")
 def cluster():
     binary, model = spindled_and_model()
@@ -51,10 +59,7 @@ def cluster():
                                          "--spill-queue", "2", "--metrics-port", "-1",
                                          "--tenant-max-queued-tokens", "4000"], data_dir=data_dir)
     coord.tokens = tokens
-    endpoint = f"ipc://{coord.data_dir / 'spindled-cluster.sock'}"
-    workers = [Daemon(binary, model, ["--role", "worker", "--coordinator", endpoint,
-                                            "--worker-name", f"w{i}", "--heartbeat-s", "0.2"])
-               for i in range(3)]
+    workers = start_workers(binary, model, coord, ["w0", "w1", "w2"])
     client = spindle.ServiceClient(coord.endpoint, token=coord.token)
     wait_for(lambda: sum(w["alive"] for w in client.cluster_status()["workers"]) == 3,
              what="three workers to join")
@@ -330,10 +335,7 @@ def test_coordinator_restart_recovers_and_workers_reregister():
     coord_args = ["--role", "coordinator", "--worker-timeout-s", "3"]
     coord = Daemon(binary, model, coord_args)
     data_dir = coord.data_dir
-    endpoint = f"ipc://{data_dir / 'spindled-cluster.sock'}"
-    workers = [Daemon(binary, model, ["--role", "worker", "--coordinator", endpoint,
-                                      "--worker-name", f"r{i}", "--heartbeat-s", "0.2"])
-               for i in range(2)]
+    workers = start_workers(binary, model, coord, ["r0", "r1"])
     try:
         client = spindle.ServiceClient(coord.endpoint, token=coord.token)
         wait_for(lambda: alive(client) == ["r0", "r1"], what="two workers to join")
@@ -435,10 +437,7 @@ def test_workers_join_over_tcp_with_curve_only_when_allow_listed():
 def test_grpo_run_spreads_over_workers_and_survives_a_kill():
     binary, model = spindled_and_model()
     coord = Daemon(binary, model, ["--role", "coordinator", "--worker-timeout-s", "2"])
-    endpoint = f"ipc://{coord.data_dir / 'spindled-cluster.sock'}"
-    workers = [Daemon(binary, model, ["--role", "worker", "--coordinator", endpoint,
-                                      "--worker-name", f"g{i}", "--heartbeat-s", "0.2"])
-               for i in range(3)]
+    workers = start_workers(binary, model, coord, ["g0", "g1", "g2"])
     try:
         client = spindle.ServiceClient(coord.endpoint, token=coord.token)
         wait_for(lambda: alive(client) == ["g0", "g1", "g2"], what="three workers to join")

@@ -47,6 +47,23 @@ std::vector<SequenceMsg> sequences(const std::vector<engine::Completion>& comple
   return out;
 }
 
+// A plain sample's reply (no prompt logprobs) from the job's completions; `rev` served it
+// ("" = the base or a session's live weights).
+std::function<void(scheduler::Outcome<std::vector<engine::Completion>>)> sample_reply(
+    Daemon& d, const Call& call, std::string rev) {
+  return [&d, call, rev = std::move(rev)](scheduler::Outcome<std::vector<engine::Completion>> r) {
+    if (!r.ok()) return d.replies->error(call, wire_code(r.error.code), job_message(r.error, rev));
+    SampleReply out;
+    out.revision_id = rev;
+    Frames frames;
+    out.sequences = sequences(*r.value, frames);
+    out.prompt_logprobs = add_tensor(frames, std::span<const float>());
+    out.topk_prompt_ids = add_tensor(frames, std::span<const int32_t>(), {0, 0});
+    out.topk_prompt_logprobs = add_tensor(frames, std::span<const float>(), {0, 0});
+    d.replies->ok(call, std::move(out), std::move(frames));
+  };
+}
+
 scheduler::SampleJob sample_job(const Daemon& d, const Call& call, const Request& req,
                                 const ResolvedAdapter& adapter) {
   const auto& s = std::get<SampleRequest>(req.body);
@@ -230,18 +247,7 @@ void submit_local(Daemon& d, const Call& call, const Request& req, const Resolve
     if (s.include_prompt_logprobs || s.topk_prompt_logprobs > 0) {
       queued = submit_sample_with_prompt(d, call, req, adapter, std::move(job));
     } else {
-      job.done = [&d, call, rev = adapter.revision_id](
-                     scheduler::Outcome<std::vector<engine::Completion>> r) {
-        if (!r.ok()) return d.replies->error(call, wire_code(r.error.code), job_message(r.error, rev));
-        SampleReply out;
-        out.revision_id = rev;
-        Frames frames;
-        out.sequences = sequences(*r.value, frames);
-        out.prompt_logprobs = add_tensor(frames, std::span<const float>());
-        out.topk_prompt_ids = add_tensor(frames, std::span<const int32_t>(), {0, 0});
-        out.topk_prompt_logprobs = add_tensor(frames, std::span<const float>(), {0, 0});
-        d.replies->ok(call, std::move(out), std::move(frames));
-      };
+      job.done = sample_reply(d, call, adapter.revision_id);
       hold_quota(d, call, job_tokens(job), adapter.blob, job.done);
       queued = sched.submit_sample(std::move(job));
     }
@@ -310,16 +316,7 @@ void submit_session_sampling(Daemon& d, const Call& call, const protocol::Reques
                 session_id);
   scheduler::SampleJob job = sample_job(d, call, request, {s->base, "", ""});
   job.session = s->sid;
-  job.done = [&d, call](scheduler::Outcome<std::vector<engine::Completion>> r) {
-    if (!r.ok()) return d.replies->error(call, wire_code(r.error.code), r.error.message);
-    SampleReply out;
-    Frames frames;
-    out.sequences = sequences(*r.value, frames);
-    out.prompt_logprobs = add_tensor(frames, std::span<const float>());
-    out.topk_prompt_ids = add_tensor(frames, std::span<const int32_t>(), {0, 0});
-    out.topk_prompt_logprobs = add_tensor(frames, std::span<const float>(), {0, 0});
-    d.replies->ok(call, std::move(out), std::move(frames));
-  };
+  job.done = sample_reply(d, call, "");
   if (!s->base->scheduler->submit_sample(std::move(job))) reply_scheduler_full(d, call, *s->base);
 }
 

@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "daemon.h"
+#include "keyword_policy.h"
 #include "spindle/catalog/catalog.h"
 
 namespace spindle::testing {
@@ -17,16 +18,6 @@ namespace {
 
 using namespace protocol;
 using json = nlohmann::json;
-
-json keyword_policy(const std::string& name, const std::string& word) {
-  return {{"name", name},
-          {"rank", 4},
-          {"alpha", 8},
-          {"learning_rate", 1e-2},
-          {"dataset", {{"name", "inline"}, {"prompts", {"Once upon a time", "One day"}}}},
-          {"reward", {{"terms", {{{"name", word}, {"plugin", "keywords"}, {"weight", 1},
-                                   {"config", {{"present", {word}}}}}}}}}};
-}
 
 std::map<std::string, ClusterWorkerMsg> workers_of(RawClient& c) {
   std::map<std::string, ClusterWorkerMsg> out;

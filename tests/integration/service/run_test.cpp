@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "daemon.h"
+#include "keyword_policy.h"
 #include "spindle/catalog/catalog.h"
 
 namespace spindle::testing {
@@ -16,16 +17,6 @@ namespace {
 
 using namespace protocol;
 using json = nlohmann::json;
-
-json keyword_policy(const std::string& name, const std::string& word) {
-  return {{"name", name},
-          {"rank", 4},
-          {"alpha", 8},
-          {"learning_rate", 1e-2},
-          {"dataset", {{"name", "inline"}, {"prompts", {"Once upon a time", "One day", "Lily saw"}}}},
-          {"reward", {{"terms", {{{"name", word}, {"plugin", "keywords"}, {"weight", 1},
-                                   {"config", {{"present", {word}}}}}}}}}};
-}
 
 std::string run_config(int64_t steps, int64_t save_every, const std::string& prefix) {
   json c = {{"seed", 3},          {"steps", steps},     {"group_size", 4},
