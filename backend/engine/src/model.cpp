@@ -1,5 +1,6 @@
 #include "spindle/engine/model.h"
 
+#include "cpu_ops.h"
 #include "model_internal.h"
 
 #include <cmath>
@@ -7,12 +8,9 @@
 #include <numbers>
 
 #include "spindle/core/error.h"
+#include "spindle/engine/decoder_graph.h"
 #include "spindle/engine/forward_checks.h"
-#include "spindle/kernels/activation.h"
-#include "spindle/kernels/attention.h"
 #include "spindle/kernels/matmul.h"
-#include "spindle/kernels/norm.h"
-#include "spindle/kernels/rope.h"
 
 namespace spindle::engine {
 namespace {
@@ -57,12 +55,10 @@ void Model::validate(std::span<const BatchSequence> batch, const KvCache& cache,
 void Model::forward(std::span<const BatchSequence> batch, KvCache& cache, const LoraSlotPool* lora,
                     ForwardState& st, const ForwardOptions& options) const {
   validate(batch, cache, lora);
-  const ModelConfig& c = config();
 
   // Lay out rows sequence by sequence; reserve cache slots (cannot fail after validate).
   st.T = 0;
   for (const auto& b : batch) st.T += int64_t(b.tokens.size());
-  const int64_t T = st.T;
   st.positions.clear();
   st.cache_slots.clear();
   st.segments.clear();
@@ -87,47 +83,14 @@ void Model::forward(std::span<const BatchSequence> batch, KvCache& cache, const 
   }
   if (options.logits != LogitsFor::last_token) st.out_segments = st.segments;
 
-  // Embedding gather.
-  Tensor x({T, c.dim});
-  row = 0;
   st.tokens.clear();
-  for (const auto& b : batch) {
-    st.tokens.insert(st.tokens.end(), b.tokens.begin(), b.tokens.end());
-    for (int32_t t : b.tokens) {
-      std::memcpy(x.row(row++), weights_.tok_emb.row(t), size_t(c.dim) * sizeof(float));
-    }
-  }
-
-  st.keep_activations = options.keep_activations;
+  for (const auto& b : batch) st.tokens.insert(st.tokens.end(), b.tokens.begin(), b.tokens.end());
   st.all_tokens = options.logits != LogitsFor::last_token;
-  st.layers.resize(options.keep_activations ? size_t(c.n_layers) : 1);
-  for (int64_t l = 0; l < c.n_layers; ++l) {
-    LayerActivations& a = st.layers[options.keep_activations ? size_t(l) : 0];
-    if (options.keep_activations) a.x_in = x.clone();
-    attention_block(l, cache, lora, st, a, x);
-    if (options.keep_activations) a.x_mid = x.clone();
-    mlp_forward(l, lora, st, a, x);
-  }
 
-  // Final norm on the rows that produce logits, then the unembedding (+ lm_head LoRA).
-  const int64_t rows_out = options.logits == LogitsFor::last_token ? int64_t(batch.size()) : T;
-  ensure(st.x_final, {rows_out, c.dim});
-  ensure(st.inv_rms_final, {rows_out});
-  if (options.logits == LogitsFor::last_token) {
-    for (size_t i = 0; i < batch.size(); ++i) {
-      const auto& s = st.attn_seqs[i];
-      kernels::rmsnorm(x.row(s.row_begin + s.n_new - 1), c.dim, weights_.final_norm.data(),
-                       st.x_final.row(int64_t(i)), c.dim, 1, c.dim, c.rms_eps);
-    }
-  } else {
-    kernels::rmsnorm(x.data(), c.dim, weights_.final_norm.data(), st.x_final.data(), c.dim, T,
-                     c.dim, c.rms_eps, st.inv_rms_final.data());
-  }
-  if (options.logits != LogitsFor::hidden_only) {
-    project(lora, 0, LoraTarget::lm_head, st.x_final, weights_.unembedding(), st.out_segments,
-            st.logits, st);
-  }
-  if (st.keep_activations) st.x_last = std::move(x);
+  internal::CpuOps ops(*this, &cache, lora, st);
+  DecoderGraph<internal::CpuOps>(ops).forward(options.keep_activations,
+                                              options.logits == LogitsFor::last_token,
+                                              options.logits == LogitsFor::hidden_only);
 }
 
 void Model::unembed(ForwardState& st, const LoraSlotPool* lora, int64_t r0, int64_t r1,
@@ -141,96 +104,9 @@ void Model::unembed(ForwardState& st, const LoraSlotPool* lora, int64_t r0, int6
   const Tensor& U = weights_.unembedding();
   kernels::linear(st.x_final.row(r0), c.dim, n, c.dim, U.data(), c.vocab_size, logits.data(),
                   c.vocab_size, /*beta=*/0.0f);
-  lora_add(lora, 0, LoraTarget::lm_head, st.x_final.row(r0), c.dim, segs, logits.data(),
-           c.vocab_size, st);
-}
-
-void Model::attention_block(int64_t l, KvCache& cache, const LoraSlotPool* lora, ForwardState& st,
-                            LayerActivations& a, Tensor& x) const {
-  const ModelConfig& c = config();
-  const LayerWeights& w = weights_.layers[size_t(l)];
-  const int64_t T = st.T;
-  ensure(a.xn_attn, {T, c.dim});
-  ensure(a.inv_rms_attn, {T});
-  kernels::rmsnorm(x.data(), c.dim, w.attn_norm.data(), a.xn_attn.data(), c.dim, T, c.dim,
-                   c.rms_eps, a.inv_rms_attn.data());
-  project(lora, l, LoraTarget::q, a.xn_attn, w.wq, st.segments, a.q, st);
-  project(lora, l, LoraTarget::k, a.xn_attn, w.wk, st.segments, a.k, st);
-  project(lora, l, LoraTarget::v, a.xn_attn, w.wv, st.segments, a.v, st);
-  if (c.arch == Arch::qwen3) {
-    float* inv_q = nullptr;
-    float* inv_k = nullptr;
-    if (st.keep_activations) {
-      a.q_pre = a.q.clone();
-      a.k_pre = a.k.clone();
-      ensure(a.inv_rms_q, {T * c.n_heads});
-      ensure(a.inv_rms_k, {T * c.n_kv_heads});
-      inv_q = a.inv_rms_q.data();
-      inv_k = a.inv_rms_k.data();
-    }
-    kernels::rmsnorm(a.q.data(), c.head_dim, w.q_norm.data(), a.q.data(), c.head_dim,
-                     T * c.n_heads, c.head_dim, c.rms_eps, inv_q);
-    kernels::rmsnorm(a.k.data(), c.head_dim, w.k_norm.data(), a.k.data(), c.head_dim,
-                     T * c.n_kv_heads, c.head_dim, c.rms_eps, inv_k);
-  }
-  kernels::rope(a.q.data(), c.q_dim(), T, c.n_heads, c.head_dim, st.positions.data(),
-                inv_freq_.data(), kernels::RopeStyle::half);
-  kernels::rope(a.k.data(), c.kv_dim(), T, c.n_kv_heads, c.head_dim, st.positions.data(),
-                inv_freq_.data(), kernels::RopeStyle::half);
-  const kernels::PagedKv kv = cache.layer(l);
-  kernels::kv_cache_write(kv, a.k.data(), a.v.data(), c.kv_dim(), T, st.cache_slots.data());
-  ensure(a.attn, {T, c.q_dim()});
-  kernels::attention_paged(a.q.data(), c.q_dim(), a.attn.data(), c.q_dim(), c.n_heads, kv,
-                           st.attn_seqs, 1.0f / std::sqrt(float(c.head_dim)));
-  // x += attn·Woᵀ + LoRA_o(attn)
-  kernels::linear(a.attn.data(), c.q_dim(), T, c.q_dim(), w.wo.data(), c.dim, x.data(), c.dim,
-                  /*beta=*/1.0f);
-  lora_add(lora, l, LoraTarget::o, a.attn.data(), c.q_dim(), st.segments, x.data(), c.dim, st);
-}
-
-void Model::mlp_forward(int64_t l, const LoraSlotPool* lora, ForwardState& st, LayerActivations& a,
-                        Tensor& x) const {
-  const ModelConfig& c = config();
-  const LayerWeights& w = weights_.layers[size_t(l)];
-  const int64_t T = st.T;
-  ensure(a.xn_mlp, {T, c.dim});
-  ensure(a.inv_rms_mlp, {T});
-  kernels::rmsnorm(x.data(), c.dim, w.ffn_norm.data(), a.xn_mlp.data(), c.dim, T, c.dim, c.rms_eps,
-                   a.inv_rms_mlp.data());
-  project(lora, l, LoraTarget::gate, a.xn_mlp, w.w_gate, st.segments, a.gate, st);
-  project(lora, l, LoraTarget::up, a.xn_mlp, w.w_up, st.segments, a.up, st);
-  ensure(a.act, {T, c.hidden_dim});
-  kernels::swiglu(a.gate.data(), a.up.data(), a.act.data(), T * c.hidden_dim);
-  kernels::linear(a.act.data(), c.hidden_dim, T, c.hidden_dim, w.w_down.data(), c.dim, x.data(),
-                  c.dim, /*beta=*/1.0f);
-  lora_add(lora, l, LoraTarget::down, a.act.data(), c.hidden_dim, st.segments, x.data(), c.dim,
-           st);
-}
-
-void Model::project(const LoraSlotPool* lora, int64_t layer, LoraTarget target, const Tensor& x,
-                    const Tensor& W, std::span<const kernels::LoraSegment> segments, Tensor& y,
-                    ForwardState& st) const {
-  const int64_t rows = x.dim(0), k = x.dim(1), n = W.dim(0);
-  ensure(y, {rows, n});
-  kernels::linear(x.data(), k, rows, k, W.data(), n, y.data(), n, /*beta=*/0.0f);
-  lora_add(lora, layer, target, x.data(), k, segments, y.data(), n, st);
-}
-
-void Model::lora_add(const LoraSlotPool* lora, int64_t layer, LoraTarget target, const float* x,
-                     int64_t ld_x, std::span<const kernels::LoraSegment> segments, float* y,
-                     int64_t ld_y, ForwardState& st) const {
-  if (lora == nullptr) return;
-  bool any = false;
-  for (const auto& s : segments) any |= s.slot >= 0;
-  if (!any) return;
-  const auto view = lora->view(layer, target);
-  if (!view) return;
-  const int64_t rows = segments.back().row_end;
-  if (st.lora_h.empty() || st.lora_h.dim(0) < rows || st.lora_h.dim(1) != view->max_rank) {
-    st.lora_h = Tensor({std::max<int64_t>(rows, st.T), view->max_rank});
-  }
-  kernels::lora_shrink(x, ld_x, *view, segments, st.lora_h.data());
-  kernels::lora_expand(st.lora_h.data(), *view, segments, y, ld_y, /*col_offset=*/0);
+  internal::CpuOps(*this, nullptr, lora, st)
+      .lora_add(0, LoraTarget::lm_head, st.x_final.row(r0), c.dim, segs, logits.data(),
+                c.vocab_size);
 }
 
 }  // namespace spindle::engine

@@ -6,11 +6,11 @@
 // runs through the SGMV kernels with rows grouped into per-slot segments. Base weights are read
 // only; the adapter pool is read only during a forward.
 //
-// Seam for Qwen3-MoE (a later issue): the MLP block is one function (mlp_forward) whose dense
-// SwiGLU body is what a routed-experts body replaces per layer.
-//
-// Backward (next issue): with ForwardOptions::keep_activations every layer's intermediate
-// tensors stay in ForwardState::layers, which is everything the backward pass reads.
+// The layer graph itself (which ops run in which order, what is kept for the backward) is
+// engine::DecoderGraph (decoder_graph.h), shared with the CUDA engine; this class lays out the
+// batch and runs the graph over the CPU's ops (src/cpu_ops.h). With
+// ForwardOptions::keep_activations every layer's intermediate tensors stay in
+// ForwardState::layers, which is everything the backward pass reads.
 
 #include <cstdint>
 #include <span>
@@ -63,6 +63,14 @@ struct LayerActivations {
   Tensor act;       // [T, hidden] silu(gate)·up
 };
 
+// The backward pass's working tensors (DecoderGraph::backward shapes them), reused.
+struct BackwardScratch {
+  Tensor dx, d_xn;             // [T, dim]
+  Tensor d_act, d_gate, d_up;  // [T, hidden]
+  Tensor d_attn, dq, dq_pre;   // [T, q_dim]
+  Tensor dk, dk_pre, dv;       // [T, kv_dim]
+};
+
 // Everything a forward produced. Reused across calls to avoid reallocation.
 struct ForwardState {
   int64_t T = 0;                        // rows (new tokens) in the batch
@@ -75,12 +83,15 @@ struct ForwardState {
   std::vector<kernels::LoraSegment> out_segments;   // over the logits rows
   std::vector<kernels::AttnSeq> attn_seqs;
   std::vector<LayerActivations> layers;  // n_layers if keep_activations, else 1 (reused)
-  Tensor x_last;                        // [T, dim] residual after the last layer (kept)
+  Tensor x_last;                        // [T, dim] the residual stream; after the forward,
+                                        // the residual after the last layer (kept)
+  Tensor x_gather;                      // [n_sequences, dim] last rows (last_token only)
   Tensor inv_rms_final;                 // [rows_out]
   Tensor x_final;                       // [rows_out, dim] after the final norm
   Tensor logits;                        // [rows_out, vocab]
   Tensor lora_h;                        // [T, max_rank] SGMV scratch
   Tensor lora_dh;                       // [T, max_rank] backward scratch
+  BackwardScratch scratch;              // the backward's buffers
 };
 
 // Gradient buffers for the LoRA slots, in the slot pool's layout (see kernels/lora.h):
@@ -116,6 +127,8 @@ class Model {
 
   const ModelConfig& config() const { return weights_.config; }
   const ModelWeights& weights() const { return weights_; }
+  // [head_dim/2] RoPE inverse frequencies (rope_inv_freq of the config).
+  const std::vector<float>& inv_freq() const { return inv_freq_; }
 
   // Runs the batch, appending each sequence's new K/V to `cache`, and leaves logits in
   // state.logits: [n_sequences, vocab] (last_token) or [T, vocab] (all_tokens, rows in batch
@@ -147,28 +160,6 @@ class Model {
  private:
   void validate(std::span<const BatchSequence> batch, const KvCache& cache,
                 const LoraSlotPool* lora) const;
-  void attention_block(int64_t layer, KvCache& cache, const LoraSlotPool* lora,
-                       ForwardState& st, LayerActivations& a, Tensor& x) const;
-  void mlp_forward(int64_t layer, const LoraSlotPool* lora, ForwardState& st,
-                   LayerActivations& a, Tensor& x) const;
-  // y[:, col_offset:] += LoRA(x) for one (layer, target) over `segments`.
-  void lora_add(const LoraSlotPool* lora, int64_t layer, LoraTarget target, const float* x,
-                int64_t ld_x, std::span<const kernels::LoraSegment> segments, float* y,
-                int64_t ld_y, ForwardState& st) const;
-  // y = x·Wᵀ + LoRA(x)
-  void project(const LoraSlotPool* lora, int64_t layer, LoraTarget target, const Tensor& x,
-               const Tensor& W, std::span<const kernels::LoraSegment> segments, Tensor& y,
-               ForwardState& st) const;
-
-  // Backward of y = x·Wᵀ + LoRA(x) for one (layer, target): dx (+)= dy·W + LoRA part,
-  // accumulating LoRA and (if dW non-null) base gradients.
-  // x: [T, W.dim(1)] rows.
-  void project_backward(const LoraSlotPool* lora, const BackwardOptions& opt, int64_t layer,
-                        LoraTarget target, const float* x, int64_t T, const Tensor& W,
-                        const float* dy, int64_t ld_dy,
-                        std::span<const kernels::LoraSegment> segments, float* dx,
-                        float beta_dx, Tensor* dW, ForwardState& st) const;
-
   const ModelWeights& weights_;
   std::vector<float> inv_freq_;  // [head_dim/2], with rope_scaling applied
 };

@@ -1,0 +1,213 @@
+#pragma once
+// The decoder's layer graph, written once for every device (CTranslate2's layers/transformer.cc
+// over ops/*): the forward from the embedding to the logits and the backward from ∂loss/∂x_final
+// to the embedding, as a sequence of ops. Each execution backend supplies the ops (kernels,
+// memory, streams); the graph decides what runs in which order, and what is kept for the
+// backward. The CPU engine (engine/src/cpu_ops.h) and the CUDA engine (gpu/src/device_ops.h)
+// instantiate it; MoE and MLA blocks (a later issue) are added here, once.
+//
+// The Ops type a backend provides (all calls act on the rows of the state's batch, T rows):
+//   using Act   tensor of activations [rows, cols] in the model's dtype; base weights are Acts
+//               or fp32 vectors of the same tensor type (norm weights)
+//   using Stat  per-row fp32 statistics (inverse RMS)
+//   State& state()                  ForwardState-shaped: T, keep_activations, layers[l]
+//                                   (LayerActivations fields), x_last, x_gather, x_final,
+//                                   inv_rms_final
+//   const ModelConfig& config()
+//   const LayerW& layer(l)          attn_norm, wq, wk, wv, wo, q_norm, k_norm, ffn_norm,
+//                                   w_gate, w_up, w_down
+//   const W& final_norm()
+//   LayerW* layer_grads(l)          full-parameter gradients of layer l, or null (adapters only)
+//   W* final_norm_grad()            likewise for the final norm
+//   shape(Act&, rows, cols), shape_stat(Stat&, rows)     (re)shape; contents undefined
+//   copy(const Act& src, Act& dst)  dst = src (shaped like src)
+//   embed(Act& x)                   x[r] = tok_emb[state().tokens[r]]
+//   rmsnorm(x, w, y, Stat* inv)     y = x·rsqrt(mean(x²)+eps)·w per row; inv_rms kept if non-null
+//   rmsnorm_heads(x, heads, w, Stat* inv)  in place, per head of head_dim (Qwen3 q/k norm)
+//   rope(x, heads, inverse)         in place at state().positions
+//   fuse_qk_norm_rope_kv(l, a)      a backend's fusion of (qk norm, rope, kv write) for
+//                                   inference; returns false when it has none (then the graph
+//                                   runs the three steps). Must equal them bitwise.
+//   kv_write(l, k, v)               k, v rows into the KV cache at state().cache_slots
+//   attention(l, q, out)            causal paged attention of q over layer l's cache
+//   project(l, x, {Proj...})        each y = x·Wᵀ + LoRA_target(x) (y shaped here)
+//   project_add(l, target, x, W, y) y += x·Wᵀ + LoRA_target(x)
+//   swiglu(gate, up, act)           act = silu(gate)·up
+//   gather_last_rows(x, out)        out[i] = x[last row of sequence i]
+//   logits()                        state().logits from state().x_final (+ lm_head LoRA)
+// Backward:
+//   begin_backward()                per-call setup (tables, scratch); scratch() then returns
+//                                   dx, d_xn, d_act, d_gate, d_up, d_attn, dq, dk, dv, dq_pre,
+//                                   dk_pre, all shaped by the graph
+//   project_backward(l, target, x, W, dy, dx, beta_dx, W* dW)
+//                                   dx = dy·W + beta_dx·dx (+ LoRA part, LoRA grads accumulate);
+//                                   dW += dyᵀ·x when non-null
+//   rmsnorm_backward(x, w, inv, dy, dx, beta_dx, W* dw)   rows of x's width
+//   rmsnorm_heads_backward(x_pre, heads, w, inv, dy, dx, W* dw)  dx = (per head), no accumulate
+//   swiglu_backward(gate, up, d_act, d_gate, d_up)
+//   attention_backward(q, k, v, d_out, dq, dk, dv)        dense causal, sequences from 0
+//   embedding_backward(dx)          scatter-add into the embedding's gradient (full-parameter
+//                                   mode; a no-op when layer_grads is always null)
+
+#include <cstdint>
+
+#include "spindle/engine/lora.h"
+#include "spindle/engine/model_config.h"
+
+namespace spindle::engine {
+
+// One output of a projection group: y = x·Wᵀ + LoRA_target(x).
+template <class W, class A>
+struct Projection {
+  LoraTarget target;
+  const W* w;
+  A* y;
+};
+
+template <class Ops>
+class DecoderGraph {
+ public:
+  using Act = typename Ops::Act;
+  using Proj = Projection<Act, Act>;
+
+  explicit DecoderGraph(Ops& ops) : ops_(ops), c_(ops.config()) {}
+
+  // The forward of the batch laid out in ops.state() (tokens, positions, cache slots, segments):
+  // every layer, the final norm over the logits rows (each sequence's last row when
+  // `last_token`), then the logits unless `hidden_only`. With keep_activations every layer's
+  // intermediates stay in state().layers[l]; else one LayerActivations is reused.
+  void forward(bool keep_activations, bool last_token, bool hidden_only) {
+    auto& st = ops_.state();
+    st.keep_activations = keep_activations;
+    Act& x = st.x_last;  // the residual stream; after the loop, the last layer's output
+    ops_.shape(x, st.T, c_.dim);
+    ops_.embed(x);
+    st.layers.resize(keep_activations ? size_t(c_.n_layers) : 1);
+    for (int64_t l = 0; l < c_.n_layers; ++l) {
+      auto& a = st.layers[keep_activations ? size_t(l) : 0];
+      if (keep_activations) ops_.copy(x, a.x_in);
+      attention_block(l, a, x);
+      if (keep_activations) ops_.copy(x, a.x_mid);
+      mlp_block(l, a, x);
+    }
+    const Act* src = &x;
+    if (last_token) {
+      ops_.gather_last_rows(x, st.x_gather);
+      src = &st.x_gather;
+    }
+    ops_.rmsnorm(*src, ops_.final_norm(), st.x_final, &st.inv_rms_final);
+    if (!hidden_only) ops_.logits();
+  }
+
+  // Backward of a keep_activations, all-token forward over sequences starting at position 0,
+  // from d_hidden = ∂loss/∂x_final [T, dim] through every layer (LoRA gradients, and base
+  // gradients where ops.layer_grads is non-null) to the embedding.
+  void backward(const Act& d_hidden) {
+    auto& st = ops_.state();
+    ops_.begin_backward();
+    auto& sc = ops_.scratch();
+    const int64_t T = st.T;
+    ops_.shape(sc.dx, T, c_.dim);
+    ops_.shape(sc.d_xn, T, c_.dim);
+    ops_.shape(sc.d_act, T, c_.hidden_dim);
+    ops_.shape(sc.d_gate, T, c_.hidden_dim);
+    ops_.shape(sc.d_up, T, c_.hidden_dim);
+    ops_.shape(sc.d_attn, T, c_.q_dim());
+    ops_.shape(sc.dq, T, c_.q_dim());
+    ops_.shape(sc.dk, T, c_.kv_dim());
+    ops_.shape(sc.dv, T, c_.kv_dim());
+    Act& dx = sc.dx;
+    ops_.rmsnorm_backward(st.x_last, ops_.final_norm(), st.inv_rms_final, d_hidden, dx, 0.0f,
+                          ops_.final_norm_grad());
+    for (int64_t l = c_.n_layers - 1; l >= 0; --l) {
+      const auto& w = ops_.layer(l);
+      auto& a = st.layers[size_t(l)];
+      auto* g = ops_.layer_grads(l);
+
+      // MLP: x_out = x_mid + down(silu(gate(xn))·up(xn)), xn = ffn_norm(x_mid).
+      ops_.project_backward(l, LoraTarget::down, a.act, w.w_down, dx, sc.d_act, 0.0f,
+                            g ? &g->w_down : nullptr);
+      ops_.swiglu_backward(a.gate, a.up, sc.d_act, sc.d_gate, sc.d_up);
+      ops_.project_backward(l, LoraTarget::gate, a.xn_mlp, w.w_gate, sc.d_gate, sc.d_xn, 0.0f,
+                            g ? &g->w_gate : nullptr);
+      ops_.project_backward(l, LoraTarget::up, a.xn_mlp, w.w_up, sc.d_up, sc.d_xn, 1.0f,
+                            g ? &g->w_up : nullptr);
+      ops_.rmsnorm_backward(a.x_mid, w.ffn_norm, a.inv_rms_mlp, sc.d_xn, dx, 1.0f,
+                            g ? &g->ffn_norm : nullptr);
+
+      // Attention: x_mid = x_in + o(attn(rope(norm(q(xn))), rope(norm(k(xn))), v(xn))).
+      ops_.project_backward(l, LoraTarget::o, a.attn, w.wo, dx, sc.d_attn, 0.0f,
+                            g ? &g->wo : nullptr);
+      ops_.attention_backward(a.q, a.k, a.v, sc.d_attn, sc.dq, sc.dk, sc.dv);
+      ops_.rope(sc.dq, c_.n_heads, /*inverse=*/true);
+      ops_.rope(sc.dk, c_.n_kv_heads, /*inverse=*/true);
+      const Act* dq = &sc.dq;
+      const Act* dk = &sc.dk;
+      if (c_.arch == Arch::qwen3) {
+        // dx may not alias dy: the per-head norms' backward goes through the *_pre buffers.
+        ops_.shape(sc.dq_pre, T, c_.q_dim());
+        ops_.shape(sc.dk_pre, T, c_.kv_dim());
+        ops_.rmsnorm_heads_backward(a.q_pre, c_.n_heads, w.q_norm, a.inv_rms_q, sc.dq, sc.dq_pre,
+                                    g ? &g->q_norm : nullptr);
+        ops_.rmsnorm_heads_backward(a.k_pre, c_.n_kv_heads, w.k_norm, a.inv_rms_k, sc.dk,
+                                    sc.dk_pre, g ? &g->k_norm : nullptr);
+        dq = &sc.dq_pre;
+        dk = &sc.dk_pre;
+      }
+      ops_.project_backward(l, LoraTarget::q, a.xn_attn, w.wq, *dq, sc.d_xn, 0.0f,
+                            g ? &g->wq : nullptr);
+      ops_.project_backward(l, LoraTarget::k, a.xn_attn, w.wk, *dk, sc.d_xn, 1.0f,
+                            g ? &g->wk : nullptr);
+      ops_.project_backward(l, LoraTarget::v, a.xn_attn, w.wv, sc.dv, sc.d_xn, 1.0f,
+                            g ? &g->wv : nullptr);
+      ops_.rmsnorm_backward(a.x_in, w.attn_norm, a.inv_rms_attn, sc.d_xn, dx, 1.0f,
+                            g ? &g->attn_norm : nullptr);
+    }
+    ops_.embedding_backward(dx);
+  }
+
+ private:
+  template <class A>
+  void attention_block(int64_t l, A& a, Act& x) {
+    const auto& w = ops_.layer(l);
+    auto& st = ops_.state();
+    ops_.rmsnorm(x, w.attn_norm, a.xn_attn, &a.inv_rms_attn);
+    ops_.project(l, a.xn_attn,
+                 {Proj{LoraTarget::q, &w.wq, &a.q}, Proj{LoraTarget::k, &w.wk, &a.k},
+                  Proj{LoraTarget::v, &w.wv, &a.v}});
+    if (st.keep_activations || !ops_.fuse_qk_norm_rope_kv(l, a)) {
+      if (c_.arch == Arch::qwen3) {
+        if (st.keep_activations) {
+          ops_.copy(a.q, a.q_pre);
+          ops_.copy(a.k, a.k_pre);
+          ops_.shape_stat(a.inv_rms_q, st.T * c_.n_heads);
+          ops_.shape_stat(a.inv_rms_k, st.T * c_.n_kv_heads);
+        }
+        ops_.rmsnorm_heads(a.q, c_.n_heads, w.q_norm, st.keep_activations ? &a.inv_rms_q : nullptr);
+        ops_.rmsnorm_heads(a.k, c_.n_kv_heads, w.k_norm,
+                           st.keep_activations ? &a.inv_rms_k : nullptr);
+      }
+      ops_.rope(a.q, c_.n_heads, /*inverse=*/false);
+      ops_.rope(a.k, c_.n_kv_heads, /*inverse=*/false);
+      ops_.kv_write(l, a.k, a.v);
+    }
+    ops_.attention(l, a.q, a.attn);
+    // x += attn·Woᵀ + LoRA_o(attn)
+    ops_.project_add(l, LoraTarget::o, a.attn, w.wo, x);
+  }
+
+  template <class A>
+  void mlp_block(int64_t l, A& a, Act& x) {
+    const auto& w = ops_.layer(l);
+    ops_.rmsnorm(x, w.ffn_norm, a.xn_mlp, &a.inv_rms_mlp);
+    ops_.project(l, a.xn_mlp,
+                 {Proj{LoraTarget::gate, &w.w_gate, &a.gate}, Proj{LoraTarget::up, &w.w_up, &a.up}});
+    ops_.swiglu(a.gate, a.up, a.act);
+    ops_.project_add(l, LoraTarget::down, a.act, w.w_down, x);
+  }
+
+  Ops& ops_;
+  const ModelConfig& c_;
+};
+
+}  // namespace spindle::engine
