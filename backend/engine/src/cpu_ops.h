@@ -2,7 +2,7 @@
 // The CPU engine's ops for the decoder graph (engine/decoder_graph.h): fp32 tensors in host
 // memory, the kernels of spindle::kernels (OpenBLAS GEMMs, SGMV LoRA, paged attention). The
 // caller (model.cpp / backward.cpp) validated the batch and laid out the state's tables.
-// No fusions: fuse_qk_norm_rope_kv is always false.
+// No fusions: fuse_qk_norm_rope_kv is always false. Routed experts: cpu_moe.cpp.
 
 #include <cmath>
 #include <cstring>
@@ -137,6 +137,11 @@ class CpuOps {
     kernels::lora_expand(st_.lora_h.data(), *view, segments, y, ld_y, /*col_offset=*/0);
   }
 
+  // Routed experts (cpu_moe.cpp).
+  void moe_route(int64_t l, const Tensor& xn, MoeActivations& m);
+  void moe_gate_up(int64_t l, MoeActivations& m);
+  void moe_down_combine(int64_t l, MoeActivations& m, Tensor& x);
+
   // ---- backward ----
   void begin_backward() {
     dense_.clear();
@@ -196,6 +201,13 @@ class CpuOps {
                                 dv.data(), c_.n_heads, c_.n_kv_heads, c_.head_dim, dense_,
                                 1.0f / std::sqrt(float(c_.head_dim)));
   }
+  void moe_down_combine_backward(int64_t l, const MoeActivations& m, const Tensor& dy,
+                                 Tensor& d_act, Tensor& d_weight);
+  void moe_gate_up_backward(int64_t l, const MoeActivations& m, const Tensor& d_gate,
+                            const Tensor& d_up, Tensor& d_xn);
+  void moe_route_backward(int64_t l, const Tensor& xn, const MoeActivations& m,
+                          const Tensor& d_weight, Tensor& d_xn);
+
   // Full-parameter mode: scatter-add dx into the embedding rows of the batch's tokens.
   void embedding_backward(const Tensor& dx) {
     ModelWeights* G = opt_ ? opt_->base_grads : nullptr;
@@ -224,6 +236,7 @@ class CpuOps {
   ForwardState& st_;
   const BackwardOptions* opt_;
   std::vector<kernels::DenseSeq> dense_;
+  Tensor moe_d_out_, moe_d_xg_, moe_d_logits_;  // backward scratch of the sparse layers
 };
 
 }  // namespace spindle::engine::internal

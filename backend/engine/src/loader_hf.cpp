@@ -140,11 +140,23 @@ std::vector<Expected> expected_tensors(ModelWeights& w) {
     out.push_back({p + "self_attn.k_proj.weight", {c.kv_dim(), c.dim}, &L.wk});
     out.push_back({p + "self_attn.v_proj.weight", {c.kv_dim(), c.dim}, &L.wv});
     out.push_back({p + "self_attn.o_proj.weight", {c.dim, c.q_dim()}, &L.wo});
-    if (c.arch == Arch::qwen3) {
+    if (c.qk_norm()) {
       out.push_back({p + "self_attn.q_norm.weight", {c.head_dim}, &L.q_norm});
       out.push_back({p + "self_attn.k_norm.weight", {c.head_dim}, &L.k_norm});
     }
     out.push_back({p + "post_attention_layernorm.weight", {c.dim}, &L.ffn_norm});
+    if (c.sparse_layer(int64_t(i))) {
+      const int64_t ed = c.moe.expert_dim;
+      out.push_back({p + "mlp.gate.weight", {c.moe.n_experts, c.dim}, &L.router});
+      L.experts.resize(size_t(c.moe.n_experts));
+      for (size_t e = 0; e < L.experts.size(); ++e) {
+        const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
+        out.push_back({x + "gate_proj.weight", {ed, c.dim}, &L.experts[e].w_gate});
+        out.push_back({x + "up_proj.weight", {ed, c.dim}, &L.experts[e].w_up});
+        out.push_back({x + "down_proj.weight", {c.dim, ed}, &L.experts[e].w_down});
+      }
+      continue;
+    }
     out.push_back({p + "mlp.gate_proj.weight", {c.hidden_dim, c.dim}, &L.w_gate});
     out.push_back({p + "mlp.up_proj.weight", {c.hidden_dim, c.dim}, &L.w_up});
     out.push_back({p + "mlp.down_proj.weight", {c.dim, c.hidden_dim}, &L.w_down});
@@ -155,11 +167,16 @@ std::vector<Expected> expected_tensors(ModelWeights& w) {
 }
 
 std::string config_summary(const ModelConfig& c) {
-  return fmt::format(
+  std::string s = fmt::format(
       "{}: hidden_size {}, intermediate_size {}, layers {}, heads {}, kv heads {}, "
       "head_dim {}, vocab {}",
       arch_name(c.arch), c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim,
       c.vocab_size);
+  if (c.moe.n_experts > 0) {
+    s += fmt::format(", experts {} (top {}, moe_intermediate_size {})", c.moe.n_experts,
+                     c.moe.top_k, c.moe.expert_dim);
+  }
+  return s;
 }
 
 void check_expected(const Checkpoint& ck, const std::vector<Expected>& want, const ModelConfig& c,
@@ -217,7 +234,7 @@ void check_unknown(const Checkpoint& ck, const std::vector<Expected>& want, cons
       "{}: {} unexpected tensor(s) for a {} model: {}; hint: maybe wrong base "
       "model or architecture?{}",
       ck.where, unknown.size(), arch_name(c.arch), list,
-      has_qk_norm && c.arch == Arch::llama ? " (q_norm/k_norm suggest model_type qwen3)" : "");
+      has_qk_norm && !c.qk_norm() ? " (q_norm/k_norm suggest model_type qwen3)" : "");
 }
 
 }  // namespace

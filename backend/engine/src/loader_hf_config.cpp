@@ -1,4 +1,5 @@
-// Hugging Face config.json <-> ModelConfig for the Llama family ("llama", "qwen3").
+// Hugging Face config.json <-> ModelConfig for the Llama family ("llama", "qwen3",
+// "qwen3_moe").
 // Defaults follow transformers' LlamaConfig / Qwen3Config where a field is optional there.
 
 #include <charconv>
@@ -91,8 +92,10 @@ Arch parse_arch(const ConfigFields& f, const std::string& source) {
   if (auto mt = f.opt_str("model_type")) {
     if (*mt == "llama") return Arch::llama;
     if (*mt == "qwen3") return Arch::qwen3;
-    SPINDLE_THROW(unsupported, "{}: model_type '{}' is not supported (supported: llama, qwen3){}",
-                  source, *mt, *mt == "qwen3_moe" ? "; Qwen3-MoE support is planned" : "");
+    if (*mt == "qwen3_moe") return Arch::qwen3_moe;
+    SPINDLE_THROW(unsupported,
+                  "{}: model_type '{}' is not supported (supported: llama, qwen3, qwen3_moe)",
+                  source, *mt);
   }
   const json* arch = f.get("architectures");
   SPINDLE_CHECK(arch != nullptr, format,
@@ -102,9 +105,10 @@ Arch parse_arch(const ConfigFields& f, const std::string& source) {
   const std::string name = (*arch)[0].get<std::string>();
   if (name == "LlamaForCausalLM") return Arch::llama;
   if (name == "Qwen3ForCausalLM") return Arch::qwen3;
+  if (name == "Qwen3MoeForCausalLM") return Arch::qwen3_moe;
   SPINDLE_THROW(unsupported,
                 "{}: architecture '{}' is not supported (supported: LlamaForCausalLM, "
-                "Qwen3ForCausalLM)",
+                "Qwen3ForCausalLM, Qwen3MoeForCausalLM)",
                 source, name);
 }
 
@@ -142,6 +146,25 @@ std::optional<RopeScaling> parse_rope_scaling(const json& j, const std::string& 
                 "original_max_position_embeddings > 0; got factor {}, low {}, high {}, original {}",
                 where, s.factor, s.low_freq_factor, s.high_freq_factor, s.original_max_position);
   return s;
+}
+
+// Qwen3MoeConfig's fields, with transformers' defaults where one is absent.
+void parse_moe(const ConfigFields& f, const std::string& source, MoeConfig& m) {
+  m.n_experts = f.opt_int("num_experts").value_or(128);
+  m.top_k = f.opt_int("num_experts_per_tok").value_or(8);
+  m.expert_dim = f.opt_int("moe_intermediate_size").value_or(768);
+  m.sparse_step = f.opt_int("decoder_sparse_step").value_or(1);
+  m.norm_topk = f.opt_bool("norm_topk_prob").value_or(false);
+  m.aux_loss_coef = float(f.opt_num("router_aux_loss_coef").value_or(0.001));
+  if (const json* d = f.get("mlp_only_layers")) {
+    SPINDLE_CHECK(d->is_array(), format, "{}: 'mlp_only_layers' must be a list of layer indices, got {}",
+                  source, d->dump());
+    for (const json& v : *d) {
+      SPINDLE_CHECK(v.is_number_integer(), format,
+                    "{}: 'mlp_only_layers' must hold layer indices, got {}", source, v.dump());
+      m.dense_layers.push_back(v.get<int64_t>());
+    }
+  }
 }
 
 // The shortest decimal that reads back as the same float, as a JSON number: 1e-5f is
@@ -185,7 +208,7 @@ ModelConfig parse_hf_config(const std::string& json_text, const std::string& sou
   }
   c.vocab_size = f.req_int("vocab_size");
   c.max_seq_len =
-      f.opt_int("max_position_embeddings").value_or(c.arch == Arch::qwen3 ? 32768 : 2048);
+      f.opt_int("max_position_embeddings").value_or(c.arch == Arch::llama ? 2048 : 32768);
   c.rope_theta = float(f.opt_num("rope_theta").value_or(10000.0));
   c.rope_scaling = parse_rope_scaling(j, source);
   c.rms_eps = float(f.opt_num("rms_norm_eps").value_or(1e-6));
@@ -202,6 +225,8 @@ ModelConfig parse_hf_config(const std::string& json_text, const std::string& sou
   SPINDLE_CHECK(!f.opt_bool("use_sliding_window").value_or(false), unsupported,
                 "{}: use_sliding_window true is not supported", source);
 
+  if (c.arch == Arch::qwen3_moe) parse_moe(f, source, c.moe);
+
   // Missing ids keep the defaults, clamped into tiny vocabularies; given ids must fit.
   const int64_t last_id = std::max<int64_t>(c.vocab_size - 1, 0);
   c.bos_id = f.opt_token_id("bos_token_id").value_or(int32_t(std::min<int64_t>(c.bos_id, last_id)));
@@ -216,9 +241,11 @@ ModelConfig parse_hf_config(const std::string& json_text, const std::string& sou
 namespace detail {
 
 json hf_config_object(const ModelConfig& c) {
-  const bool qwen = c.arch == Arch::qwen3;
+  const char* cls = c.arch == Arch::qwen3       ? "Qwen3ForCausalLM"
+                    : c.arch == Arch::qwen3_moe ? "Qwen3MoeForCausalLM"
+                                                : "LlamaForCausalLM";
   json j = {
-      {"architectures", {qwen ? "Qwen3ForCausalLM" : "LlamaForCausalLM"}},
+      {"architectures", {cls}},
       {"model_type", arch_name(c.arch)},
       {"_name_or_path", c.name},
       {"hidden_size", c.dim},
@@ -239,6 +266,16 @@ json hf_config_object(const ModelConfig& c) {
       {"mlp_bias", false},
       {"rope_scaling", nullptr},
   };
+  if (c.arch == Arch::qwen3_moe) {
+    const MoeConfig& m = c.moe;
+    j["num_experts"] = m.n_experts;
+    j["num_experts_per_tok"] = m.top_k;
+    j["moe_intermediate_size"] = m.expert_dim;
+    j["decoder_sparse_step"] = m.sparse_step;
+    j["mlp_only_layers"] = m.dense_layers;
+    j["norm_topk_prob"] = m.norm_topk;
+    j["router_aux_loss_coef"] = json_float(m.aux_loss_coef);
+  }
   if (c.rope_scaling) {
     const RopeScaling& s = *c.rope_scaling;
     j["rope_scaling"] = {{"rope_type", "llama3"},

@@ -82,7 +82,7 @@ LoraWeights LoraWeights::random(const ModelConfig& config, int64_t rank, float a
   std::uniform_real_distribution<float> ua(-a_range, a_range), ub(-b_range, b_range);
   for (int64_t l = 0; l < config.n_layers; ++l) {
     for (LoraTarget t : targets) {
-      if (!lora_target_per_layer(t) && l != 0) continue;
+      if (!lora_module_exists(config, l, t)) continue;
       auto [d_in, d_out] = lora_target_dims(config, t);
       LoraPair& p = w.modules[size_t(l)][size_t(t)];
       p.A = Tensor({rank, d_in});
@@ -92,6 +92,12 @@ LoraWeights LoraWeights::random(const ModelConfig& config, int64_t rank, float a
     }
   }
   return w;
+}
+
+bool lora_module_exists(const ModelConfig& config, int64_t layer, LoraTarget t) {
+  if (!lora_target_per_layer(t)) return layer == 0;
+  const bool mlp = t == LoraTarget::gate || t == LoraTarget::up || t == LoraTarget::down;
+  return !mlp || !config.sparse_layer(layer);
 }
 
 static std::string module_label(int64_t layer, LoraTarget t) {
@@ -111,6 +117,11 @@ void LoraWeights::validate(const ModelConfig& config, const std::string& source)
       if (p.empty() && p.B.empty()) continue;
       SPINDLE_CHECK(lora_target_per_layer(t) || l == 0, invalid_argument,
                     "{}: lm_head adapter stored at layer {} (must be layer 0)", source, l);
+      const bool mlp = t == LoraTarget::gate || t == LoraTarget::up || t == LoraTarget::down;
+      SPINDLE_CHECK(!mlp || !config.sparse_layer(l), unsupported,
+                    "{}: {} adapts the MLP of a routed-experts layer; LoRA on experts is not "
+                    "supported yet (adapt the attention projections q, k, v, o or lm_head)",
+                    source, module_label(l, t));
       auto [d_in, d_out] = lora_target_dims(config, t);
       const Shape want_a{rank, d_in}, want_b{d_out, rank};
       SPINDLE_CHECK(p.A.shape() == want_a, invalid_argument,
@@ -167,7 +178,7 @@ LoraSlotPool::LoraSlotPool(const ModelConfig& config, LoraPoolOptions options)
   const int64_t S = options_.max_slots, R = options_.max_rank;
   for (int64_t l = 0; l < config_.n_layers; ++l) {
     for (LoraTarget t : options_.targets) {
-      if (!lora_target_per_layer(t) && l != 0) continue;
+      if (!lora_module_exists(config_, l, t)) continue;
       auto [d_in, d_out] = lora_target_dims(config_, t);
       Module m;
       m.A = Tensor::zeros({S, R, d_in});

@@ -8,8 +8,17 @@ const char* arch_name(Arch arch) {
   switch (arch) {
     case Arch::llama: return "llama";
     case Arch::qwen3: return "qwen3";
+    case Arch::qwen3_moe: return "qwen3_moe";
   }
   return "?";
+}
+
+bool ModelConfig::sparse_layer(int64_t layer) const {
+  if (moe.n_experts <= 0) return false;
+  for (int64_t d : moe.dense_layers) {
+    if (d == layer) return false;
+  }
+  return (layer + 1) % moe.sparse_step == 0;
 }
 
 void ModelConfig::validate(const std::string& source) const {
@@ -39,6 +48,26 @@ void ModelConfig::validate(const std::string& source) const {
                 source, rope_theta);
   SPINDLE_CHECK(rms_eps > 0, invalid_argument, "{}: rms_norm_eps must be positive, got {}", source,
                 rms_eps);
+  if (arch == Arch::qwen3_moe) {
+    SPINDLE_CHECK(moe.n_experts > 0 && moe.n_experts <= 1024, invalid_argument,
+                  "{}: num_experts must be in [1, 1024], got {}", source, moe.n_experts);
+    SPINDLE_CHECK(moe.top_k > 0 && moe.top_k <= moe.n_experts, invalid_argument,
+                  "{}: num_experts_per_tok must be in [1, num_experts = {}], got {}", source,
+                  moe.n_experts, moe.top_k);
+    SPINDLE_CHECK(moe.expert_dim > 0 && moe.expert_dim <= (1 << 18), invalid_argument,
+                  "{}: moe_intermediate_size must be in [1, 262144], got {}", source,
+                  moe.expert_dim);
+    SPINDLE_CHECK(moe.sparse_step > 0, invalid_argument,
+                  "{}: decoder_sparse_step must be positive, got {}", source, moe.sparse_step);
+    for (int64_t d : moe.dense_layers) {
+      SPINDLE_CHECK(d >= 0 && d < n_layers, invalid_argument,
+                    "{}: mlp_only_layers names layer {}, outside [0, {})", source, d, n_layers);
+    }
+  } else {
+    SPINDLE_CHECK(moe.n_experts == 0, invalid_argument,
+                  "{}: {} has no experts, but num_experts is {}", source, arch_name(arch),
+                  moe.n_experts);
+  }
   SPINDLE_CHECK(bos_id < vocab_size && eos_id < vocab_size, invalid_argument,
                 "{}: bos ({}) / eos ({}) token id outside vocab of {}", source, bos_id, eos_id,
                 vocab_size);

@@ -197,6 +197,14 @@ LoraWeights init_lora(const ModelConfig& config, int64_t rank, float alpha,
   SPINDLE_CHECK(rank >= 1 && rank <= 128, invalid_argument, "LoRA rank must be in [1, 128], got {}",
                 rank);
   SPINDLE_CHECK(!targets.empty(), invalid_argument, "LoRA needs at least one target module");
+  for (LoraTarget t : targets) {
+    for (int64_t l = 0; l < config.n_layers; ++l) {
+      SPINDLE_CHECK(lora_module_exists(config, l, t) || !lora_target_per_layer(t), unsupported,
+                    "LoRA target {}: layer {} of this {} base is routed experts; LoRA on experts "
+                    "is not supported yet (adapt q, k, v, o or lm_head)",
+                    lora_target_name(t), l, arch_name(config.arch));
+    }
+  }
   LoraWeights w;
   w.rank = rank;
   w.alpha = alpha;
@@ -313,6 +321,11 @@ FullTrainer::FullTrainer(const Model& model, ModelWeights& weights)
                             {&w.k_norm, &g.k_norm}, {&w.ffn_norm, &g.ffn_norm},
                             {&w.w_gate, &g.w_gate}, {&w.w_up, &g.w_up}, {&w.w_down, &g.w_down}}) {
       if (!src->empty()) *out = Tensor::zeros(src->shape());
+    }
+    if (!w.router.empty()) g.router = Tensor::zeros(w.router.shape());
+    for (const ExpertWeights& e : w.experts) {
+      g.experts.push_back({Tensor::zeros(e.w_gate.shape()), Tensor::zeros(e.w_up.shape()),
+                           Tensor::zeros(e.w_down.shape())});
     }
   }
 }

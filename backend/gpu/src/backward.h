@@ -32,6 +32,7 @@ struct TrainScratch {
   DeviceTensor d_attn, dq, dq_pre;                            // [T, q_dim]
   DeviceTensor dk, dk_pre, dv;                                // [T, kv_dim]
   DeviceTensor lora_h, lora_dh;                               // [T, max_rank] fp32
+  DeviceTensor moe_d_act, moe_d_gate, moe_d_up, moe_d_weight;  // sparse layers (none yet)
   kernels::cuda::DeviceBuffer<int32_t> targets;               // [T]
   kernels::cuda::DeviceBuffer<float> weight, q, adv;          // [T] loss inputs (0 / 1 when absent)
   kernels::cuda::DeviceBuffer<float> logp, lse, loss, dlogp;  // [T] outputs

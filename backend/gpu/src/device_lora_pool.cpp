@@ -21,7 +21,7 @@ DeviceLoraPool::DeviceLoraPool(const engine::ModelConfig& config, engine::LoraPo
   size_t per_slot_floats = 0;  // one adapter's packed A and B, every module
   for (int64_t l = 0; l < config_.n_layers; ++l) {
     for (LoraTarget t : options_.targets) {
-      if (!engine::lora_target_per_layer(t) && l != 0) continue;
+      if (!engine::lora_module_exists(config_, l, t)) continue;
       if (modules_[size_t(l)][size_t(t)]) continue;  // a target listed twice
       auto [d_in, d_out] = engine::lora_target_dims(config_, t);
       Module m;

@@ -1,5 +1,6 @@
 #include "spindle/gpu/device_weights.h"
 
+#include "spindle/core/error.h"
 #include "spindle/engine/model.h"
 
 namespace spindle::gpu {
@@ -18,6 +19,10 @@ DeviceTensor upload(const Tensor& t, Precision dtype) {
 DeviceWeights::DeviceWeights(const engine::ModelWeights& w, Precision precision)
     : config_(w.config), precision_(precision) {
   w.validate("DeviceWeights upload");
+  SPINDLE_CHECK(w.config.moe.n_experts == 0, unsupported,
+                "{}: {} (routed experts) does not run on the CUDA engine yet; serve it with "
+                "--device cpu",
+                w.config.name, engine::arch_name(w.config.arch));
   const Precision p = precision, f32 = Precision::fp32;
   tok_emb_ = upload(w.tok_emb, p);
   for (const engine::LayerWeights& L : w.layers) {

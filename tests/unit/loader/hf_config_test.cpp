@@ -93,6 +93,45 @@ TEST(HfConfig, ParsesQwen3WithDecoupledHeadDim) {
   EXPECT_EQ(c.eos_id, 151645);
 }
 
+// Qwen3-30B-A3B's config.json (the fields that matter; HF hub, 2025).
+TEST(HfConfig, ParsesQwen3Moe30BA3B) {
+  const ModelConfig c = parse_hf_config(R"({
+    "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
+    "hidden_size": 2048, "intermediate_size": 6144, "moe_intermediate_size": 768,
+    "num_hidden_layers": 48, "num_attention_heads": 32, "num_key_value_heads": 4,
+    "head_dim": 128, "vocab_size": 151936, "max_position_embeddings": 40960,
+    "num_experts": 128, "num_experts_per_tok": 8, "norm_topk_prob": true,
+    "decoder_sparse_step": 1, "mlp_only_layers": [], "router_aux_loss_coef": 0.001,
+    "output_router_logits": false, "rope_theta": 1000000.0, "rms_norm_eps": 1e-06,
+    "tie_word_embeddings": false, "hidden_act": "silu", "attention_bias": false,
+    "bos_token_id": 151643, "eos_token_id": 151645, "torch_dtype": "bfloat16"})",
+                                        "qwen3-30b-a3b/config.json");
+  EXPECT_EQ(c.arch, Arch::qwen3_moe);
+  EXPECT_TRUE(c.qk_norm());
+  EXPECT_EQ(c.moe.n_experts, 128);
+  EXPECT_EQ(c.moe.top_k, 8);
+  EXPECT_EQ(c.moe.expert_dim, 768);
+  EXPECT_TRUE(c.moe.norm_topk);
+  EXPECT_FLOAT_EQ(c.moe.aux_loss_coef, 0.001f);
+  for (int64_t l = 0; l < 48; ++l) EXPECT_TRUE(c.sparse_layer(l)) << l;
+  // decoder_sparse_step 2 and mlp_only_layers leave the others dense, as HF decides.
+  const ModelConfig d = parse_hf_config(R"({"model_type": "qwen3_moe", "hidden_size": 64,
+    "intermediate_size": 96, "num_hidden_layers": 6, "num_attention_heads": 4,
+    "vocab_size": 100, "decoder_sparse_step": 2, "mlp_only_layers": [3]})",
+                                        "d.json");
+  EXPECT_EQ(d.moe.n_experts, 128);  // transformers' defaults
+  EXPECT_EQ(d.moe.top_k, 8);
+  EXPECT_EQ(d.moe.expert_dim, 768);
+  EXPECT_FALSE(d.moe.norm_topk);
+  const bool want[] = {false, true, false, false, false, true};
+  for (int64_t l = 0; l < 6; ++l) EXPECT_EQ(d.sparse_layer(l), want[l]) << l;
+  const ModelConfig back = parse_hf_config(hf_config_json(c), "back.json");
+  EXPECT_EQ(back.arch, Arch::qwen3_moe);
+  EXPECT_EQ(back.moe.n_experts, 128);
+  EXPECT_EQ(back.moe.expert_dim, 768);
+  EXPECT_TRUE(back.moe.norm_topk);
+}
+
 TEST(HfConfig, DefaultsFollowTransformers) {
   const ModelConfig c = parse_hf_config(kMinimal + "}", "min.json");
   EXPECT_EQ(c.n_kv_heads, 8);
@@ -137,6 +176,9 @@ TEST(HfConfig, RoundTripsThroughJson) {
 
 TEST(HfConfig, RefusesUnsupportedAndMalformedConfigs) {
   const std::string base = kMinimal;
+  const std::string base_moe =
+      R"({"model_type": "qwen3_moe", "hidden_size": 64, "intermediate_size": 172,
+  "num_hidden_layers": 4, "num_attention_heads": 8, "vocab_size": 512, "num_experts": 8)";
   struct Case {
     std::string json;
     ErrorCode code;
@@ -144,7 +186,12 @@ TEST(HfConfig, RefusesUnsupportedAndMalformedConfigs) {
   };
   const std::vector<Case> cases = {
       {R"({"model_type": "mistral"})", ErrorCode::unsupported, {"'mistral'", "llama, qwen3"}},
-      {R"({"model_type": "qwen3_moe"})", ErrorCode::unsupported, {"qwen3_moe"}},
+      {R"({"model_type": "deepseek_v3"})", ErrorCode::unsupported, {"deepseek_v3", "qwen3_moe"}},
+      {base_moe + R"(, "num_experts_per_tok": 9})", ErrorCode::invalid_argument,
+       {"num_experts_per_tok", "9"}},
+      {base_moe + R"(, "mlp_only_layers": [7]})", ErrorCode::invalid_argument,
+       {"mlp_only_layers", "7"}},
+      {base_moe + R"(, "mlp_only_layers": "0"})", ErrorCode::format, {"mlp_only_layers"}},
       {R"({"architectures": ["GPT2LMHeadModel"]})", ErrorCode::unsupported, {"GPT2LMHeadModel"}},
       {R"({"hidden_size": 8})", ErrorCode::format, {"model_type"}},
       {base + R"(, "attention_bias": true})", ErrorCode::unsupported, {"attention_bias"}},

@@ -33,7 +33,12 @@ void erase_tensor(std::vector<SafetensorsTensorIn>& ts, const std::string& name)
 class HfLoader : public ::testing::TestWithParam<engine::Arch> {
  protected:
   engine::ModelConfig config() const {
-    return GetParam() == engine::Arch::llama ? tiny_llama() : tiny_qwen3();
+    switch (GetParam()) {
+      case engine::Arch::llama: return tiny_llama();
+      case engine::Arch::qwen3: return tiny_qwen3();
+      case engine::Arch::qwen3_moe: return tiny_qwen3_moe();
+    }
+    return {};
   }
 };
 
@@ -47,6 +52,12 @@ TEST_P(HfLoader, RoundTripIsBitExactInF32AndRoundedInF16Bf16) {
   EXPECT_EQ(got.config.arch, w.config.arch);
   EXPECT_EQ(got.config.head_dim, w.config.head_dim);
   EXPECT_EQ(got.config.tie_embeddings, w.config.tie_embeddings);
+  EXPECT_EQ(got.config.moe.n_experts, w.config.moe.n_experts);
+  EXPECT_EQ(got.config.moe.top_k, w.config.moe.top_k);
+  EXPECT_EQ(got.config.moe.expert_dim, w.config.moe.expert_dim);
+  EXPECT_EQ(got.config.moe.dense_layers, w.config.moe.dense_layers);
+  EXPECT_EQ(got.config.moe.norm_topk, w.config.moe.norm_topk);
+  EXPECT_EQ(got.config.moe.aux_loss_coef, w.config.moe.aux_loss_coef);
 
   engine::save_hf_dir(w, dir / "f16", DType::f16);
   expect_same_weights(w, engine::load_hf_dir(dir / "f16"),
@@ -124,13 +135,24 @@ TEST_P(HfLoader, TensorProblemsAreNamedWithGotAndExpected) {
                        shape_str({c.q_dim(), c.dim}), "wrong base model");
 
   ts = tensors_of(w);
-  erase_tensor(ts, "model.layers.0.mlp.up_proj.weight");
+  const std::string up = c.sparse_layer(0) ? "model.layers.0.mlp.experts.3.up_proj.weight"
+                                           : "model.layers.0.mlp.up_proj.weight";
+  erase_tensor(ts, up);
   write_dir(dir.path(), c, ts);
   auto missing = catch_error([&] { engine::load_hf_dir(dir.path()); });
   EXPECT_EQ(missing.code, ErrorCode::not_found);
-  EXPECT_TRUE(missing.has("model.layers.0.mlp.up_proj.weight") && missing.has("not found") &&
-              missing.has("wrong base model"))
+  EXPECT_TRUE(missing.has(up) && missing.has("not found") && missing.has("wrong base model"))
       << missing.message;
+  if (c.sparse_layer(0)) {
+    // An expert of the wrong size names the tensor and the config's moe_intermediate_size.
+    ts = tensors_of(w);
+    const std::string down = "model.layers.0.mlp.experts.1.down_proj.weight";
+    for (auto& t : ts)
+      if (t.name == down) t.shape = {c.dim, c.moe.expert_dim - 2};
+    write_dir(dir.path(), c, ts);
+    EXPECT_SPINDLE_ERROR(engine::load_hf_dir(dir.path()), down,
+                         shape_str({c.dim, c.moe.expert_dim}), "experts 4");
+  }
 
   ts = tensors_of(w);
   std::vector<float> extra(64, 0.5f);
@@ -151,7 +173,8 @@ TEST_P(HfLoader, TensorProblemsAreNamedWithGotAndExpected) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Arch, HfLoader,
-                         ::testing::Values(engine::Arch::llama, engine::Arch::qwen3),
+                         ::testing::Values(engine::Arch::llama, engine::Arch::qwen3,
+                                           engine::Arch::qwen3_moe),
                          [](const auto& info) {
                            return std::string(engine::arch_name(info.param));
                          });

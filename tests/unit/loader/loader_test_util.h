@@ -106,6 +106,16 @@ inline engine::ModelConfig tiny_qwen3() {
   return c;
 }
 
+// Qwen3-MoE: layer 0 routed (4 experts, top 2), layer 1 dense (mlp_only_layers).
+inline engine::ModelConfig tiny_qwen3_moe() {
+  engine::ModelConfig c = tiny_qwen3();
+  c.arch = engine::Arch::qwen3_moe;
+  c.moe = {.n_experts = 4, .top_k = 2, .expert_dim = 6, .sparse_step = 1, .dense_layers = {1},
+           .norm_topk = true, .aux_loss_coef = 0.01f};
+  c.name = "tiny-qwen3-moe";
+  return c;
+}
+
 // Random weights with every tensor the config asks for. Values are spread over several
 // binades so that f16/bf16 rounding is exercised.
 inline engine::ModelWeights random_model(const engine::ModelConfig& c, uint64_t seed) {
@@ -127,14 +137,22 @@ inline engine::ModelWeights random_model(const engine::ModelConfig& c, uint64_t 
     L.wk = fill({c.kv_dim(), c.dim});
     L.wv = fill({c.kv_dim(), c.dim});
     L.wo = fill({c.dim, c.q_dim()});
-    if (c.arch == engine::Arch::qwen3) {
+    if (c.qk_norm()) {
       L.q_norm = fill({c.head_dim});
       L.k_norm = fill({c.head_dim});
     }
     L.ffn_norm = fill({c.dim});
-    L.w_gate = fill({c.hidden_dim, c.dim});
-    L.w_up = fill({c.hidden_dim, c.dim});
-    L.w_down = fill({c.dim, c.hidden_dim});
+    if (c.sparse_layer(l)) {
+      L.router = fill({c.moe.n_experts, c.dim});
+      for (int64_t x = 0; x < c.moe.n_experts; ++x) {
+        L.experts.push_back({fill({c.moe.expert_dim, c.dim}), fill({c.moe.expert_dim, c.dim}),
+                             fill({c.dim, c.moe.expert_dim})});
+      }
+    } else {
+      L.w_gate = fill({c.hidden_dim, c.dim});
+      L.w_up = fill({c.hidden_dim, c.dim});
+      L.w_down = fill({c.dim, c.hidden_dim});
+    }
     w.layers.push_back(std::move(L));
   }
   w.final_norm = fill({c.dim});

@@ -40,6 +40,10 @@ ModelWeights merged_copy(const ModelWeights& base, const LoraWeights& a) {
     LayerWeights L{B.attn_norm.clone(), B.wq.clone(),     B.wk.clone(),   B.wv.clone(),
                    B.wo.clone(),        B.q_norm.clone(), B.k_norm.clone(), B.ffn_norm.clone(),
                    B.w_gate.clone(),    B.w_up.clone(),   B.w_down.clone()};
+    L.router = B.router.clone();  // routed experts are never adapted (LoRA on experts: later)
+    for (const ExpertWeights& e : B.experts) {
+      L.experts.push_back({e.w_gate.clone(), e.w_up.clone(), e.w_down.clone()});
+    }
     const auto& m = a.modules[l];
     merge(L.wq, m[size_t(LoraTarget::q)]);
     merge(L.wk, m[size_t(LoraTarget::k)]);
@@ -121,6 +125,12 @@ void check_hetero(const ModelWeights& base, float tolerance) {
 
 TEST(HeteroBatch, SixteenAdaptersMatchMergedWeightsOnRandomQwen3) {
   check_hetero(testing::random_weights(testing::tiny_config(Arch::qwen3), 11), 1e-4f);
+}
+
+// Qwen3-MoE: the adapters' attention, dense-layer MLP and lm_head modules mix with routed
+// experts in one batch (the sparse layers' rows regroup by expert inside each layer).
+TEST(HeteroBatch, SixteenAdaptersMatchMergedWeightsOnRandomQwen3Moe) {
+  check_hetero(testing::random_weights(testing::tiny_config(Arch::qwen3_moe), 13), 1e-4f);
 }
 
 TEST(HeteroBatch, SixteenAdaptersMatchMergedWeightsOnRandomLlama) {

@@ -40,10 +40,16 @@ inline engine::ModelConfig tiny_config(engine::Arch arch) {
   c.n_layers = 2;
   c.n_heads = 6;
   c.n_kv_heads = 2;
-  c.head_dim = arch == engine::Arch::qwen3 ? 12 : 8;  // qwen3: head_dim decoupled from dim
+  c.head_dim = arch == engine::Arch::llama ? 8 : 12;  // qwen3: head_dim decoupled from dim
   c.vocab_size = 97;
   c.max_seq_len = 64;
-  c.rope_theta = arch == engine::Arch::qwen3 ? 1000000.0f : 10000.0f;
+  c.rope_theta = arch == engine::Arch::llama ? 10000.0f : 1000000.0f;
+  if (arch == engine::Arch::qwen3_moe) {
+    // Layers 0 and 2 routed (8 experts, top 2, renormalised), layer 1 dense (mlp_only_layers).
+    c.n_layers = 3;
+    c.moe = {.n_experts = 8, .top_k = 2, .expert_dim = 24, .sparse_step = 1, .dense_layers = {1},
+             .norm_topk = true, .aux_loss_coef = 0.001f};
+  }
   c.rms_eps = 1e-6f;
   c.tie_embeddings = arch == engine::Arch::llama;
   c.bos_id = 1;
@@ -70,14 +76,25 @@ inline engine::ModelWeights random_weights(const engine::ModelConfig& c, uint64_
     L.wk = fill({c.kv_dim(), c.dim}, -a, a);
     L.wv = fill({c.kv_dim(), c.dim}, -a, a);
     L.wo = fill({c.dim, c.q_dim()}, -a, a);
-    if (c.arch == engine::Arch::qwen3) {
+    if (c.qk_norm()) {
       L.q_norm = fill({c.head_dim}, 0.8f, 1.2f);
       L.k_norm = fill({c.head_dim}, 0.8f, 1.2f);
     }
     L.ffn_norm = fill({c.dim}, 0.8f, 1.2f);
-    L.w_gate = fill({c.hidden_dim, c.dim}, -a, a);
-    L.w_up = fill({c.hidden_dim, c.dim}, -a, a);
-    L.w_down = fill({c.dim, c.hidden_dim}, -a, a);
+    if (c.sparse_layer(l)) {
+      // A wide router range keeps the top-k choice away from ties.
+      L.router = fill({c.moe.n_experts, c.dim}, -4 * a, 4 * a);
+      const float b = 1.0f / std::sqrt(float(c.moe.expert_dim));
+      for (int64_t e = 0; e < c.moe.n_experts; ++e) {
+        L.experts.push_back({fill({c.moe.expert_dim, c.dim}, -a, a),
+                             fill({c.moe.expert_dim, c.dim}, -a, a),
+                             fill({c.dim, c.moe.expert_dim}, -b, b)});
+      }
+    } else {
+      L.w_gate = fill({c.hidden_dim, c.dim}, -a, a);
+      L.w_up = fill({c.hidden_dim, c.dim}, -a, a);
+      L.w_down = fill({c.dim, c.hidden_dim}, -a, a);
+    }
     w.layers.push_back(std::move(L));
   }
   w.final_norm = fill({c.dim}, 0.8f, 1.2f);
@@ -120,9 +137,16 @@ class ReferenceModel {
       R.wk = merged(L.wk, l, engine::LoraTarget::k);
       R.wv = merged(L.wv, l, engine::LoraTarget::v);
       R.wo = merged(L.wo, l, engine::LoraTarget::o);
-      R.wg = merged(L.w_gate, l, engine::LoraTarget::gate);
-      R.wu = merged(L.w_up, l, engine::LoraTarget::up);
-      R.wd = merged(L.w_down, l, engine::LoraTarget::down);
+      if (L.experts.empty()) {
+        R.wg = merged(L.w_gate, l, engine::LoraTarget::gate);
+        R.wu = merged(L.w_up, l, engine::LoraTarget::up);
+        R.wd = merged(L.w_down, l, engine::LoraTarget::down);
+      } else {
+        R.router = vec(L.router);
+        for (const auto& e : L.experts) {
+          R.experts.push_back({vec(e.w_gate), vec(e.w_up), vec(e.w_down)});
+        }
+      }
       if (!L.q_norm.empty()) {
         R.q_norm = vec(L.q_norm);
         R.k_norm = vec(L.k_norm);
@@ -167,17 +191,48 @@ class ReferenceModel {
       auto o = matvec(L.wo, att, D);
       for (int64_t i = 0; i < D; ++i) x[size_t(i)] += o[size_t(i)];
       auto xn2 = rms(x, L.ffn_norm);
-      auto g = matvec(L.wg, xn2, c_.hidden_dim), u = matvec(L.wu, xn2, c_.hidden_dim);
-      for (size_t i = 0; i < g.size(); ++i) g[i] = g[i] / (1 + std::exp(-g[i])) * u[i];
-      auto dn = matvec(L.wd, g, D);
-      for (int64_t i = 0; i < D; ++i) x[size_t(i)] += dn[size_t(i)];
+      auto swiglu_mlp = [&](const std::vector<double>& wg, const std::vector<double>& wu,
+                            const std::vector<double>& wd, int64_t hidden) {
+        auto g = matvec(wg, xn2, hidden), u = matvec(wu, xn2, hidden);
+        for (size_t i = 0; i < g.size(); ++i) g[i] = g[i] / (1 + std::exp(-g[i])) * u[i];
+        return matvec(wd, g, D);
+      };
+      if (L.experts.empty()) {
+        auto dn = swiglu_mlp(L.wg, L.wu, L.wd, c_.hidden_dim);
+        for (int64_t i = 0; i < D; ++i) x[size_t(i)] += dn[size_t(i)];
+      } else {
+        // HF Qwen3MoeSparseMoeBlock, one token: softmax router, top-k, optional
+        // renormalisation, Σ weight·expert(x).
+        const int64_t E = c_.moe.n_experts, K = c_.moe.top_k;
+        auto p = matvec(L.router, xn2, E);
+        const double mx = *std::max_element(p.begin(), p.end());
+        double z = 0;
+        for (double& v : p) z += (v = std::exp(v - mx));
+        for (double& v : p) v /= z;
+        std::vector<int64_t> idx(static_cast<size_t>(E));
+        for (int64_t e = 0; e < E; ++e) idx[size_t(e)] = e;
+        std::stable_sort(idx.begin(), idx.end(),
+                         [&](int64_t a2, int64_t b2) { return p[size_t(a2)] > p[size_t(b2)]; });
+        double sel = 0;
+        for (int64_t k = 0; k < K; ++k) sel += p[size_t(idx[size_t(k)])];
+        for (int64_t k = 0; k < K; ++k) {
+          const auto& ex = L.experts[size_t(idx[size_t(k)])];
+          const double wgt = p[size_t(idx[size_t(k)])] / (c_.moe.norm_topk ? sel : 1.0);
+          auto dn = swiglu_mlp(ex.wg, ex.wu, ex.wd, c_.moe.expert_dim);
+          for (int64_t i = 0; i < D; ++i) x[size_t(i)] += wgt * dn[size_t(i)];
+        }
+      }
     }
     return matvec(head_, rms(x, final_norm_), c_.vocab_size);
   }
 
  private:
+  struct Expert {
+    std::vector<double> wg, wu, wd;
+  };
   struct Layer {
-    std::vector<double> attn_norm, ffn_norm, wq, wk, wv, wo, wg, wu, wd, q_norm, k_norm;
+    std::vector<double> attn_norm, ffn_norm, wq, wk, wv, wo, wg, wu, wd, q_norm, k_norm, router;
+    std::vector<Expert> experts;
   };
   std::vector<double> rms(const std::vector<double>& x, const std::vector<double>& w) const {
     double ss = 0;

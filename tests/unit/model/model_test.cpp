@@ -52,7 +52,8 @@ TEST_P(ForwardVsReference, PrefillThenDecodeMatchesReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, ForwardVsReference,
-                         ::testing::Combine(::testing::Values(Arch::llama, Arch::qwen3),
+                         ::testing::Combine(::testing::Values(Arch::llama, Arch::qwen3,
+                                                              Arch::qwen3_moe),
                                             ::testing::Bool()));
 
 TEST(Forward, KeepActivationsGivesSameLogitsAndEveryLayer) {

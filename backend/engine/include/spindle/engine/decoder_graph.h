@@ -35,6 +35,12 @@
 //   swiglu(gate, up, act)           act = silu(gate)·up
 //   gather_last_rows(x, out)        out[i] = x[last row of sequence i]
 //   logits()                        state().logits from state().x_final (+ lm_head LoRA)
+//   Routed experts (sparse layers; `m` is the layer activations' MoeActivations-shaped moe):
+//   moe_route(l, xn, m)             router logits, softmax, top-k (+ renormalisation), and the
+//                                   assignments grouped by expert; m.xg = xn's rows per
+//                                   assignment
+//   moe_gate_up(l, m)               m.gate / m.up = one GEMM per expert segment of m.xg
+//   moe_down_combine(l, m, x)       m.out = one GEMM per segment of m.act; x[t] += Σ w·out
 // Backward:
 //   begin_backward()                per-call setup (tables, scratch); scratch() then returns
 //                                   dx, d_xn, d_act, d_gate, d_up, d_attn, dq, dk, dv, dq_pre,
@@ -46,6 +52,12 @@
 //   rmsnorm_heads_backward(x_pre, heads, w, inv, dy, dx, W* dw)  dx = (per head), no accumulate
 //   swiglu_backward(gate, up, d_act, d_gate, d_up)
 //   attention_backward(q, k, v, d_out, dq, dk, dv)        dense causal, sequences from 0
+//   moe_down_combine_backward(l, m, dy, d_act, d_weight)   d_act = (w·dy)·W_down per segment,
+//                                   d_weight[j] = dy[t]·out[j] (expert grads when full-param)
+//   moe_gate_up_backward(l, m, d_gate, d_up, d_xn)   d_xn = Σ_assignments (d_gate·W_g + d_up·W_u)
+//                                   (overwrites d_xn)
+//   moe_route_backward(l, xn, m, d_weight, d_xn)     through renormalisation and softmax to the
+//                                   router logits; d_xn += d_logits·W_router
 //   embedding_backward(dx)          scatter-add into the embedding's gradient (full-parameter
 //                                   mode; a no-op when layer_grads is always null)
 
@@ -124,14 +136,28 @@ class DecoderGraph {
       auto& a = st.layers[size_t(l)];
       auto* g = ops_.layer_grads(l);
 
-      // MLP: x_out = x_mid + down(silu(gate(xn))·up(xn)), xn = ffn_norm(x_mid).
-      ops_.project_backward(l, LoraTarget::down, a.act, w.w_down, dx, sc.d_act, 0.0f,
-                            g ? &g->w_down : nullptr);
-      ops_.swiglu_backward(a.gate, a.up, sc.d_act, sc.d_gate, sc.d_up);
-      ops_.project_backward(l, LoraTarget::gate, a.xn_mlp, w.w_gate, sc.d_gate, sc.d_xn, 0.0f,
-                            g ? &g->w_gate : nullptr);
-      ops_.project_backward(l, LoraTarget::up, a.xn_mlp, w.w_up, sc.d_up, sc.d_xn, 1.0f,
-                            g ? &g->w_up : nullptr);
+      if (c_.sparse_layer(l)) {
+        // Routed experts: x_out = x_mid + Σ_k w_k(xn)·expert_k(xn), xn = ffn_norm(x_mid); the
+        // top-k choice is a constant, the weights are differentiable.
+        const int64_t rows = T * c_.moe.top_k, ed = c_.moe.expert_dim;
+        ops_.shape(sc.moe_d_act, rows, ed);
+        ops_.shape(sc.moe_d_gate, rows, ed);
+        ops_.shape(sc.moe_d_up, rows, ed);
+        ops_.shape_stat(sc.moe_d_weight, rows);
+        ops_.moe_down_combine_backward(l, a.moe, dx, sc.moe_d_act, sc.moe_d_weight);
+        ops_.swiglu_backward(a.moe.gate, a.moe.up, sc.moe_d_act, sc.moe_d_gate, sc.moe_d_up);
+        ops_.moe_gate_up_backward(l, a.moe, sc.moe_d_gate, sc.moe_d_up, sc.d_xn);
+        ops_.moe_route_backward(l, a.xn_mlp, a.moe, sc.moe_d_weight, sc.d_xn);
+      } else {
+        // MLP: x_out = x_mid + down(silu(gate(xn))·up(xn)), xn = ffn_norm(x_mid).
+        ops_.project_backward(l, LoraTarget::down, a.act, w.w_down, dx, sc.d_act, 0.0f,
+                              g ? &g->w_down : nullptr);
+        ops_.swiglu_backward(a.gate, a.up, sc.d_act, sc.d_gate, sc.d_up);
+        ops_.project_backward(l, LoraTarget::gate, a.xn_mlp, w.w_gate, sc.d_gate, sc.d_xn, 0.0f,
+                              g ? &g->w_gate : nullptr);
+        ops_.project_backward(l, LoraTarget::up, a.xn_mlp, w.w_up, sc.d_up, sc.d_xn, 1.0f,
+                              g ? &g->w_up : nullptr);
+      }
       ops_.rmsnorm_backward(a.x_mid, w.ffn_norm, a.inv_rms_mlp, sc.d_xn, dx, 1.0f,
                             g ? &g->ffn_norm : nullptr);
 
@@ -143,7 +169,7 @@ class DecoderGraph {
       ops_.rope(sc.dk, c_.n_kv_heads, /*inverse=*/true);
       const Act* dq = &sc.dq;
       const Act* dk = &sc.dk;
-      if (c_.arch == Arch::qwen3) {
+      if (c_.qk_norm()) {
         // dx may not alias dy: the per-head norms' backward goes through the *_pre buffers.
         ops_.shape(sc.dq_pre, T, c_.q_dim());
         ops_.shape(sc.dk_pre, T, c_.kv_dim());
@@ -176,7 +202,7 @@ class DecoderGraph {
                  {Proj{LoraTarget::q, &w.wq, &a.q}, Proj{LoraTarget::k, &w.wk, &a.k},
                   Proj{LoraTarget::v, &w.wv, &a.v}});
     if (st.keep_activations || !ops_.fuse_qk_norm_rope_kv(l, a)) {
-      if (c_.arch == Arch::qwen3) {
+      if (c_.qk_norm()) {
         if (st.keep_activations) {
           ops_.copy(a.q, a.q_pre);
           ops_.copy(a.k, a.k_pre);
@@ -200,6 +226,13 @@ class DecoderGraph {
   void mlp_block(int64_t l, A& a, Act& x) {
     const auto& w = ops_.layer(l);
     ops_.rmsnorm(x, w.ffn_norm, a.xn_mlp, &a.inv_rms_mlp);
+    if (c_.sparse_layer(l)) {
+      ops_.moe_route(l, a.xn_mlp, a.moe);
+      ops_.moe_gate_up(l, a.moe);
+      ops_.swiglu(a.moe.gate, a.moe.up, a.moe.act);
+      ops_.moe_down_combine(l, a.moe, x);
+      return;
+    }
     ops_.project(l, a.xn_mlp,
                  {Proj{LoraTarget::gate, &w.w_gate, &a.gate}, Proj{LoraTarget::up, &w.w_up, &a.up}});
     ops_.swiglu(a.gate, a.up, a.act);

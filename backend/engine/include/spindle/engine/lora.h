@@ -36,6 +36,9 @@ std::optional<LoraTarget> lora_target_from_name(std::string_view name);
 // (d_in, d_out) of a target's base projection.
 std::pair<int64_t, int64_t> lora_target_dims(const ModelConfig& config, LoraTarget target);
 bool lora_target_per_layer(LoraTarget target);  // false only for lm_head
+// Whether layer `layer` has a `target` module to adapt: lm_head only at layer 0, and no dense
+// MLP (gate/up/down) on a routed-experts layer (LoRA on experts is not supported yet).
+bool lora_module_exists(const ModelConfig& config, int64_t layer, LoraTarget target);
 // PEFT module key: "base_model.model.model.layers.3.mlp.up_proj", "base_model.model.lm_head".
 // Tensor names append ".lora_A.weight" / ".lora_B.weight".
 std::string lora_module_key(int64_t layer, LoraTarget target);

@@ -42,6 +42,21 @@ struct ForwardOptions {
   bool keep_activations = false;  // keep per-layer intermediates for a backward pass
 };
 
+// Intermediates of a routed-experts MLP (Qwen3-MoE) over T rows. An assignment j = t·top_k + i
+// is token t's i-th chosen expert; the expert GEMMs run over assignments sorted by expert
+// (order), one segment per expert (offsets), so rows of xg/gate/up/act/out are in sorted order.
+struct MoeActivations {
+  Tensor logits;                 // [T, n_experts] router logits
+  Tensor probs;                  // [T, n_experts] softmax of the logits
+  std::vector<int32_t> expert;   // [T·top_k] chosen expert of each assignment
+  Tensor weight;                 // [T·top_k] its combine weight (renormalised when norm_topk)
+  std::vector<int32_t> order;    // [T·top_k] assignments sorted by expert (stable in j)
+  std::vector<int64_t> offsets;  // [n_experts + 1] expert e's rows: [offsets[e], offsets[e+1])
+  Tensor xg;                     // [T·top_k, dim] the assignments' input rows
+  Tensor gate, up, act;          // [T·top_k, expert_dim]
+  Tensor out;                    // [T·top_k, dim] the experts' outputs (before the weights)
+};
+
 // Intermediates of one decoder layer over the batch's T rows.
 struct LayerActivations {
   Tensor x_in;      // [T, dim] residual stream entering the layer
@@ -61,6 +76,7 @@ struct LayerActivations {
   Tensor gate;      // [T, hidden]
   Tensor up;        // [T, hidden]
   Tensor act;       // [T, hidden] silu(gate)·up
+  MoeActivations moe;  // sparse layers only (gate/up/act stay unused there)
 };
 
 // The backward pass's working tensors (DecoderGraph::backward shapes them), reused.
@@ -69,6 +85,9 @@ struct BackwardScratch {
   Tensor d_act, d_gate, d_up;  // [T, hidden]
   Tensor d_attn, dq, dq_pre;   // [T, q_dim]
   Tensor dk, dk_pre, dv;       // [T, kv_dim]
+  // Sparse layers: per assignment, in MoeActivations' sorted order.
+  Tensor moe_d_act, moe_d_gate, moe_d_up;  // [T·top_k, expert_dim]
+  Tensor moe_d_weight;                     // [T·top_k] ∂loss/∂combine weight (by assignment j)
 };
 
 // Everything a forward produced. Reused across calls to avoid reallocation.

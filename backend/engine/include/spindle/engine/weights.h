@@ -12,6 +12,13 @@
 
 namespace spindle::engine {
 
+// One routed expert's SwiGLU MLP (HF mlp.experts.{e}.*), intermediate size expert_dim.
+struct ExpertWeights {
+  Tensor w_gate;  // [expert_dim, dim]
+  Tensor w_up;    // [expert_dim, dim]
+  Tensor w_down;  // [dim, expert_dim]
+};
+
 struct LayerWeights {
   Tensor attn_norm;  // [dim]
   Tensor wq;         // [n_heads·head_dim, dim]
@@ -24,6 +31,10 @@ struct LayerWeights {
   Tensor w_gate;     // [hidden_dim, dim]
   Tensor w_up;       // [hidden_dim, dim]
   Tensor w_down;     // [dim, hidden_dim]
+  // Sparse layers (ModelConfig::sparse_layer) of a Qwen3-MoE model hold these instead of the
+  // dense w_gate / w_up / w_down, which stay empty there.
+  Tensor router;                       // [n_experts, dim] (HF mlp.gate.weight)
+  std::vector<ExpertWeights> experts;  // [n_experts]
 };
 
 struct ModelWeights {
@@ -55,9 +66,19 @@ void for_each_hf_tensor(W& weights, F&& fn) {
     if (!L.q_norm.empty()) fn(p + "self_attn.q_norm.weight", L.q_norm);
     if (!L.k_norm.empty()) fn(p + "self_attn.k_norm.weight", L.k_norm);
     fn(p + "post_attention_layernorm.weight", L.ffn_norm);
-    fn(p + "mlp.gate_proj.weight", L.w_gate);
-    fn(p + "mlp.up_proj.weight", L.w_up);
-    fn(p + "mlp.down_proj.weight", L.w_down);
+    if (L.experts.empty()) {
+      fn(p + "mlp.gate_proj.weight", L.w_gate);
+      fn(p + "mlp.up_proj.weight", L.w_up);
+      fn(p + "mlp.down_proj.weight", L.w_down);
+    } else {
+      fn(p + "mlp.gate.weight", L.router);
+      for (size_t e = 0; e < L.experts.size(); ++e) {
+        const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
+        fn(x + "gate_proj.weight", L.experts[e].w_gate);
+        fn(x + "up_proj.weight", L.experts[e].w_up);
+        fn(x + "down_proj.weight", L.experts[e].w_down);
+      }
+    }
   }
   fn(std::string("model.norm.weight"), weights.final_norm);
   if (!weights.config.tie_embeddings) fn(std::string("lm_head.weight"), weights.lm_head);

@@ -22,6 +22,12 @@
 
 namespace spindle::gpu {
 
+// Routed experts' intermediates (engine::MoeActivations); the CUDA engine has no MoE kernels
+// yet (DeviceWeights refuses MoE models), so these stay empty.
+struct DeviceMoeActivations {
+  DeviceTensor gate, up, act;
+};
+
 // Intermediates of one decoder layer over the batch's T rows (as engine::LayerActivations).
 struct DeviceLayerActivations {
   DeviceTensor x_in;          // [T, dim] residual stream entering the layer (keep_activations)
@@ -41,6 +47,7 @@ struct DeviceLayerActivations {
   DeviceTensor gate;          // [T, hidden]
   DeviceTensor up;            // [T, hidden]
   DeviceTensor act;           // [T, hidden] silu(gate)·up
+  DeviceMoeActivations moe;   // sparse layers (none on the GPU yet)
 };
 
 // A typed view of device memory owned elsewhere (DeviceForwardState::tables).

@@ -1,0 +1,187 @@
+// The CPU ops of routed experts (Qwen3-MoE) for the decoder graph: a softmax router, top-k per
+// token, and one GEMM per expert over the token rows routed to it (the assignments sorted by
+// expert, as SGMV groups rows by adapter slot). No per-token loops over experts.
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "cpu_ops.h"
+#include "spindle/kernels/matmul.h"
+
+namespace spindle::engine::internal {
+
+using kernels::Trans;
+
+void CpuOps::moe_route(int64_t l, const Tensor& xn, MoeActivations& m) {
+  const LayerWeights& L = layer(l);
+  const int64_t T = xn.dim(0), D = c_.dim, E = c_.moe.n_experts, K = c_.moe.top_k;
+  ensure(m.logits, {T, E});
+  kernels::linear(xn.data(), D, T, D, L.router.data(), E, m.logits.data(), E, /*beta=*/0.0f);
+  ensure(m.probs, {T, E});
+  m.expert.resize(size_t(T * K));
+  ensure(m.weight, {T * K});
+  std::vector<int32_t> idx(static_cast<size_t>(E));
+  for (int64_t t = 0; t < T; ++t) {
+    const float* z = m.logits.row(t);
+    float* p = m.probs.row(t);
+    const float mx = *std::max_element(z, z + E);
+    float sum = 0;
+    for (int64_t e = 0; e < E; ++e) sum += p[e] = std::exp(z[e] - mx);
+    for (int64_t e = 0; e < E; ++e) p[e] /= sum;
+    // Top-k by probability; ties go to the lower expert index.
+    std::iota(idx.begin(), idx.end(), 0);
+    std::partial_sort(idx.begin(), idx.begin() + K, idx.end(),
+                      [&](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+    float sel = 0;
+    for (int64_t k = 0; k < K; ++k) sel += p[idx[size_t(k)]];
+    for (int64_t k = 0; k < K; ++k) {
+      const int32_t e = idx[size_t(k)];
+      m.expert[size_t(t * K + k)] = e;
+      m.weight.data()[t * K + k] = c_.moe.norm_topk ? p[e] / sel : p[e];
+    }
+  }
+  // Group the assignments by expert (a counting sort, stable in j).
+  m.offsets.assign(size_t(E + 1), 0);
+  for (int32_t e : m.expert) ++m.offsets[size_t(e) + 1];
+  for (int64_t e = 0; e < E; ++e) m.offsets[size_t(e + 1)] += m.offsets[size_t(e)];
+  std::vector<int64_t> next(m.offsets.begin(), m.offsets.end() - 1);
+  m.order.resize(size_t(T * K));
+  for (int64_t j = 0; j < T * K; ++j) m.order[size_t(next[size_t(m.expert[size_t(j)])]++)] = int32_t(j);
+  ensure(m.xg, {T * K, D});
+  for (int64_t i = 0; i < T * K; ++i) {
+    std::memcpy(m.xg.row(i), xn.row(m.order[size_t(i)] / K), size_t(D) * sizeof(float));
+  }
+}
+
+void CpuOps::moe_gate_up(int64_t l, MoeActivations& m) {
+  const LayerWeights& L = layer(l);
+  const int64_t D = c_.dim, F = c_.moe.expert_dim, rows = m.xg.dim(0);
+  ensure(m.gate, {rows, F});
+  ensure(m.up, {rows, F});
+  for (size_t e = 0; e + 1 < m.offsets.size(); ++e) {
+    const int64_t o = m.offsets[e], n = m.offsets[e + 1] - o;
+    if (n == 0) continue;
+    kernels::linear(m.xg.row(o), D, n, D, L.experts[e].w_gate.data(), F, m.gate.row(o), F, 0.0f);
+    kernels::linear(m.xg.row(o), D, n, D, L.experts[e].w_up.data(), F, m.up.row(o), F, 0.0f);
+  }
+}
+
+void CpuOps::moe_down_combine(int64_t l, MoeActivations& m, Tensor& x) {
+  const LayerWeights& L = layer(l);
+  const int64_t D = c_.dim, F = c_.moe.expert_dim, K = c_.moe.top_k, rows = m.act.dim(0);
+  ensure(m.out, {rows, D});
+  for (size_t e = 0; e + 1 < m.offsets.size(); ++e) {
+    const int64_t o = m.offsets[e], n = m.offsets[e + 1] - o;
+    if (n == 0) continue;
+    kernels::linear(m.act.row(o), F, n, F, L.experts[e].w_down.data(), D, m.out.row(o), D, 0.0f);
+  }
+  // Sorted order: each token's experts are added in expert order, deterministically.
+  for (int64_t i = 0; i < rows; ++i) {
+    const int32_t j = m.order[size_t(i)];
+    const float w = m.weight.data()[j];
+    float* xr = x.row(j / K);
+    const float* out = m.out.row(i);
+    for (int64_t d = 0; d < D; ++d) xr[d] += w * out[d];
+  }
+}
+
+void CpuOps::moe_down_combine_backward(int64_t l, const MoeActivations& m, const Tensor& dy,
+                                       Tensor& d_act, Tensor& d_weight) {
+  const LayerWeights& L = layer(l);
+  LayerWeights* G = layer_grads(l);
+  const int64_t D = c_.dim, F = c_.moe.expert_dim, K = c_.moe.top_k, rows = m.out.dim(0);
+  ensure(moe_d_out_, {rows, D});
+  for (int64_t i = 0; i < rows; ++i) {
+    const int32_t j = m.order[size_t(i)];
+    const float w = m.weight.data()[j];
+    const float* g = dy.row(j / K);
+    const float* out = m.out.row(i);
+    float* d = moe_d_out_.row(i);
+    double dot = 0;
+    for (int64_t c = 0; c < D; ++c) {
+      d[c] = w * g[c];
+      dot += double(g[c]) * out[c];
+    }
+    d_weight.data()[j] = float(dot);
+  }
+  for (size_t e = 0; e + 1 < m.offsets.size(); ++e) {
+    const int64_t o = m.offsets[e], n = m.offsets[e + 1] - o;
+    if (n == 0) continue;
+    // d_act = d_out · W_down (W_down [D, F])
+    kernels::gemm(Trans::no, Trans::no, n, F, D, 1.0f, moe_d_out_.row(o), D,
+                  L.experts[e].w_down.data(), F, 0.0f, d_act.row(o), F);
+    if (G) {  // dW_down += d_outᵀ · act
+      kernels::gemm(Trans::yes, Trans::no, D, F, n, 1.0f, moe_d_out_.row(o), D, m.act.row(o), F,
+                    1.0f, G->experts[e].w_down.data(), F);
+    }
+  }
+}
+
+void CpuOps::moe_gate_up_backward(int64_t l, const MoeActivations& m, const Tensor& d_gate,
+                                  const Tensor& d_up, Tensor& d_xn) {
+  const LayerWeights& L = layer(l);
+  LayerWeights* G = layer_grads(l);
+  const int64_t D = c_.dim, F = c_.moe.expert_dim, K = c_.moe.top_k, rows = m.xg.dim(0);
+  ensure(moe_d_xg_, {rows, D});
+  for (size_t e = 0; e + 1 < m.offsets.size(); ++e) {
+    const int64_t o = m.offsets[e], n = m.offsets[e + 1] - o;
+    if (n == 0) continue;
+    const ExpertWeights& X = L.experts[e];
+    kernels::gemm(Trans::no, Trans::no, n, D, F, 1.0f, d_gate.row(o), F, X.w_gate.data(), D, 0.0f,
+                  moe_d_xg_.row(o), D);
+    kernels::gemm(Trans::no, Trans::no, n, D, F, 1.0f, d_up.row(o), F, X.w_up.data(), D, 1.0f,
+                  moe_d_xg_.row(o), D);
+    if (G) {  // dW_gate += d_gateᵀ · xg, dW_up += d_upᵀ · xg
+      kernels::gemm(Trans::yes, Trans::no, F, D, n, 1.0f, d_gate.row(o), F, m.xg.row(o), D, 1.0f,
+                    G->experts[e].w_gate.data(), D);
+      kernels::gemm(Trans::yes, Trans::no, F, D, n, 1.0f, d_up.row(o), F, m.xg.row(o), D, 1.0f,
+                    G->experts[e].w_up.data(), D);
+    }
+  }
+  std::memset(d_xn.data(), 0, size_t(d_xn.numel()) * sizeof(float));
+  for (int64_t i = 0; i < rows; ++i) {
+    float* dst = d_xn.row(m.order[size_t(i)] / K);
+    const float* src = moe_d_xg_.row(i);
+    for (int64_t d = 0; d < D; ++d) dst[d] += src[d];
+  }
+}
+
+void CpuOps::moe_route_backward(int64_t l, const Tensor& xn, const MoeActivations& m,
+                                const Tensor& d_weight, Tensor& d_xn) {
+  const LayerWeights& L = layer(l);
+  LayerWeights* G = layer_grads(l);
+  const int64_t T = xn.dim(0), D = c_.dim, E = c_.moe.n_experts, K = c_.moe.top_k;
+  ensure(moe_d_logits_, {T, E});
+  std::vector<float> dp(static_cast<size_t>(K));
+  for (int64_t t = 0; t < T; ++t) {
+    const float* p = m.probs.row(t);
+    const float* dw = d_weight.data() + t * K;
+    const int32_t* ex = m.expert.data() + t * K;
+    if (c_.moe.norm_topk) {
+      // w_k = p_k / S, S = Σ_sel p: dp_k = (dw_k − Σ_j dw_j·w_j) / S.
+      double S = 0, dot = 0;
+      for (int64_t k = 0; k < K; ++k) S += p[ex[k]];
+      for (int64_t k = 0; k < K; ++k) dot += double(dw[k]) * p[ex[k]] / S;
+      for (int64_t k = 0; k < K; ++k) dp[size_t(k)] = float((dw[k] - dot) / S);
+    } else {
+      for (int64_t k = 0; k < K; ++k) dp[size_t(k)] = dw[k];
+    }
+    // Softmax: dz_e = p_e·(dp_e − Σ_sel dp·p), dp_e = 0 off the selection.
+    double s = 0;
+    for (int64_t k = 0; k < K; ++k) s += double(dp[size_t(k)]) * p[ex[k]];
+    float* dz = moe_d_logits_.row(t);
+    for (int64_t e = 0; e < E; ++e) dz[e] = float(-p[e] * s);
+    for (int64_t k = 0; k < K; ++k) dz[ex[k]] += p[ex[k]] * dp[size_t(k)];
+  }
+  // d_xn += dz · W_router (W_router [E, D])
+  kernels::gemm(Trans::no, Trans::no, T, D, E, 1.0f, moe_d_logits_.data(), E, L.router.data(), D,
+                1.0f, d_xn.data(), D);
+  if (G) {
+    kernels::gemm(Trans::yes, Trans::no, E, D, T, 1.0f, moe_d_logits_.data(), E, xn.data(), D,
+                  1.0f, G->router.data(), D);
+  }
+}
+
+}  // namespace spindle::engine::internal
