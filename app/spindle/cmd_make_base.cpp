@@ -49,6 +49,9 @@ struct MakeBaseArgs {
   int64_t steps = 0;
   double target_accuracy = 0.5;
   uint64_t seed = 0;
+  // > 0: a Qwen3-MoE base (per-head q/k norms, every MLP routed over this many experts).
+  int64_t experts = 0;
+  int64_t top_k = 2;
 };
 
 // The recipe. Measured on 1–2 contended cores, this model learns the task to ~100% in 2–4
@@ -71,9 +74,16 @@ struct Recipe {
   size_t check_problems = 200;  // training problems the stop criterion is measured on
 };
 
-ModelConfig arith_config(const Recipe& r) {
+ModelConfig arith_config(const Recipe& r, const MakeBaseArgs& args) {
   ModelConfig c;
   c.arch = Arch::llama;
+  if (args.experts > 0) {
+    // Experts of half the dense width, k of them per token: about the dense model's compute.
+    c.arch = Arch::qwen3_moe;
+    c.moe = {.n_experts = args.experts, .top_k = args.top_k,
+             .expert_dim = std::max<int64_t>(1, r.hidden_dim / 2), .sparse_step = 1,
+             .dense_layers = {}, .norm_topk = true, .aux_loss_coef = 0.0f};
+  }
   c.dim = r.dim;
   c.hidden_dim = r.hidden_dim;
   c.n_layers = r.n_layers;
@@ -117,9 +127,22 @@ ModelWeights init_weights(const ModelConfig& c, uint64_t seed) {
     L.wv = normal({c.kv_dim(), c.dim}, s);
     L.wo = normal({c.dim, c.q_dim()}, s_out);
     L.ffn_norm = ones(c.dim);
-    L.w_gate = normal({c.hidden_dim, c.dim}, s);
-    L.w_up = normal({c.hidden_dim, c.dim}, s);
-    L.w_down = normal({c.dim, c.hidden_dim}, s_out);
+    if (c.qk_norm()) {
+      L.q_norm = ones(c.head_dim);
+      L.k_norm = ones(c.head_dim);
+    }
+    if (c.sparse_layer(l)) {
+      L.router = normal({c.moe.n_experts, c.dim}, s);
+      for (int64_t e = 0; e < c.moe.n_experts; ++e) {
+        L.experts.push_back({normal({c.moe.expert_dim, c.dim}, s),
+                             normal({c.moe.expert_dim, c.dim}, s),
+                             normal({c.dim, c.moe.expert_dim}, s_out)});
+      }
+    } else {
+      L.w_gate = normal({c.hidden_dim, c.dim}, s);
+      L.w_up = normal({c.hidden_dim, c.dim}, s);
+      L.w_down = normal({c.dim, c.hidden_dim}, s_out);
+    }
     w.layers.push_back(std::move(L));
   }
   w.final_norm = ones(c.dim);
@@ -199,7 +222,7 @@ void run_make_base(const MakeBaseArgs& args) {
   write_byte_tokenizer(out, {.model_max_length = recipe.max_seq_len});
   const std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(out / "tokenizer.json");
 
-  ModelWeights weights = init_weights(arith_config(recipe), args.seed);
+  ModelWeights weights = init_weights(arith_config(recipe, args), args.seed);
   const Model model(weights);
   FullTrainer trainer(model, weights);
   Rng rng(sample_seed(args.seed, /*index=*/1));
@@ -210,10 +233,13 @@ void run_make_base(const MakeBaseArgs& args) {
   adam.weight_decay = recipe.weight_decay;
   adam.grad_clip_norm = recipe.grad_clip;
 
-  std::printf("make-base: arithmetic, %zu train / %zu held-out problems; llama dim %lld, %lld "
+  const std::string experts =
+      args.experts > 0 ? fmt::format(", {} experts (top {})", args.experts, args.top_k) : "";
+  std::printf("make-base: arithmetic, %zu train / %zu held-out problems; %s dim %lld%s, %lld "
               "layers, %lld heads, vocab %d; up to %.2f minutes or %.0f%% on training problems; "
               "seed %llu\n",
-              task.train().size(), task.heldout().size(), (long long)recipe.dim,
+              task.train().size(), task.heldout().size(), arch_name(weights.config.arch),
+              (long long)recipe.dim, experts.c_str(),
               (long long)recipe.n_layers, (long long)recipe.n_heads, kByteTokenizerVocabSize,
               args.minutes, 100.0 * args.target_accuracy, (unsigned long long)args.seed);
   std::fflush(stdout);
@@ -304,6 +330,14 @@ void register_make_base(CLI::App& app) {
                   "training to the end of the budget unless perfect)")
       ->capture_default_str();
   cmd->add_option("--seed", args->seed, "weight init and training order")->capture_default_str();
+  cmd->add_option("--experts", args->experts,
+                  "build a Qwen3-MoE base whose every MLP routes over this many experts (0 = a "
+                  "dense Llama)")
+      ->check(CLI::Range(0, 1024))
+      ->capture_default_str();
+  cmd->add_option("--top-k", args->top_k, "experts per token of an MoE base (norm_topk_prob)")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
   cmd->callback([args] { run_make_base(*args); });
 }
 

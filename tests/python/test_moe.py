@@ -1,0 +1,96 @@
+"""A Qwen3-MoE base end to end through a real spindled and the SDK: `spindle make-base
+--experts 4 --top-k 2` trains one from scratch (full-parameter, through the routed experts'
+backward) and writes it as an HF directory; spindled serves it; sampling agrees with scoring;
+LoRA on the experts is refused with a message that says so; an attention + lm_head LoRA
+session learns a fixed completion and its saved revision serves what it learned."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import spindle
+from spindle import types
+
+from conftest import Daemon, spindled_and_model
+from helpers import mean_token_loss, sft_datum
+
+BOS = 256  # the byte tokenizer's <|bos|>
+
+
+@pytest.fixture(scope="module")
+def moe_daemon():
+    binary, _ = spindled_and_model()
+    cli = binary.parent / "spindle"
+    if not cli.is_file():
+        pytest.skip(f"spindle CLI not found beside spindled ({cli})")
+    out = Path(tempfile.mkdtemp(prefix="spmoe")) / "base"
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    made = subprocess.run([str(cli), "make-base", "--out", str(out), "--experts", "4",
+                           "--top-k", "2", "--steps", "150", "--target-accuracy", "1",
+                           "--seed", "5"], capture_output=True, text=True, env=env, timeout=600)
+    assert made.returncode == 0, made.stdout + made.stderr
+    assert "qwen3_moe dim 128, 4 experts (top 2)" in made.stdout, made.stdout
+    config = json.loads((out / "config.json").read_text())
+    assert config["architectures"] == ["Qwen3MoeForCausalLM"]
+    assert (config["num_experts"], config["num_experts_per_tok"]) == (4, 2)
+    d = Daemon(binary, out)
+    yield d
+    code = d.stop()
+    assert code == 0, "spindled exited with %s on SIGTERM:\n%s" % (code, "".join(d.log[-40:]))
+
+
+@pytest.fixture(scope="module")
+def moe_service(moe_daemon):
+    client = spindle.ServiceClient(moe_daemon.endpoint, token=moe_daemon.token)
+    yield client
+    client.close()
+
+
+def prompt_of(text: str) -> list[int]:
+    return [BOS] + list(text.encode())
+
+
+def test_sampling_agrees_with_scoring(moe_service):
+    base_id = moe_service.get_server_capabilities().bases[0].id
+    base = moe_service.create_sampling_client(base_model=base_id)
+    prompt = prompt_of("17+25=")
+    greedy = types.SamplingParams(max_tokens=6, temperature=0.0, seed=0)
+    first = base.sample(types.ModelInput.from_ints(prompt), 1, greedy).result().sequences[0]
+    again = base.sample(types.ModelInput.from_ints(prompt), 1, greedy).result().sequences[0]
+    assert first.tokens == again.tokens and len(first.tokens) >= 1
+    # Decode through the KV cache (one token at a time) and one all-token forward agree.
+    scored = base.compute_logprobs(types.ModelInput.from_ints(prompt + first.tokens)).result()
+    np.testing.assert_allclose(scored[len(prompt):], first.logprobs, atol=2e-4)
+
+
+def test_lora_on_experts_is_refused_and_attention_lora_learns(moe_service):
+    base_id = moe_service.get_server_capabilities().bases[0].id
+    with pytest.raises(Exception) as refused:
+        moe_service.create_lora_training_client(base_id, rank=4, seed=1, policy="moe-mlp")
+    assert "experts" in str(refused.value), str(refused.value)
+
+    training = moe_service.create_lora_training_client(base_id, rank=8, seed=3, train_mlp=False,
+                                                       policy="moe-attn")
+    prompts = [prompt_of(p) for p in ("3+4=", "10+20=", "8+1=", "55+5=")]
+    completion = list(b"zq#")  # far from anything the arithmetic base says
+    data = [sft_datum(p, completion) for p in prompts]
+    losses = []
+    for _ in range(25):
+        fb = training.forward_backward(data, "cross_entropy")
+        step = training.optim_step(types.AdamParams(learning_rate=2e-2))
+        losses.append(mean_token_loss(fb.result()))
+        step.result()
+    assert all(np.isfinite(losses))
+    assert losses[-1] < 0.3 * losses[0], losses
+
+    trained = training.save_weights_and_get_sampling_client("moe-final")
+    greedy = types.SamplingParams(max_tokens=len(completion), temperature=0.0, seed=0)
+    got = trained.sample(types.ModelInput.from_ints(prompts[0]), 1, greedy).result()
+    assert got.sequences[0].tokens == completion, got.sequences[0].tokens
