@@ -1,8 +1,9 @@
 """A Qwen3-MoE base end to end through a real spindled and the SDK: `spindle make-base
 --experts 4 --top-k 2` trains one from scratch (full-parameter, through the routed experts'
 backward) and writes it as an HF directory; spindled serves it; sampling agrees with scoring;
-LoRA on the experts is refused with a message that says so; an attention + lm_head LoRA
-session learns a fixed completion and its saved revision serves what it learned."""
+a LoRA session with Tinker's default targets (attention, every routed expert's gate/up/down,
+lm_head) learns a fixed completion, its saved revision (experts packed in the blob) scores it
+exactly as the session did, and a policy forked from its saved state scores exactly as the session did."""
 
 from __future__ import annotations
 
@@ -70,16 +71,44 @@ def test_sampling_agrees_with_scoring(moe_service):
     np.testing.assert_allclose(scored[len(prompt):], first.logprobs, atol=2e-4)
 
 
-def test_lora_on_experts_is_refused_and_attention_lora_learns(moe_service):
+def test_lora_on_the_experts_learns_and_its_revision_serves(moe_service):
     base_id = moe_service.get_server_capabilities().bases[0].id
-    with pytest.raises(Exception) as refused:
-        moe_service.create_lora_training_client(base_id, rank=4, seed=1, policy="moe-mlp")
-    assert "experts" in str(refused.value), str(refused.value)
+    training = moe_service.create_lora_training_client(base_id, rank=8, seed=3, policy="moe-all")
+    prompts = [prompt_of(p) for p in ("3+4=", "10+20=", "8+1=", "55+5=")]
+    completion = list(b"zq#")  # far from anything the arithmetic base says
+    data = [sft_datum(p, completion) for p in prompts]
+    losses = []
+    for _ in range(25):
+        fb = training.forward_backward(data, "cross_entropy")
+        step = training.optim_step(types.AdamParams(learning_rate=1e-2))
+        losses.append(mean_token_loss(fb.result()))
+        step.result()
+    assert all(np.isfinite(losses))
+    assert losses[-1] < 0.3 * losses[0], losses
 
+    # The saved revision (experts packed in the blob, loaded into a serving slot) scores the
+    # completion exactly as the session's live weights do.
+    session = training.forward(data, "cross_entropy").result()
+    trained = training.save_weights_and_get_sampling_client("moe-final")
+    for i, prompt in enumerate(prompts):
+        served = trained.compute_logprobs(types.ModelInput.from_ints(prompt + completion)).result()
+        live = session.loss_fn_outputs[i]["logprobs"].tolist()
+        np.testing.assert_allclose(served[-len(completion):], live[-len(completion):], atol=1e-4)
+
+    # A policy forked from the saved state (the experts' packed LoRA read back from the blob)
+    # scores the batch exactly as the session that saved it.
+    state = training.save_state("moe-step25").result().path
+    forked = moe_service.create_training_client_from_state(state, policy="moe-fork")
+    outs = [c.forward_backward(data, "cross_entropy").result() for c in (training, forked)]
+    assert mean_token_loss(outs[0]) == mean_token_loss(outs[1])
+
+
+def test_attention_only_lora_learns(moe_service):
+    base_id = moe_service.get_server_capabilities().bases[0].id
     training = moe_service.create_lora_training_client(base_id, rank=8, seed=3, train_mlp=False,
                                                        policy="moe-attn")
     prompts = [prompt_of(p) for p in ("3+4=", "10+20=", "8+1=", "55+5=")]
-    completion = list(b"zq#")  # far from anything the arithmetic base says
+    completion = list(b"zq#")
     data = [sft_datum(p, completion) for p in prompts]
     losses = []
     for _ in range(25):
@@ -87,10 +116,8 @@ def test_lora_on_experts_is_refused_and_attention_lora_learns(moe_service):
         step = training.optim_step(types.AdamParams(learning_rate=2e-2))
         losses.append(mean_token_loss(fb.result()))
         step.result()
-    assert all(np.isfinite(losses))
     assert losses[-1] < 0.3 * losses[0], losses
-
-    trained = training.save_weights_and_get_sampling_client("moe-final")
+    trained = training.save_weights_and_get_sampling_client("moe-attn-final")
     greedy = types.SamplingParams(max_tokens=len(completion), temperature=0.0, seed=0)
     got = trained.sample(types.ModelInput.from_ints(prompts[0]), 1, greedy).result()
     assert got.sequences[0].tokens == completion, got.sequences[0].tokens

@@ -6,8 +6,9 @@ namespace spindle::adapters {
 
 size_t lora_weights_bytes(const engine::LoraWeights& weights) {
   size_t total = 0;
-  for (const auto& layer : weights.modules)
-    for (const auto& pair : layer) total += pair.A.bytes() + pair.B.bytes();
+  engine::for_each_lora_tensor(weights, [&](const std::string&, const Tensor& t) {
+    total += t.bytes();
+  });
   return total;
 }
 

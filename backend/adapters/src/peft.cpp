@@ -19,6 +19,11 @@ std::string peft_module_key(int64_t layer, LoraTarget target) {
   return engine::lora_module_key(layer, target);
 }
 
+std::string peft_expert_key(int64_t layer, int64_t expert, LoraTarget target) {
+  return fmt::format("base_model.model.model.layers.{}.mlp.experts.{}.{}", layer, expert,
+                     engine::lora_target_name(target));
+}
+
 PeftConfig parse_peft_config(const std::string& text, const std::string& source) {
   json j;
   try {
@@ -113,6 +118,7 @@ engine::LoraWeights load_peft(const std::filesystem::path& dir, const engine::Mo
                 "wrong base model?)",
                 src, w.modules.size() - 1, base.n_layers);
   w.modules.resize(size_t(base.n_layers));
+  if (w.has_experts()) w.experts.resize(size_t(base.n_layers));
   w.validate(base, src);
   return std::move(w);
 }
@@ -128,6 +134,22 @@ void save_peft(const engine::LoraWeights& adapter, const std::filesystem::path& 
       const std::string key = peft_module_key(int64_t(l), t);
       tensors.push_back({key + ".lora_A.weight", options.dtype, p.A.shape(), p.A.data()});
       tensors.push_back({key + ".lora_B.weight", options.dtype, p.B.shape(), p.B.data()});
+    }
+  }
+  // Routed experts as PEFT writes them for Qwen3-MoE: one [r, d_in] / [d_out, r] pair per expert
+  // (slices of the packed tensors).
+  for (size_t l = 0; l < adapter.experts.size(); ++l) {
+    for (LoraTarget t : engine::kExpertProjTargets) {
+      const engine::ExpertLoraPair& p = adapter.experts[l][size_t(engine::expert_proj(t))];
+      if (p.empty()) continue;
+      const int64_t E = p.A.dim(0), r = p.A.dim(1), d_in = p.A.dim(2), d_out = p.B.dim(1);
+      for (int64_t e = 0; e < E; ++e) {
+        const std::string key = peft_expert_key(int64_t(l), e, t);
+        tensors.push_back({key + ".lora_A.weight", options.dtype, {r, d_in},
+                           p.A.data() + e * r * d_in});
+        tensors.push_back({key + ".lora_B.weight", options.dtype, {d_out, r},
+                           p.B.data() + e * d_out * r});
+      }
     }
   }
   engine::write_safetensors(dir / "adapter_model.safetensors", tensors, {{"format", "pt"}});
@@ -152,12 +174,11 @@ void save_peft(const engine::LoraWeights& adapter, const std::filesystem::path& 
 std::vector<LoraTarget> adapted_targets(const engine::LoraWeights& adapter) {
   std::vector<LoraTarget> out;
   for (LoraTarget t : engine::kAllLoraTargets) {
-    for (const auto& layer : adapter.modules) {
-      if (!layer[size_t(t)].empty()) {
-        out.push_back(t);
-        break;
-      }
-    }
+    bool any = false;
+    for (const auto& layer : adapter.modules) any = any || !layer[size_t(t)].empty();
+    const int p = engine::expert_proj(t);
+    for (const auto& layer : adapter.experts) any = any || (p >= 0 && !layer[size_t(p)].empty());
+    if (any) out.push_back(t);
   }
   return out;
 }

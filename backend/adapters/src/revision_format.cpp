@@ -36,7 +36,8 @@ std::string targets_csv(const std::vector<LoraTarget>& targets) {
   return s;
 }
 
-// (layer, target, 'A'|'B') for every tensor name a revision with `meta` may hold.
+// (layer, target, 'A'|'B') for every tensor name a revision with `meta` may hold; 'a'|'b' for
+// the packed routed-experts tensors (engine::lora_expert_param_name) of gate / up / down.
 using Slot = std::tuple<int64_t, LoraTarget, char>;
 std::map<std::string, Slot> expected_keys(int64_t n_layers,
                                           const std::vector<LoraTarget>& targets) {
@@ -47,6 +48,10 @@ std::map<std::string, Slot> expected_keys(int64_t n_layers,
       const std::string k = peft_module_key(l, t);
       keys[k + ".lora_A.weight"] = {l, t, 'A'};
       keys[k + ".lora_B.weight"] = {l, t, 'B'};
+      if (engine::expert_proj(t) >= 0) {
+        keys[engine::lora_expert_param_name(l, t, 0)] = {l, t, 'a'};
+        keys[engine::lora_expert_param_name(l, t, 1)] = {l, t, 'b'};
+      }
     }
   }
   return keys;
@@ -175,6 +180,21 @@ std::string encode_revision(const engine::LoraWeights& w, const RevisionMeta& me
       tensors[key + ".lora_B.weight"] = &p.B;
     }
   }
+  for (size_t l = 0; l < w.experts.size(); ++l) {
+    for (LoraTarget t : engine::kExpertProjTargets) {
+      const engine::ExpertLoraPair& p = w.experts[l][size_t(engine::expert_proj(t))];
+      if (p.empty() && p.B.empty()) continue;
+      const std::string a = engine::lora_expert_param_name(int64_t(l), t, 0);
+      SPINDLE_CHECK(p.A.rank() == 3 && p.B.rank() == 3 && p.A.dim(0) == p.B.dim(0) &&
+                        p.A.dim(1) == w.rank && p.B.dim(2) == w.rank,
+                    invalid_argument,
+                    "encode_revision: {}: experts' lora_A {} / lora_B {} are not [E, {}, d_in] / "
+                    "[E, d_out, {}]",
+                    a, shape_str(p.A.shape()), shape_str(p.B.shape()), w.rank, w.rank);
+      tensors[a] = &p.A;
+      tensors[engine::lora_expert_param_name(int64_t(l), t, 1)] = &p.B;
+    }
+  }
   // Same layout as engine::write_safetensors (sorted keys, one dtype, space-padded header), so
   // equal content gives equal bytes and equal blob ids.
   std::vector<engine::SafetensorsTensorIn> ins;
@@ -218,12 +238,22 @@ DecodedRevision decode_revision(std::string_view bytes, const std::string& sourc
                   "{}: tensor '{}' has dtype {}, expected F32, F16 or BF16", source, e.name,
                   e.dtype);
     const auto [layer, target, which] = it->second;
-    const bool rank_ok = e.shape.size() == 2 && (which == 'A' ? e.shape[0] : e.shape[1]) == m.rank;
-    SPINDLE_CHECK(rank_ok, format, "{}: tensor '{}' has shape {}, expected rank {} on its {} axis",
-                  source, e.name, shape_str(e.shape), m.rank, which == 'A' ? "first" : "second");
+    const bool expert = which == 'a' || which == 'b';
+    const size_t want_rank = expert ? 3 : 2;
+    const size_t rank_axis = which == 'A' ? 0 : which == 'B' ? 1 : which == 'a' ? 1 : 2;
+    const bool rank_ok = e.shape.size() == want_rank && e.shape[rank_axis] == m.rank;
+    SPINDLE_CHECK(rank_ok, format,
+                  "{}: tensor '{}' has shape {}, expected {} dimensions with rank {} on axis {}",
+                  source, e.name, shape_str(e.shape), want_rank, m.rank, rank_axis);
     Tensor t(e.shape);
     convert_to_f32(*e.known_dtype, bytes.data() + header.data_offset + e.data_begin, t.data(),
                    size_t(t.numel()));
+    if (expert) {
+      if (w.experts.empty()) w.experts.resize(size_t(m.n_layers));
+      engine::ExpertLoraPair& p = w.experts[size_t(layer)][size_t(engine::expert_proj(target))];
+      (which == 'a' ? p.A : p.B) = std::move(t);
+      continue;
+    }
     engine::LoraPair& p = w.modules[size_t(layer)][size_t(target)];
     (which == 'A' ? p.A : p.B) = std::move(t);
   }
@@ -234,6 +264,12 @@ DecodedRevision decode_revision(std::string_view bytes, const std::string& sourc
       SPINDLE_CHECK(p.A.empty() == p.B.empty(), format, "{}: {} has lora_{} but no lora_{}", source,
                     peft_module_key(l, t), p.A.empty() ? "B" : "A", p.A.empty() ? "A" : "B");
       any = any || !p.A.empty();
+      if (engine::expert_proj(t) < 0 || w.experts.empty()) continue;
+      const engine::ExpertLoraPair& x = w.experts[size_t(l)][size_t(engine::expert_proj(t))];
+      SPINDLE_CHECK(x.A.empty() == x.B.empty() && (x.A.empty() || x.A.dim(0) == x.B.dim(0)),
+                    format, "{}: {} and its lora_B do not pair up", source,
+                    engine::lora_expert_param_name(l, t, 0));
+      any = any || !x.A.empty();
     }
     SPINDLE_CHECK(any, format, "{}: target {} is declared but has no tensors", source,
                   engine::lora_target_name(t));

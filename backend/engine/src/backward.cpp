@@ -28,6 +28,29 @@ LoraGrads::LoraGrads(const LoraSlotPool& pool) : pool_(pool) {
                                       Tensor::zeros({v->max_slots, v->d_out, v->max_rank})};
     }
   }
+  expert_grads_.resize(size_t(c.n_layers));
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    for (LoraTarget t : kExpertProjTargets) {
+      const auto v = pool.expert_view(l, t, 0);
+      if (!v) continue;
+      const int64_t E = c.moe.n_experts;
+      expert_grads_[size_t(l)][size_t(expert_proj(t))] = {
+          Tensor::zeros({E, v->max_slots, v->max_rank, v->d_in}),
+          Tensor::zeros({E, v->max_slots, v->d_out, v->max_rank})};
+    }
+  }
+}
+
+float* LoraGrads::expert_dA(int64_t layer, LoraTarget target, int64_t expert) {
+  if (expert_proj(target) < 0) return nullptr;
+  Tensor& g = expert_grads_.at(size_t(layer))[size_t(expert_proj(target))].first;
+  return g.empty() ? nullptr : g.data() + expert * g.dim(1) * g.dim(2) * g.dim(3);
+}
+
+float* LoraGrads::expert_dB(int64_t layer, LoraTarget target, int64_t expert) {
+  if (expert_proj(target) < 0) return nullptr;
+  Tensor& g = expert_grads_.at(size_t(layer))[size_t(expert_proj(target))].second;
+  return g.empty() ? nullptr : g.data() + expert * g.dim(1) * g.dim(2) * g.dim(3);
 }
 
 float* LoraGrads::dA(int64_t layer, LoraTarget target) {
@@ -60,6 +83,32 @@ void LoraGrads::take(int32_t slot, LoraWeights& out) {
       }
       std::memset(gA, 0, size_t(R * d_in) * sizeof(float));
       std::memset(gB, 0, size_t(d_out * R) * sizeof(float));
+    }
+  }
+  for (size_t l = 0; l < expert_grads_.size(); ++l) {
+    for (LoraTarget t : kExpertProjTargets) {
+      auto& g = expert_grads_[l][size_t(expert_proj(t))];
+      if (g.first.empty()) continue;
+      const int64_t E = g.first.dim(0), S = g.first.dim(1), d_in = g.first.dim(3);
+      const int64_t d_out = g.second.dim(2);
+      ExpertLoraPair* p = nullptr;
+      if (l < out.experts.size() && !out.experts[l][size_t(expert_proj(t))].empty()) {
+        p = &out.experts[l][size_t(expert_proj(t))];
+      }
+      for (int64_t e = 0; e < E; ++e) {
+        float* gA = g.first.data() + (e * S + slot) * R * d_in;
+        float* gB = g.second.data() + (e * S + slot) * d_out * R;
+        if (p) {
+          const int64_t r = p->A.dim(1);
+          float* A = p->A.data() + e * r * d_in;
+          float* B = p->B.data() + e * d_out * r;
+          for (int64_t i = 0; i < r * d_in; ++i) A[i] += gA[i];
+          for (int64_t j = 0; j < d_out; ++j)
+            for (int64_t i = 0; i < r; ++i) B[j * r + i] += gB[j * R + i];
+        }
+        std::memset(gA, 0, size_t(R * d_in) * sizeof(float));
+        std::memset(gB, 0, size_t(d_out * R) * sizeof(float));
+      }
     }
   }
 }

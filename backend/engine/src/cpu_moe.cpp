@@ -42,17 +42,47 @@ void CpuOps::moe_route(int64_t l, const Tensor& xn, MoeActivations& m) {
       m.weight.data()[t * K + k] = c_.moe.norm_topk ? p[e] / sel : p[e];
     }
   }
-  // Group the assignments by expert (a counting sort, stable in j).
+  // Group the assignments by expert (a counting sort, stable in j), then each expert's rows by
+  // adapter slot, so that an expert's LoRA runs as SGMV segments (one per slot).
   m.offsets.assign(size_t(E + 1), 0);
   for (int32_t e : m.expert) ++m.offsets[size_t(e) + 1];
   for (int64_t e = 0; e < E; ++e) m.offsets[size_t(e + 1)] += m.offsets[size_t(e)];
   std::vector<int64_t> next(m.offsets.begin(), m.offsets.end() - 1);
   m.order.resize(size_t(T * K));
   for (int64_t j = 0; j < T * K; ++j) m.order[size_t(next[size_t(m.expert[size_t(j)])]++)] = int32_t(j);
+  std::vector<int32_t> token_slot(size_t(T), -1);
+  for (const auto& g : st_.segments) {
+    for (int64_t r = g.row_begin; r < g.row_end; ++r) token_slot[size_t(r)] = g.slot;
+  }
+  const auto slot_of = [&](int32_t j) { return token_slot[size_t(j / K)]; };
+  m.lora_segs.clear();
+  m.lora_seg_offsets.assign(1, 0);
+  for (int64_t e = 0; e < E; ++e) {
+    const auto b = m.order.begin() + m.offsets[size_t(e)], en = m.order.begin() + m.offsets[size_t(e + 1)];
+    std::stable_sort(b, en, [&](int32_t x, int32_t y) { return slot_of(x) < slot_of(y); });
+    for (auto it = b; it != en; ++it) {
+      const int64_t row = it - b;
+      const int32_t s = slot_of(*it);
+      if (m.lora_segs.size() > size_t(m.lora_seg_offsets.back()) && m.lora_segs.back().slot == s) {
+        m.lora_segs.back().row_end = row + 1;
+      } else {
+        m.lora_segs.push_back({row, row + 1, s});
+      }
+    }
+    m.lora_seg_offsets.push_back(int64_t(m.lora_segs.size()));
+  }
   ensure(m.xg, {T * K, D});
   for (int64_t i = 0; i < T * K; ++i) {
     std::memcpy(m.xg.row(i), xn.row(m.order[size_t(i)] / K), size_t(D) * sizeof(float));
   }
+}
+
+std::span<const kernels::LoraSegment> CpuOps::expert_segments(const MoeActivations& m,
+                                                              int64_t e) const {
+  const auto b = m.lora_segs.begin() + m.lora_seg_offsets[size_t(e)];
+  const auto en = m.lora_segs.begin() + m.lora_seg_offsets[size_t(e + 1)];
+  std::span<const kernels::LoraSegment> segs(b, en);
+  return lora_ != nullptr && any_adapted(segs) ? segs : std::span<const kernels::LoraSegment>{};
 }
 
 void CpuOps::moe_gate_up(int64_t l, MoeActivations& m) {
@@ -65,6 +95,14 @@ void CpuOps::moe_gate_up(int64_t l, MoeActivations& m) {
     if (n == 0) continue;
     kernels::linear(m.xg.row(o), D, n, D, L.experts[e].w_gate.data(), F, m.gate.row(o), F, 0.0f);
     kernels::linear(m.xg.row(o), D, n, D, L.experts[e].w_up.data(), F, m.up.row(o), F, 0.0f);
+    const auto segs = expert_segments(m, int64_t(e));
+    if (segs.empty()) continue;
+    if (const auto v = lora_->expert_view(l, LoraTarget::gate, int64_t(e))) {
+      lora_apply(*v, m.xg.row(o), D, segs, m.gate.row(o), F);
+    }
+    if (const auto v = lora_->expert_view(l, LoraTarget::up, int64_t(e))) {
+      lora_apply(*v, m.xg.row(o), D, segs, m.up.row(o), F);
+    }
   }
 }
 
@@ -76,6 +114,11 @@ void CpuOps::moe_down_combine(int64_t l, MoeActivations& m, Tensor& x) {
     const int64_t o = m.offsets[e], n = m.offsets[e + 1] - o;
     if (n == 0) continue;
     kernels::linear(m.act.row(o), F, n, F, L.experts[e].w_down.data(), D, m.out.row(o), D, 0.0f);
+    const auto segs = expert_segments(m, int64_t(e));
+    if (segs.empty()) continue;
+    if (const auto v = lora_->expert_view(l, LoraTarget::down, int64_t(e))) {
+      lora_apply(*v, m.act.row(o), F, segs, m.out.row(o), D);
+    }
   }
   // Sorted order: each token's experts are added in expert order, deterministically.
   for (int64_t i = 0; i < rows; ++i) {
@@ -116,6 +159,14 @@ void CpuOps::moe_down_combine_backward(int64_t l, const MoeActivations& m, const
       kernels::gemm(Trans::yes, Trans::no, D, F, n, 1.0f, moe_d_out_.row(o), D, m.act.row(o), F,
                     1.0f, G->experts[e].w_down.data(), F);
     }
+    const auto segs = expert_segments(m, int64_t(e));
+    if (!training_lora() || segs.empty()) continue;
+    if (const auto v = lora_->expert_view(l, LoraTarget::down, int64_t(e))) {
+      LoraGrads& g = *opt_->lora_grads;
+      lora_apply_backward(*v, m.act.row(o), F, moe_d_out_.row(o), D, segs,
+                          g.expert_dA(l, LoraTarget::down, int64_t(e)),
+                          g.expert_dB(l, LoraTarget::down, int64_t(e)), d_act.row(o), F);
+    }
   }
 }
 
@@ -138,6 +189,17 @@ void CpuOps::moe_gate_up_backward(int64_t l, const MoeActivations& m, const Tens
                     G->experts[e].w_gate.data(), D);
       kernels::gemm(Trans::yes, Trans::no, F, D, n, 1.0f, d_up.row(o), F, m.xg.row(o), D, 1.0f,
                     G->experts[e].w_up.data(), D);
+    }
+    const auto segs = expert_segments(m, int64_t(e));
+    if (!training_lora() || segs.empty()) continue;
+    LoraGrads& g = *opt_->lora_grads;
+    for (LoraTarget t : {LoraTarget::gate, LoraTarget::up}) {
+      const auto v = lora_->expert_view(l, t, int64_t(e));
+      if (!v) continue;
+      const Tensor& dy = t == LoraTarget::gate ? d_gate : d_up;
+      lora_apply_backward(*v, m.xg.row(o), D, dy.row(o), F, segs,
+                          g.expert_dA(l, t, int64_t(e)), g.expert_dB(l, t, int64_t(e)),
+                          moe_d_xg_.row(o), D);
     }
   }
   std::memset(d_xn.data(), 0, size_t(d_xn.numel()) * sizeof(float));

@@ -129,18 +129,34 @@ class CpuOps {
     if (lora_ == nullptr || !any_adapted(segments)) return;
     const auto view = lora_->view(l, target);
     if (!view) return;
+    lora_apply(*view, x, ld_x, segments, y, ld_y);
+  }
+  // y += LoRA(x) through `view` over `segments` (SGMV shrink then expand).
+  void lora_apply(const kernels::LoraSlots& view, const float* x, int64_t ld_x,
+                  std::span<const kernels::LoraSegment> segments, float* y, int64_t ld_y) {
+    float* h = lora_scratch(st_.lora_h, segments.back().row_end, view.max_rank);
+    kernels::lora_shrink(x, ld_x, view, segments, h);
+    kernels::lora_expand(h, view, segments, y, ld_y, /*col_offset=*/0);
+  }
+  // The backward of lora_apply: dA / dB accumulate, dx += the LoRA part of dy's gradient.
+  void lora_apply_backward(const kernels::LoraSlots& view, const float* x, int64_t ld_x,
+                           const float* dy, int64_t ld_dy,
+                           std::span<const kernels::LoraSegment> segments, float* dA, float* dB,
+                           float* dx, int64_t ld_dx) {
     const int64_t rows = segments.back().row_end;
-    if (st_.lora_h.empty() || st_.lora_h.dim(0) < rows || st_.lora_h.dim(1) != view->max_rank) {
-      st_.lora_h = Tensor({std::max<int64_t>(rows, st_.T), view->max_rank});
-    }
-    kernels::lora_shrink(x, ld_x, *view, segments, st_.lora_h.data());
-    kernels::lora_expand(st_.lora_h.data(), *view, segments, y, ld_y, /*col_offset=*/0);
+    float* h = lora_scratch(st_.lora_h, rows, view.max_rank);
+    float* dh = lora_scratch(st_.lora_dh, rows, view.max_rank);
+    kernels::lora_shrink(x, ld_x, view, segments, h);
+    kernels::lora_expand_backward(h, dy, ld_dy, /*col_offset=*/0, view, segments, dh, dB);
+    kernels::lora_shrink_backward(x, ld_x, dh, view, segments, dA, dx, ld_dx);
   }
 
   // Routed experts (cpu_moe.cpp).
   void moe_route(int64_t l, const Tensor& xn, MoeActivations& m);
   void moe_gate_up(int64_t l, MoeActivations& m);
   void moe_down_combine(int64_t l, MoeActivations& m, Tensor& x);
+  // Expert e's LoRA segments (rows from offsets[e]); empty when no row of it is adapted.
+  std::span<const kernels::LoraSegment> expert_segments(const MoeActivations& m, int64_t e) const;
 
   // ---- backward ----
   void begin_backward() {
@@ -166,17 +182,11 @@ class CpuOps {
     if (dW) {  // dW += dyᵀ·x
       kernels::gemm(Trans::yes, Trans::no, n, k, T, 1.0f, dy, ld_dy, x, k, 1.0f, dW->data(), k);
     }
-    if (lora_ == nullptr || opt_ == nullptr || opt_->lora_grads == nullptr) return;
-    if (!any_adapted(segments)) return;
+    if (!training_lora() || !any_adapted(segments)) return;
     const auto view = lora_->view(l, target);
     if (!view) return;
-    ensure(st_.lora_h, {T, view->max_rank});
-    ensure(st_.lora_dh, {T, view->max_rank});
-    kernels::lora_shrink(x, k, *view, segments, st_.lora_h.data());
-    kernels::lora_expand_backward(st_.lora_h.data(), dy, ld_dy, /*col_offset=*/0, *view, segments,
-                                  st_.lora_dh.data(), opt_->lora_grads->dB(l, target));
-    kernels::lora_shrink_backward(x, k, st_.lora_dh.data(), *view, segments,
-                                  opt_->lora_grads->dA(l, target), dx, k);
+    lora_apply_backward(*view, x, k, dy, ld_dy, segments, opt_->lora_grads->dA(l, target),
+                        opt_->lora_grads->dB(l, target), dx, k);
   }
   void rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& inv_rms, const Tensor& dy,
                         Tensor& dx, float beta_dx, Tensor* dw) {
@@ -221,6 +231,16 @@ class CpuOps {
   }
 
  private:
+  bool training_lora() const {
+    return lora_ != nullptr && opt_ != nullptr && opt_->lora_grads != nullptr;
+  }
+  // A [>= rows, max_rank] SGMV buffer, grown (never shrunk) so that per-expert calls reuse it.
+  float* lora_scratch(Tensor& t, int64_t rows, int64_t max_rank) {
+    if (t.empty() || t.dim(0) < rows || t.dim(1) != max_rank) {
+      t = Tensor({std::max(rows, st_.T), max_rank});
+    }
+    return t.data();
+  }
   static bool any_adapted(std::span<const kernels::LoraSegment> segments) {
     for (const auto& s : segments) {
       if (s.slot >= 0) return true;

@@ -55,6 +55,33 @@ std::string lora_module_key(int64_t layer, LoraTarget target) {
                      lora_target_name(target));
 }
 
+std::string lora_param_name(int64_t layer, LoraTarget target, int which) {
+  return lora_module_key(layer, target) + (which == 0 ? ".lora_A.weight" : ".lora_B.weight");
+}
+
+int expert_proj(LoraTarget t) {
+  switch (t) {
+    case LoraTarget::gate: return 0;
+    case LoraTarget::up: return 1;
+    case LoraTarget::down: return 2;
+    default: return -1;
+  }
+}
+
+bool lora_experts_exist(const ModelConfig& config, int64_t layer, LoraTarget t) {
+  return expert_proj(t) >= 0 && config.sparse_layer(layer);
+}
+
+std::pair<int64_t, int64_t> lora_expert_dims(const ModelConfig& c, LoraTarget t) {
+  return t == LoraTarget::down ? std::pair{c.moe.expert_dim, c.dim}
+                               : std::pair{c.dim, c.moe.expert_dim};
+}
+
+std::string lora_expert_param_name(int64_t layer, LoraTarget t, int which) {
+  return fmt::format("base_model.model.model.layers.{}.mlp.experts.{}.lora_{}.packed", layer,
+                     lora_target_name(t), which == 0 ? "A" : "B");
+}
+
 float LoraWeights::scale() const {
   return use_rslora ? alpha / std::sqrt(float(rank)) : alpha / float(rank);
 }
@@ -68,6 +95,10 @@ LoraWeights LoraWeights::clone() const {
   for (size_t l = 0; l < modules.size(); ++l)
     for (size_t t = 0; t < modules[l].size(); ++t)
       w.modules[l][t] = {modules[l][t].A.clone(), modules[l][t].B.clone()};
+  w.experts.resize(experts.size());
+  for (size_t l = 0; l < experts.size(); ++l)
+    for (size_t p = 0; p < experts[l].size(); ++p)
+      w.experts[l][p] = {experts[l][p].A.clone(), experts[l][p].B.clone()};
   return w;
 }
 
@@ -82,6 +113,16 @@ LoraWeights LoraWeights::random(const ModelConfig& config, int64_t rank, float a
   std::uniform_real_distribution<float> ua(-a_range, a_range), ub(-b_range, b_range);
   for (int64_t l = 0; l < config.n_layers; ++l) {
     for (LoraTarget t : targets) {
+      if (lora_experts_exist(config, l, t)) {
+        if (w.experts.empty()) w.experts.resize(size_t(config.n_layers));
+        auto [d_in, d_out] = lora_expert_dims(config, t);
+        ExpertLoraPair& p = w.experts[size_t(l)][size_t(expert_proj(t))];
+        p.A = Tensor({config.moe.n_experts, rank, d_in});
+        p.B = Tensor({config.moe.n_experts, d_out, rank});
+        for (float& x : p.A.span()) x = ua(rng);
+        for (float& x : p.B.span()) x = ub(rng);
+        continue;
+      }
       if (!lora_module_exists(config, l, t)) continue;
       auto [d_in, d_out] = lora_target_dims(config, t);
       LoraPair& p = w.modules[size_t(l)][size_t(t)];
@@ -105,6 +146,9 @@ static std::string module_label(int64_t layer, LoraTarget t) {
   return fmt::format("layers.{}.{}", layer, lora_target_name(t));
 }
 
+static void validate_lora_experts(const LoraWeights& w, const ModelConfig& config,
+                                  const std::string& source);
+
 void LoraWeights::validate(const ModelConfig& config, const std::string& source) const {
   SPINDLE_CHECK(rank >= 1, invalid_argument, "{}: LoRA rank must be >= 1, got {}", source, rank);
   SPINDLE_CHECK(std::isfinite(alpha), invalid_argument, "{}: lora_alpha is not finite", source);
@@ -117,11 +161,10 @@ void LoraWeights::validate(const ModelConfig& config, const std::string& source)
       if (p.empty() && p.B.empty()) continue;
       SPINDLE_CHECK(lora_target_per_layer(t) || l == 0, invalid_argument,
                     "{}: lm_head adapter stored at layer {} (must be layer 0)", source, l);
-      const bool mlp = t == LoraTarget::gate || t == LoraTarget::up || t == LoraTarget::down;
-      SPINDLE_CHECK(!mlp || !config.sparse_layer(l), unsupported,
-                    "{}: {} adapts the MLP of a routed-experts layer; LoRA on experts is not "
-                    "supported yet (adapt the attention projections q, k, v, o or lm_head)",
-                    source, module_label(l, t));
+      SPINDLE_CHECK(expert_proj(t) < 0 || !config.sparse_layer(l), invalid_argument,
+                    "{}: {} is a dense MLP module, but layer {} of the base is routed experts "
+                    "(their LoRA is mlp.experts.{}; hint: maybe wrong base model?)",
+                    source, module_label(l, t), l, lora_target_name(t));
       auto [d_in, d_out] = lora_target_dims(config, t);
       const Shape want_a{rank, d_in}, want_b{d_out, rank};
       SPINDLE_CHECK(p.A.shape() == want_a, invalid_argument,
@@ -130,6 +173,32 @@ void LoraWeights::validate(const ModelConfig& config, const std::string& source)
       SPINDLE_CHECK(p.B.shape() == want_b, invalid_argument,
                     "{}: {} lora_B has shape {}, expected {} (hint: maybe wrong base model?)",
                     source, module_label(l, t), shape_str(p.B.shape()), shape_str(want_b));
+    }
+  }
+  validate_lora_experts(*this, config, source);
+}
+
+static void validate_lora_experts(const LoraWeights& w, const ModelConfig& config,
+                                  const std::string& source) {
+  if (w.experts.empty()) return;
+  SPINDLE_CHECK(int64_t(w.experts.size()) == config.n_layers, invalid_argument,
+                "{}: adapter has expert LoRA for {} layers, base has {}", source, w.experts.size(),
+                config.n_layers);
+  for (int64_t l = 0; l < config.n_layers; ++l) {
+    for (LoraTarget t : kExpertProjTargets) {
+      const ExpertLoraPair& p = w.experts[size_t(l)][size_t(expert_proj(t))];
+      if (p.empty() && p.B.empty()) continue;
+      const std::string name = lora_expert_param_name(l, t, 0);
+      SPINDLE_CHECK(config.sparse_layer(l), invalid_argument,
+                    "{}: {} adapts experts, but layer {} of the base is dense", source, name, l);
+      auto [d_in, d_out] = lora_expert_dims(config, t);
+      const int64_t E = config.moe.n_experts, r = w.rank;
+      const Shape want_a{E, r, d_in}, want_b{E, d_out, r};
+      SPINDLE_CHECK(p.A.shape() == want_a && p.B.shape() == want_b, invalid_argument,
+                    "{}: {} / lora_B shapes are {} / {}, expected {} / {} (hint: maybe wrong base "
+                    "model?)",
+                    source, name, shape_str(p.A.shape()), shape_str(p.B.shape()), shape_str(want_a),
+                    shape_str(want_b));
     }
   }
 }
@@ -149,25 +218,33 @@ void validate_lora_load(const LoraWeights& adapter, int32_t slot, const ModelCon
                 "adapter rank {} exceeds the slot pool's max_rank {}", adapter.rank, max_rank);
   for (int64_t l = 0; l < config.n_layers; ++l) {
     for (LoraTarget t : kAllLoraTargets) {
-      if (!adapter.modules[size_t(l)][size_t(t)].empty()) {
+      const bool experts = expert_proj(t) >= 0 && adapter.has_experts() &&
+                           !adapter.experts[size_t(l)][size_t(expert_proj(t))].empty();
+      if (experts || !adapter.modules[size_t(l)][size_t(t)].empty()) {
         SPINDLE_CHECK(has_storage(l, t), unsupported,
-                      "adapter targets {} but the slot pool has no storage for it (pool targets "
-                      "are fixed at start-up)",
-                      lora_target_name(t));
+                      "adapter targets {}{} but the slot pool has no storage for it (pool targets "
+                      "are fixed at start-up{})",
+                      experts ? "mlp.experts." : "", lora_target_name(t),
+                      experts ? "; LoRA on routed experts runs on the CPU engine only" : "");
       }
     }
   }
 }
 
-void pack_lora_slot(const LoraPair& pair, int64_t max_rank, float* a, float* b) {
-  const int64_t r = pair.A.shape()[0], d_in = pair.A.shape()[1], d_out = pair.B.shape()[0];
+void pack_lora_slot(const float* A, const float* B, int64_t r, int64_t d_in, int64_t d_out,
+                    int64_t max_rank, float* a, float* b) {
   const int64_t R = max_rank;
-  std::memcpy(a, pair.A.data(), pair.A.bytes());
+  std::memcpy(a, A, size_t(r * d_in) * sizeof(float));
   std::memset(a + r * d_in, 0, size_t((R - r) * d_in) * sizeof(float));
   for (int64_t j = 0; j < d_out; ++j) {
-    std::memcpy(b + j * R, pair.B.data() + j * r, size_t(r) * sizeof(float));
+    std::memcpy(b + j * R, B + j * r, size_t(r) * sizeof(float));
     std::memset(b + j * R + r, 0, size_t(R - r) * sizeof(float));
   }
+}
+
+void pack_lora_slot(const LoraPair& pair, int64_t max_rank, float* a, float* b) {
+  pack_lora_slot(pair.A.data(), pair.B.data(), pair.A.shape()[0], pair.A.shape()[1],
+                 pair.B.shape()[0], max_rank, a, b);
 }
 
 LoraSlotPool::LoraSlotPool(const ModelConfig& config, LoraPoolOptions options)
@@ -190,6 +267,24 @@ LoraSlotPool::LoraSlotPool(const ModelConfig& config, LoraPoolOptions options)
       modules_[size_t(l)][size_t(t)] = std::move(m);
     }
   }
+  expert_modules_.resize(size_t(config_.n_layers));
+  for (int64_t l = 0; l < config_.n_layers; ++l) {
+    for (LoraTarget t : options_.targets) {
+      if (!lora_experts_exist(config_, l, t)) continue;
+      auto& slot = expert_modules_[size_t(l)][size_t(expert_proj(t))];
+      if (slot) continue;  // a target listed twice
+      auto [d_in, d_out] = lora_expert_dims(config_, t);
+      const int64_t E = config_.moe.n_experts;
+      ExpertModule m;
+      m.A = Tensor::zeros({E, S, R, d_in});
+      m.B = Tensor::zeros({E, S, d_out, R});
+      m.rank.assign(size_t(S), 0);
+      m.scale.assign(size_t(S), 0.0f);
+      m.d_in = d_in;
+      m.d_out = d_out;
+      slot = std::move(m);
+    }
+  }
 }
 
 LoraSlotPool::Module* LoraSlotPool::module(int64_t layer, LoraTarget target) {
@@ -202,6 +297,15 @@ const LoraSlotPool::Module* LoraSlotPool::module(int64_t layer, LoraTarget targe
   return const_cast<LoraSlotPool*>(this)->module(layer, target);
 }
 
+const LoraSlotPool::ExpertModule* LoraSlotPool::expert_module(int64_t layer,
+                                                              LoraTarget target) const {
+  if (expert_proj(target) < 0 || layer < 0 || layer >= int64_t(expert_modules_.size())) {
+    return nullptr;
+  }
+  const auto& m = expert_modules_[size_t(layer)][size_t(expert_proj(target))];
+  return m ? &*m : nullptr;
+}
+
 void LoraSlotPool::check_slot(int32_t slot) const {
   SPINDLE_CHECK(slot >= 0 && slot < options_.max_slots, invalid_argument,
                 "LoRA slot {} out of range [0, {})", slot, options_.max_slots);
@@ -209,8 +313,9 @@ void LoraSlotPool::check_slot(int32_t slot) const {
 
 void LoraSlotPool::load(int32_t slot, const LoraWeights& adapter) {
   check_slot(slot);
-  validate_lora_load(adapter, slot, config_, options_.max_rank,
-                     [&](int64_t l, LoraTarget t) { return module(l, t) != nullptr; });
+  validate_lora_load(adapter, slot, config_, options_.max_rank, [&](int64_t l, LoraTarget t) {
+    return module(l, t) != nullptr || expert_module(l, t) != nullptr;
+  });
   clear(slot);
   const int64_t R = options_.max_rank, r = adapter.rank;
   for (int64_t l = 0; l < config_.n_layers; ++l) {
@@ -220,6 +325,21 @@ void LoraSlotPool::load(int32_t slot, const LoraWeights& adapter) {
       Module& m = *module(l, t);
       pack_lora_slot(p, R, m.A.data() + int64_t(slot) * R * m.d_in,
                      m.B.data() + int64_t(slot) * m.d_out * R);
+      m.rank[size_t(slot)] = int32_t(r);
+      m.scale[size_t(slot)] = adapter.scale();
+    }
+  }
+  for (size_t l = 0; l < adapter.experts.size(); ++l) {
+    for (LoraTarget t : kExpertProjTargets) {
+      const ExpertLoraPair& p = adapter.experts[l][size_t(expert_proj(t))];
+      if (p.empty()) continue;
+      auto& m = *expert_modules_[l][size_t(expert_proj(t))];
+      const int64_t S = options_.max_slots, din = m.d_in, dout = m.d_out;
+      for (int64_t e = 0; e < config_.moe.n_experts; ++e) {
+        pack_lora_slot(p.A.data() + e * r * din, p.B.data() + e * dout * r, r, din, dout, R,
+                       m.A.data() + (e * S + slot) * R * din,
+                       m.B.data() + (e * S + slot) * dout * R);
+      }
       m.rank[size_t(slot)] = int32_t(r);
       m.scale[size_t(slot)] = adapter.scale();
     }
@@ -235,6 +355,18 @@ void LoraSlotPool::clear(int32_t slot) {
       if (!m || m->rank[size_t(slot)] == 0) continue;
       std::memset(m->A.data() + int64_t(slot) * R * m->d_in, 0, size_t(R * m->d_in) * 4);
       std::memset(m->B.data() + int64_t(slot) * m->d_out * R, 0, size_t(R * m->d_out) * 4);
+      m->rank[size_t(slot)] = 0;
+      m->scale[size_t(slot)] = 0.0f;
+    }
+  }
+  const int64_t S = options_.max_slots;
+  for (auto& layer : expert_modules_) {
+    for (auto& m : layer) {
+      if (!m || m->rank[size_t(slot)] == 0) continue;
+      for (int64_t e = 0; e < config_.moe.n_experts; ++e) {
+        std::memset(m->A.data() + (e * S + slot) * R * m->d_in, 0, size_t(R * m->d_in) * 4);
+        std::memset(m->B.data() + (e * S + slot) * m->d_out * R, 0, size_t(R * m->d_out) * 4);
+      }
       m->rank[size_t(slot)] = 0;
       m->scale[size_t(slot)] = 0.0f;
     }
@@ -269,9 +401,31 @@ std::optional<kernels::LoraSlots> LoraSlotPool::view(int64_t layer, LoraTarget t
   return v;
 }
 
+std::optional<kernels::LoraSlots> LoraSlotPool::expert_view(int64_t layer, LoraTarget target,
+                                                            int64_t expert) const {
+  const ExpertModule* m = expert_module(layer, target);
+  if (!m) return std::nullopt;
+  const int64_t S = options_.max_slots, R = options_.max_rank;
+  kernels::LoraSlots v;
+  v.A = m->A.data() + expert * S * R * m->d_in;
+  v.B = m->B.data() + expert * S * m->d_out * R;
+  v.rank = m->rank.data();
+  v.scale = m->scale.data();
+  v.max_slots = S;
+  v.max_rank = R;
+  v.d_in = m->d_in;
+  v.d_out = m->d_out;
+  return v;
+}
+
 size_t LoraSlotPool::bytes() const {
   size_t total = 0;
   for (const auto& layer : modules_) {
+    for (const auto& m : layer) {
+      if (m) total += m->A.bytes() + m->B.bytes();
+    }
+  }
+  for (const auto& layer : expert_modules_) {
     for (const auto& m : layer) {
       if (m) total += m->A.bytes() + m->B.bytes();
     }

@@ -28,16 +28,19 @@ LoraWeights zeros_like(const LoraWeights& w) {
       z.modules[l][t] = {Tensor::zeros(p.A.shape()), Tensor::zeros(p.B.shape())};
     }
   }
+  z.experts.resize(w.experts.size());
+  for (size_t l = 0; l < w.experts.size(); ++l) {
+    for (size_t p = 0; p < size_t(kExpertProjCount); ++p) {
+      const ExpertLoraPair& e = w.experts[l][p];
+      if (e.empty()) continue;
+      z.experts[l][p] = {Tensor::zeros(e.A.shape()), Tensor::zeros(e.B.shape())};
+    }
+  }
   return z;
 }
 
 void zero(LoraWeights& w) {
-  for (auto& layer : w.modules)
-    for (auto& p : layer)
-      if (!p.empty()) {
-        p.A.fill(0.0f);
-        p.B.fill(0.0f);
-      }
+  for_each_lora_tensor(w, [](const std::string&, Tensor& t) { t.fill(0.0f); });
 }
 
 // Forward over the batch (fresh sequences, all tokens, activations kept); rows are grouped by
@@ -139,34 +142,22 @@ ForwardBackwardOutput score_chunked(const Model& model, ForwardState& st, const 
 
 }  // namespace
 
-std::string lora_param_name(int64_t layer, LoraTarget target, int which) {
-  return lora_module_key(layer, target) + (which == 0 ? ".lora_A.weight" : ".lora_B.weight");
-}
-
 void validate_lora_optimizer(const AdamW& optimizer, const LoraWeights& adapter,
                              const std::string& source) {
   const auto& moments = optimizer.moments();
   if (moments.empty()) return;
   std::set<std::string> names;
-  for (size_t l = 0; l < adapter.modules.size(); ++l) {
-    for (LoraTarget t : kAllLoraTargets) {
-      const LoraPair& p = adapter.modules[l][size_t(t)];
-      if (p.empty()) continue;
-      for (int which = 0; which < 2; ++which) {
-        const std::string name = lora_param_name(int64_t(l), t, which);
-        const Tensor& param = which == 0 ? p.A : p.B;
-        const auto it = moments.find(name);
-        SPINDLE_CHECK(it != moments.end(), invalid_argument,
-                      "{}: the optimizer state has no moments for '{}' (it belongs to another "
-                      "adapter)", source, name);
-        SPINDLE_CHECK(it->second.first.shape() == param.shape(), invalid_argument,
-                      "{}: optimizer moments of '{}' are shaped [{}], the adapter's tensor [{}]",
-                      source, name, fmt::join(it->second.first.shape(), ", "),
-                      fmt::join(param.shape(), ", "));
-        names.insert(name);
-      }
-    }
-  }
+  for_each_lora_tensor(adapter, [&](const std::string& name, const Tensor& param) {
+    const auto it = moments.find(name);
+    SPINDLE_CHECK(it != moments.end(), invalid_argument,
+                  "{}: the optimizer state has no moments for '{}' (it belongs to another "
+                  "adapter)", source, name);
+    SPINDLE_CHECK(it->second.first.shape() == param.shape(), invalid_argument,
+                  "{}: optimizer moments of '{}' are shaped [{}], the adapter's tensor [{}]",
+                  source, name, fmt::join(it->second.first.shape(), ", "),
+                  fmt::join(param.shape(), ", "));
+    names.insert(name);
+  });
   for (const auto& [name, mv] : moments) {
     SPINDLE_CHECK(names.count(name) != 0, invalid_argument,
                   "{}: the optimizer state has moments for '{}', which the adapter does not adapt",
@@ -197,14 +188,6 @@ LoraWeights init_lora(const ModelConfig& config, int64_t rank, float alpha,
   SPINDLE_CHECK(rank >= 1 && rank <= 128, invalid_argument, "LoRA rank must be in [1, 128], got {}",
                 rank);
   SPINDLE_CHECK(!targets.empty(), invalid_argument, "LoRA needs at least one target module");
-  for (LoraTarget t : targets) {
-    for (int64_t l = 0; l < config.n_layers; ++l) {
-      SPINDLE_CHECK(lora_module_exists(config, l, t) || !lora_target_per_layer(t), unsupported,
-                    "LoRA target {}: layer {} of this {} base is routed experts; LoRA on experts "
-                    "is not supported yet (adapt q, k, v, o or lm_head)",
-                    lora_target_name(t), l, arch_name(config.arch));
-    }
-  }
   LoraWeights w;
   w.rank = rank;
   w.alpha = alpha;
@@ -213,7 +196,19 @@ LoraWeights init_lora(const ModelConfig& config, int64_t rank, float alpha,
   std::mt19937_64 rng(seed);
   for (int64_t l = 0; l < config.n_layers; ++l) {
     for (LoraTarget t : targets) {
-      if (!lora_target_per_layer(t) && l != 0) continue;
+      if (lora_experts_exist(config, l, t)) {
+        // Every expert as PEFT initialises a module: A ~ U(±1/√d_in), B = 0.
+        if (w.experts.empty()) w.experts.resize(size_t(config.n_layers));
+        const auto [d_in, d_out] = lora_expert_dims(config, t);
+        const float bound = 1.0f / std::sqrt(float(d_in));
+        std::uniform_real_distribution<float> u(-bound, bound);
+        ExpertLoraPair& p = w.experts[size_t(l)][size_t(expert_proj(t))];
+        p.A = Tensor({config.moe.n_experts, rank, d_in});
+        for (float& x : p.A.span()) x = u(rng);
+        p.B = Tensor::zeros({config.moe.n_experts, d_out, rank});
+        continue;
+      }
+      if (!lora_module_exists(config, l, t)) continue;
       const auto [d_in, d_out] = lora_target_dims(config, t);
       const float bound = 1.0f / std::sqrt(float(d_in));
       std::uniform_real_distribution<float> u(-bound, bound);
@@ -289,15 +284,11 @@ ForwardBackwardOutput LoraTrainer::forward(std::span<const TrainDatum> batch, Lo
 OptimStepResult LoraTrainer::optim_step(int32_t slot, const AdamParams& params) {
   State& s = state(slot);
   std::vector<ParamRef> refs;
-  for (size_t l = 0; l < s.weights.modules.size(); ++l) {
-    for (LoraTarget t : kAllLoraTargets) {
-      LoraPair& p = s.weights.modules[l][size_t(t)];
-      if (p.empty()) continue;
-      const LoraPair& g = s.grads.modules[l][size_t(t)];
-      refs.push_back({lora_param_name(int64_t(l), t, 0), &p.A, &g.A});
-      refs.push_back({lora_param_name(int64_t(l), t, 1), &p.B, &g.B});
-    }
-  }
+  for_each_lora_tensor(s.weights, [&](const std::string& name, Tensor& t) {
+    refs.push_back({name, &t, nullptr});
+  });
+  size_t i = 0;
+  for_each_lora_tensor(s.grads, [&](const std::string&, Tensor& g) { refs.at(i++).grad = &g; });
   const OptimStepResult r = s.adam.step(refs, params);
   zero(s.grads);
   pool_.load(slot, s.weights);

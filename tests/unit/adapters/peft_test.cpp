@@ -68,6 +68,50 @@ TEST(Peft, SaveLoadRoundTripIsBitExact) {
   std::filesystem::remove_all(dir);
 }
 
+// Qwen3-MoE adapters in PEFT's own layout: one pair per routed expert
+// (layers.L.mlp.experts.E.up_proj.lora_A.weight), packed again on load, bit for bit.
+TEST(Peft, RoutedExpertsUsePeftPerExpertNames) {
+  const engine::ModelConfig c = testing::tiny_config(engine::Arch::qwen3_moe);
+  const LoraTarget targets[] = {LoraTarget::q, LoraTarget::gate, LoraTarget::up, LoraTarget::down};
+  const auto a = engine::LoraWeights::random(c, 3, 6.0f, targets, 4, 0.2f, 0.2f);
+  const auto dir = temp_dir("moe");
+  save_peft(a, dir, {.base_model_name_or_path = "tiny-moe"});
+  const engine::SafetensorsFile f(dir / "adapter_model.safetensors");
+  const auto* e7 = f.find("base_model.model.model.layers.2.mlp.experts.7.down_proj.lora_B.weight");
+  ASSERT_NE(e7, nullptr);
+  EXPECT_EQ(e7->shape, (Shape{c.dim, 3}));
+  EXPECT_NE(f.find("base_model.model.model.layers.1.mlp.gate_proj.lora_A.weight"), nullptr);
+  EXPECT_EQ(f.find("base_model.model.model.layers.0.mlp.gate_proj.lora_A.weight"), nullptr);
+  const auto b = load_peft(dir, c);
+  ASSERT_TRUE(b.has_experts());
+  for (size_t l = 0; l < a.experts.size(); ++l) {
+    for (int p = 0; p < engine::kExpertProjCount; ++p) {
+      const auto& x = a.experts[l][size_t(p)];
+      const auto& y = b.experts[l][size_t(p)];
+      ASSERT_EQ(x.A.shape(), y.A.shape()) << l << " " << p;
+      if (x.empty()) continue;
+      EXPECT_EQ(0, std::memcmp(x.A.data(), y.A.data(), x.A.bytes()));
+      EXPECT_EQ(0, std::memcmp(x.B.data(), y.B.data(), x.B.bytes()));
+    }
+  }
+  // A missing expert is named, with how many its layer adapts.
+  std::vector<engine::SafetensorsTensorIn> ts;
+  for (const auto& e : f.entries()) {
+    if (e.name.find("layers.0.mlp.experts.5.up_proj.lora_A") != std::string::npos) continue;
+    ts.push_back({e.name, DType::f32, e.shape, nullptr});
+  }
+  std::vector<Tensor> keep;
+  for (auto& t : ts) {
+    keep.push_back(f.read_f32(*f.find(t.name)));
+    t.data = keep.back().data();
+  }
+  engine::write_safetensors(dir / "adapter_model.safetensors", ts, {{"format", "pt"}});
+  const std::string err = error_of([&] { load_peft(dir, c); });
+  EXPECT_NE(err.find("layers.0.mlp.experts.5.up_proj"), std::string::npos) << err;
+  EXPECT_NE(err.find("8 experts"), std::string::npos) << err;
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Peft, AdapterForAnotherBaseIsRefusedNamingTheModule) {
   const LoraTarget q[] = {LoraTarget::q, LoraTarget::up};
   const auto a = engine::LoraWeights::random(kConfig, 4, 8.0f, q, 1, 0.1f, 0.1f);

@@ -53,18 +53,21 @@ inline engine::LoraWeights adapter(uint64_t seed, int64_t rank = 4, float alpha 
   return engine::LoraWeights::random(tiny(), rank, alpha, targets, seed, 0.1f, 0.1f);
 }
 
+// Same hyper-parameters and, bit for bit, the same tensors under the same names (dense modules
+// and routed experts alike).
 inline bool same_weights(const engine::LoraWeights& a, const engine::LoraWeights& b) {
   if (a.rank != b.rank || a.alpha != b.alpha || a.use_rslora != b.use_rslora ||
       a.modules.size() != b.modules.size()) {
     return false;
   }
-  for (size_t l = 0; l < a.modules.size(); ++l) {
-    for (size_t t = 0; t < a.modules[l].size(); ++t) {
-      const auto& x = a.modules[l][t];
-      const auto& y = b.modules[l][t];
-      if (x.A.shape() != y.A.shape() || x.B.shape() != y.B.shape()) return false;
-      if (!x.A.empty() && std::memcmp(x.A.data(), y.A.data(), x.A.bytes()) != 0) return false;
-      if (!x.B.empty() && std::memcmp(x.B.data(), y.B.data(), x.B.bytes()) != 0) return false;
+  std::vector<std::pair<std::string, const Tensor*>> x, y;
+  engine::for_each_lora_tensor(a, [&](const std::string& n, const Tensor& t) { x.push_back({n, &t}); });
+  engine::for_each_lora_tensor(b, [&](const std::string& n, const Tensor& t) { y.push_back({n, &t}); });
+  if (x.size() != y.size()) return false;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (x[i].first != y[i].first || x[i].second->shape() != y[i].second->shape()) return false;
+    if (std::memcmp(x[i].second->data(), y[i].second->data(), x[i].second->bytes()) != 0) {
+      return false;
     }
   }
   return true;

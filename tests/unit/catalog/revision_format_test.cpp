@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "../model/model_fixtures.h"
 #include "catalog_fixture.h"
 #include "spindle/adapters/peft.h"
 #include "spindle/adapters/revision_format.h"
@@ -38,6 +39,36 @@ TEST(RevisionFormat, RoundTripIsBitExactWithMetadata) {
   EXPECT_EQ(d.meta.n_layers, tiny().n_layers);
   EXPECT_EQ(d.meta.dtype, DType::f32);
   EXPECT_EQ(decode_revision_meta(bytes, "test").targets, d.meta.targets);
+}
+
+// Qwen3-MoE: the routed experts' LoRA travels packed ([E, r, d_in] / [E, d_out, r] per layer
+// and projection) beside the dense modules, and comes back bit for bit.
+TEST(RevisionFormat, RoutedExpertsRoundTripPacked) {
+  const engine::ModelConfig c = testing::tiny_config(engine::Arch::qwen3_moe);
+  const LoraTarget all[] = {LoraTarget::q, LoraTarget::o, LoraTarget::gate, LoraTarget::up,
+                            LoraTarget::down, LoraTarget::lm_head};
+  const auto w = engine::LoraWeights::random(c, 4, 8.0f, all, 9, 0.2f, 0.2f);
+  ASSERT_TRUE(w.has_experts());
+  const std::string bytes = encode_revision(w, revision_meta_for(w, kBase));
+  const DecodedRevision d = decode_revision(bytes, "moe");
+  EXPECT_TRUE(same_weights(w, d.weights));
+  d.weights.validate(c, "decoded");
+  const auto header = engine::parse_safetensors_header(
+      reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), bytes.size(), "moe");
+  bool packed = false, dense_mlp_on_dense_layer = false;
+  for (const auto& e : header.entries) {
+    if (e.name == "base_model.model.model.layers.0.mlp.experts.up_proj.lora_A.packed") {
+      packed = e.shape == Shape{c.moe.n_experts, 4, c.dim};
+    }
+    dense_mlp_on_dense_layer |= e.name == "base_model.model.model.layers.1.mlp.up_proj.lora_A.weight";
+  }
+  EXPECT_TRUE(packed);
+  EXPECT_TRUE(dense_mlp_on_dense_layer);
+  // A packed tensor whose rank axis disagrees is named.
+  auto bad = w.clone();
+  bad.experts[0][1].A = Tensor({c.moe.n_experts, 3, c.dim});
+  const auto caught = catch_error([&] { encode_revision(bad, revision_meta_for(bad, kBase)); });
+  EXPECT_NE(caught.message.find("mlp.experts.up_proj"), std::string::npos) << caught.message;
 }
 
 TEST(RevisionFormat, EncodingIsDeterministic) {

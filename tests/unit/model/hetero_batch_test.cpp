@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 
 #include "model_fixtures.h"
@@ -40,9 +41,26 @@ ModelWeights merged_copy(const ModelWeights& base, const LoraWeights& a) {
     LayerWeights L{B.attn_norm.clone(), B.wq.clone(),     B.wk.clone(),   B.wv.clone(),
                    B.wo.clone(),        B.q_norm.clone(), B.k_norm.clone(), B.ffn_norm.clone(),
                    B.w_gate.clone(),    B.w_up.clone(),   B.w_down.clone()};
-    L.router = B.router.clone();  // routed experts are never adapted (LoRA on experts: later)
-    for (const ExpertWeights& e : B.experts) {
-      L.experts.push_back({e.w_gate.clone(), e.w_up.clone(), e.w_down.clone()});
+    L.router = B.router.clone();  // the router is not adapted
+    for (size_t e = 0; e < B.experts.size(); ++e) {
+      ExpertWeights X{B.experts[e].w_gate.clone(), B.experts[e].w_up.clone(),
+                      B.experts[e].w_down.clone()};
+      if (a.has_experts()) {
+        // Expert e's slice of the packed pair, merged as a dense module of its own.
+        auto slice = [&](LoraTarget t) {
+          const ExpertLoraPair& p = a.experts[l][size_t(expert_proj(t))];
+          if (p.empty()) return LoraPair{};
+          const int64_t r = a.rank, d_in = p.A.dim(2), d_out = p.B.dim(1);
+          LoraPair one{Tensor({r, d_in}), Tensor({d_out, r})};
+          std::copy_n(p.A.data() + int64_t(e) * r * d_in, r * d_in, one.A.data());
+          std::copy_n(p.B.data() + int64_t(e) * d_out * r, d_out * r, one.B.data());
+          return one;
+        };
+        merge(X.w_gate, slice(LoraTarget::gate));
+        merge(X.w_up, slice(LoraTarget::up));
+        merge(X.w_down, slice(LoraTarget::down));
+      }
+      L.experts.push_back(std::move(X));
     }
     const auto& m = a.modules[l];
     merge(L.wq, m[size_t(LoraTarget::q)]);
@@ -127,8 +145,8 @@ TEST(HeteroBatch, SixteenAdaptersMatchMergedWeightsOnRandomQwen3) {
   check_hetero(testing::random_weights(testing::tiny_config(Arch::qwen3), 11), 1e-4f);
 }
 
-// Qwen3-MoE: the adapters' attention, dense-layer MLP and lm_head modules mix with routed
-// experts in one batch (the sparse layers' rows regroup by expert inside each layer).
+// Qwen3-MoE: 16 adapters, each adapting the routed experts too, in one batch: a sparse layer's
+// rows regroup by (expert, slot), one SGMV segment per slot inside each expert's GEMM rows.
 TEST(HeteroBatch, SixteenAdaptersMatchMergedWeightsOnRandomQwen3Moe) {
   check_hetero(testing::random_weights(testing::tiny_config(Arch::qwen3_moe), 13), 1e-4f);
 }

@@ -127,6 +127,24 @@ class ReferenceModel {
       return out;
     };
     auto vec = [](const Tensor& t) { return std::vector<double>(t.span().begin(), t.span().end()); };
+    // Expert e's W + s·B_e·A_e when the adapter adapts the routed experts of this layer.
+    auto merged_expert = [&](const Tensor& W, int64_t layer, engine::LoraTarget t, size_t e) {
+      std::vector<double> out(W.span().begin(), W.span().end());
+      if (!adapter || !adapter->has_experts()) return out;
+      const engine::ExpertLoraPair& p =
+          adapter->experts[size_t(layer)][size_t(engine::expert_proj(t))];
+      if (p.empty()) return out;
+      const int64_t r = adapter->rank, n = W.dim(0), k = W.dim(1);
+      const float* A = p.A.data() + int64_t(e) * r * k;
+      const float* B = p.B.data() + int64_t(e) * n * r;
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = 0; j < k; ++j) {
+          double acc = 0;
+          for (int64_t q = 0; q < r; ++q) acc += double(B[i * r + q]) * A[q * k + j];
+          out[size_t(i * k + j)] += adapter->scale() * acc;
+        }
+      return out;
+    };
     emb_ = vec(w.tok_emb);
     for (int64_t l = 0; l < c_.n_layers; ++l) {
       const auto& L = w.layers[size_t(l)];
@@ -143,8 +161,11 @@ class ReferenceModel {
         R.wd = merged(L.w_down, l, engine::LoraTarget::down);
       } else {
         R.router = vec(L.router);
-        for (const auto& e : L.experts) {
-          R.experts.push_back({vec(e.w_gate), vec(e.w_up), vec(e.w_down)});
+        for (size_t e = 0; e < L.experts.size(); ++e) {
+          const auto& X = L.experts[e];
+          R.experts.push_back({merged_expert(X.w_gate, l, engine::LoraTarget::gate, e),
+                               merged_expert(X.w_up, l, engine::LoraTarget::up, e),
+                               merged_expert(X.w_down, l, engine::LoraTarget::down, e)});
         }
       }
       if (!L.q_norm.empty()) {

@@ -126,46 +126,50 @@ void check_lora_gradients(Arch arch, LossFn fn) {
   std::mt19937 rng(5);
   std::normal_distribution<float> nd;
   int checked = 0, flipped = 0;
-  for (size_t l = 0; l < size_t(c.n_layers); ++l) {
-    for (LoraTarget t : kAll) {
-      if (!lora_module_exists(c, int64_t(l), t)) continue;
-      for (int which = 0; which < 2; ++which) {
-        const Tensor& gt = which == 0 ? g.modules[l][size_t(t)].A : g.modules[l][size_t(t)].B;
-        Tensor dir(gt.shape());
-        for (float& x : dir.span()) x = nd(rng);
-        double analytic = 0;
-        for (int64_t i = 0; i < gt.numel(); ++i) analytic += double(gt.data()[i]) * dir.data()[i];
-        auto perturbed = [&](float eps) {
-          LoraWeights p = adapter.clone();
-          Tensor& x = which == 0 ? p.modules[l][size_t(t)].A : p.modules[l][size_t(t)].B;
-          for (int64_t i = 0; i < x.numel(); ++i) x.data()[i] += eps * dir.data()[i];
-          return p;
-        };
-        auto loss_at = [&](float eps) {
-          LoraTrainer probe(model, pool);
-          probe.attach(1, perturbed(eps));
-          return probe.forward(fd_batch, fd_fn, fd_cfg).metrics.loss;
-        };
-        auto routes = [&](float eps) {
-          pool.load(1, perturbed(eps));
-          return routing(model, &pool, fd_batch, /*use_slots=*/true);
-        };
-        // A step that moves the loss by about 1e-2: small enough to stay on one side of
-        // every clip kink and in the linear regime of ρ = e^(log p − q), large against fp32
-        // rounding of the loss.
-        const float eps = float(std::min(1e-3, 3e-3 / std::max(1.0, std::abs(analytic))));
-        const auto fd = central_difference(loss_at, routes, eps);
-        ++checked;
-        if (!fd) {
-          ++flipped;
-          continue;
-        }
-        const double numeric = fd->value;
-        EXPECT_NEAR(analytic, numeric, 2e-3 + 2e-2 * std::abs(numeric) + fd->rounding)
-            << arch_name(arch) << " " << loss_fn_name(fn) << " layer " << l << " "
-            << lora_target_name(t) << (which == 0 ? " lora_A" : " lora_B");
-      }
+  // Every adapted tensor by name: the dense modules, then (Qwen3-MoE) every routed expert's
+  // packed A and B of gate, up and down.
+  std::vector<std::pair<std::string, const Tensor*>> grads;
+  for_each_lora_tensor(g, [&](const std::string& name, const Tensor& t) {
+    grads.push_back({name, &t});
+  });
+  for (const auto& [name, gt] : grads) {
+    Tensor dir(gt->shape());
+    for (float& x : dir.span()) x = nd(rng);
+    double analytic = 0;
+    for (int64_t i = 0; i < gt->numel(); ++i) analytic += double(gt->data()[i]) * dir.data()[i];
+    auto perturbed = [&, &name = name](float eps) {
+      LoraWeights p = adapter.clone();
+      for_each_lora_tensor(p, [&](const std::string& n, Tensor& x) {
+        if (n != name) return;
+        for (int64_t i = 0; i < x.numel(); ++i) x.data()[i] += eps * dir.data()[i];
+      });
+      return p;
+    };
+    auto loss_at = [&](float eps) {
+      LoraTrainer probe(model, pool);
+      probe.attach(1, perturbed(eps));
+      return probe.forward(fd_batch, fd_fn, fd_cfg).metrics.loss;
+    };
+    auto routes = [&](float eps) {
+      pool.load(1, perturbed(eps));
+      return routing(model, &pool, fd_batch, /*use_slots=*/true);
+    };
+    // A step that moves the loss by about 1e-2: small enough to stay on one side of every clip
+    // kink and in the linear regime of ρ = e^(log p − q), large against fp32 rounding of the
+    // loss.
+    const float eps = float(std::min(1e-3, 3e-3 / std::max(1.0, std::abs(analytic))));
+    const auto fd = central_difference(loss_at, routes, eps);
+    ++checked;
+    if (!fd) {
+      ++flipped;
+      continue;
     }
+    const double numeric = fd->value;
+    EXPECT_NEAR(analytic, numeric, 2e-3 + 2e-2 * std::abs(numeric) + fd->rounding)
+        << arch_name(arch) << " " << loss_fn_name(fn) << " " << name;
+  }
+  if (c.moe.n_experts > 0) {
+    EXPECT_TRUE(g.has_experts()) << "the adapter adapts the routed experts";
   }
   // Directions whose every step flipped a routing choice are not checked; they must be rare.
   EXPECT_LE(flipped * 8, checked) << flipped << " of " << checked << " directions unchecked";

@@ -44,5 +44,8 @@ std::vector<engine::LoraTarget> adapted_targets(const engine::LoraWeights& adapt
 // PEFT tensor key of one module ("base_model.model.model.layers.3.mlp.up_proj"), without
 // the ".lora_A.weight" suffix.
 std::string peft_module_key(int64_t layer, engine::LoraTarget target);
+// PEFT key of one routed expert's projection ("base_model.model.model.layers.3.mlp.experts.7.
+// up_proj"), as PEFT names them for Qwen3-MoE.
+std::string peft_expert_key(int64_t layer, int64_t expert, engine::LoraTarget target);
 
 }  // namespace spindle::adapters

@@ -36,9 +36,27 @@ std::optional<LoraTarget> lora_target_from_name(std::string_view name);
 // (d_in, d_out) of a target's base projection.
 std::pair<int64_t, int64_t> lora_target_dims(const ModelConfig& config, LoraTarget target);
 bool lora_target_per_layer(LoraTarget target);  // false only for lm_head
-// Whether layer `layer` has a `target` module to adapt: lm_head only at layer 0, and no dense
-// MLP (gate/up/down) on a routed-experts layer (LoRA on experts is not supported yet).
+// Whether layer `layer` has a dense `target` module to adapt: lm_head only at layer 0, and no
+// dense MLP (gate/up/down) on a routed-experts layer, whose experts are adapted instead
+// (lora_experts_exist).
 bool lora_module_exists(const ModelConfig& config, int64_t layer, LoraTarget target);
+
+// LoRA on routed experts: gate / up / down of a sparse layer (ModelConfig::sparse_layer).
+inline constexpr int kExpertProjCount = 3;
+// 0, 1, 2 for gate, up, down; −1 for every other target.
+int expert_proj(LoraTarget target);
+inline constexpr LoraTarget kExpertProjTargets[kExpertProjCount] = {
+    LoraTarget::gate, LoraTarget::up, LoraTarget::down};
+bool lora_experts_exist(const ModelConfig& config, int64_t layer, LoraTarget target);
+// (d_in, d_out) of one expert's projection: (dim, expert_dim) for gate/up, (expert_dim, dim)
+// for down.
+std::pair<int64_t, int64_t> lora_expert_dims(const ModelConfig& config, LoraTarget target);
+// Spindle's packed tensor name of every expert's A or B of one projection (adapters/
+// moe_packed.h): "base_model.model.model.layers.3.mlp.experts.up_proj.lora_A.packed".
+std::string lora_expert_param_name(int64_t layer, LoraTarget target, int which);
+// The AdamW parameter name of one adapted dense tensor: "<lora_module_key>.lora_A.weight"
+// (which 0) or ".lora_B.weight" (which 1).
+std::string lora_param_name(int64_t layer, LoraTarget target, int which);
 // PEFT module key: "base_model.model.model.layers.3.mlp.up_proj", "base_model.model.lm_head".
 // Tensor names append ".lora_A.weight" / ".lora_B.weight".
 std::string lora_module_key(int64_t layer, LoraTarget target);
@@ -49,12 +67,24 @@ struct LoraPair {
   bool empty() const { return A.empty(); }
 };
 
+// Every expert's LoRA of one projection of a routed-experts layer, packed (the layout of
+// adapters/moe_packed.h): expert e's A is A[e] [r, d_in], its B is B[e] [d_out, r].
+struct ExpertLoraPair {
+  Tensor A;  // [n_experts, r, d_in]
+  Tensor B;  // [n_experts, d_out, r]
+  bool empty() const { return A.empty(); }
+};
+
 // One adapter. modules[layer][target] (lm_head lives at layer 0); empty pairs = not adapted.
+// experts[layer][expert_proj(target)]: the routed experts' LoRA of a sparse layer (empty when
+// no expert is adapted, else n_layers entries with empty pairs on the dense layers).
 struct LoraWeights {
   int64_t rank = 0;
   float alpha = 0.0f;
   bool use_rslora = false;
   std::vector<std::array<LoraPair, kLoraTargetCount>> modules;  // [n_layers]
+  std::vector<std::array<ExpertLoraPair, kExpertProjCount>> experts;  // [n_layers] or empty
+  bool has_experts() const { return !experts.empty(); }
 
   float scale() const;
   LoraWeights clone() const;
@@ -66,6 +96,12 @@ struct LoraWeights {
   // module ("layers.3.q_proj lora_B: shape [..] expected [..] (hint: maybe wrong base model?)").
   void validate(const ModelConfig& config, const std::string& source) const;
 };
+
+// fn(name, A-or-B tensor) for every adapted tensor: the dense modules by PEFT name
+// (lora_param_name, trainer.h) and then the experts by packed name (lora_expert_param_name).
+// W is LoraWeights or const LoraWeights.
+template <class W, class F>
+void for_each_lora_tensor(W& w, F&& fn);
 
 struct LoraPoolOptions {
   int32_t max_slots = 8;
@@ -87,6 +123,9 @@ void validate_lora_load(const LoraWeights& adapter, int32_t slot, const ModelCon
 // Writes one module of rank r into a slot's region: A [r, d_in] into rows [0, r) of
 // a [max_rank, d_in], B [d_out, r] into columns [0, r) of b [d_out, max_rank]; the rest zero.
 void pack_lora_slot(const LoraPair& pair, int64_t max_rank, float* a, float* b);
+// The same from raw A [r, d_in] and B [d_out, r] (one expert of an ExpertLoraPair).
+void pack_lora_slot(const float* A, const float* B, int64_t r, int64_t d_in, int64_t d_out,
+                    int64_t max_rank, float* a, float* b);
 
 // Thread-safety: load/clear must not run concurrently with a forward pass that reads the slot
 // (the residency layer serialises them; eviction never takes a slot an in-flight batch uses).
@@ -108,6 +147,10 @@ class LoraSlotPool final : public SlotPool {
 
   // The SGMV view of one (layer, target); nullopt if the pool has no storage for the target.
   std::optional<kernels::LoraSlots> view(int64_t layer, LoraTarget target) const;
+  // The SGMV view of expert `expert`'s gate / up / down LoRA on a routed-experts layer (every
+  // slot); nullopt if the layer is dense or the pool has no storage for the target.
+  std::optional<kernels::LoraSlots> expert_view(int64_t layer, LoraTarget target,
+                                                int64_t expert) const;
   size_t bytes() const override;
 
  private:
@@ -118,14 +161,45 @@ class LoraSlotPool final : public SlotPool {
     std::vector<float> scale;    // [max_slots]
     int64_t d_in = 0, d_out = 0;
   };
+  // Every expert's slots of one projection of a sparse layer, expert-major so that expert e's
+  // [max_slots, ...] block is an ordinary SGMV view.
+  struct ExpertModule {
+    Tensor A;                    // [n_experts, max_slots, max_rank, d_in]
+    Tensor B;                    // [n_experts, max_slots, d_out, max_rank]
+    std::vector<int32_t> rank;   // [max_slots]
+    std::vector<float> scale;    // [max_slots]
+    int64_t d_in = 0, d_out = 0;
+  };
   Module* module(int64_t layer, LoraTarget target);
   const Module* module(int64_t layer, LoraTarget target) const;
+  const ExpertModule* expert_module(int64_t layer, LoraTarget target) const;
   void check_slot(int32_t slot) const;
 
   ModelConfig config_;
   LoraPoolOptions options_;
   std::vector<std::array<std::optional<Module>, kLoraTargetCount>> modules_;  // [n_layers]
+  std::vector<std::array<std::optional<ExpertModule>, kExpertProjCount>> expert_modules_;
   std::vector<bool> occupied_;
 };
+
+template <class W, class F>
+void for_each_lora_tensor(W& w, F&& fn) {
+  for (size_t l = 0; l < w.modules.size(); ++l) {
+    for (LoraTarget t : kAllLoraTargets) {
+      auto& p = w.modules[l][size_t(t)];
+      if (p.empty()) continue;
+      fn(lora_param_name(int64_t(l), t, 0), p.A);
+      fn(lora_param_name(int64_t(l), t, 1), p.B);
+    }
+  }
+  for (size_t l = 0; l < w.experts.size(); ++l) {
+    for (LoraTarget t : kExpertProjTargets) {
+      auto& p = w.experts[l][size_t(expert_proj(t))];
+      if (p.empty()) continue;
+      fn(lora_expert_param_name(int64_t(l), t, 0), p.A);
+      fn(lora_expert_param_name(int64_t(l), t, 1), p.B);
+    }
+  }
+}
 
 }  // namespace spindle::engine

@@ -52,6 +52,11 @@ struct MoeActivations {
   Tensor weight;                 // [T·top_k] its combine weight (renormalised when norm_topk)
   std::vector<int32_t> order;    // [T·top_k] assignments sorted by expert (stable in j)
   std::vector<int64_t> offsets;  // [n_experts + 1] expert e's rows: [offsets[e], offsets[e+1])
+  // Within each expert's rows, assignments are sorted by adapter slot too: expert e's LoRA
+  // segments are lora_segs[lora_seg_offsets[e], lora_seg_offsets[e+1]), rows counted from
+  // offsets[e] (rows of base-only tokens carry slot −1).
+  std::vector<kernels::LoraSegment> lora_segs;
+  std::vector<int64_t> lora_seg_offsets;  // [n_experts + 1]
   Tensor xg;                     // [T·top_k, dim] the assignments' input rows
   Tensor gate, up, act;          // [T·top_k, expert_dim]
   Tensor out;                    // [T·top_k, dim] the experts' outputs (before the weights)
@@ -122,12 +127,18 @@ class LoraGrads {
   explicit LoraGrads(const LoraSlotPool& pool);
   float* dA(int64_t layer, LoraTarget target);  // null when the pool lacks the target
   float* dB(int64_t layer, LoraTarget target);
+  // Expert `expert`'s block ([max_slots, ...], the pool's expert_view layout) of a sparse
+  // layer's gate / up / down; null when the pool has no expert storage there.
+  float* expert_dA(int64_t layer, LoraTarget target, int64_t expert);
+  float* expert_dB(int64_t layer, LoraTarget target, int64_t expert);
   // Adds slot's gradients into `out` (shaped like the adapter in that slot) and zeroes them.
   void take(int32_t slot, LoraWeights& out);
 
  private:
   const LoraSlotPool& pool_;
   std::vector<std::array<std::pair<Tensor, Tensor>, kLoraTargetCount>> grads_;  // [layer]
+  // [layer][expert_proj]: dA [n_experts, max_slots, max_rank, d_in], dB [.., d_out, max_rank]
+  std::vector<std::array<std::pair<Tensor, Tensor>, kExpertProjCount>> expert_grads_;
 };
 
 // What a backward pass reads besides the forward state, and where gradients go (either

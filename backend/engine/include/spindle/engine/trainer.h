@@ -49,9 +49,6 @@ void validate_train_batch(std::span<const TrainDatum> batch, LossFn fn, const Lo
 // invalid_argument naming `source` and the first tensor that is missing, extra or misshapen.
 void validate_lora_optimizer(const AdamW& optimizer, const LoraWeights& adapter,
                              const std::string& source);
-// The AdamW parameter name of one adapted tensor: "<lora_module_key>.lora_A.weight" (which 0)
-// or ".lora_B.weight" (which 1).
-std::string lora_param_name(int64_t layer, LoraTarget target, int which);
 
 struct ForwardBackwardOutput {
   std::vector<std::vector<float>> logprobs;  // per datum, log p(target) per position
