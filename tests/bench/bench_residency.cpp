@@ -2,6 +2,10 @@
 //   1. packed vs per-expert load of a Qwen3-30B-A3B-shaped MoE adapter (64 experts, 48
 //      layers, hidden 2048, moe_intermediate 768, rank 8) from disk to host, page cache
 //      dropped before each timing (posix_fadvise DONTNEED): packed_speedup = per/packed.
+//   1b. the same adapter shape LIVE: a Qwen3-30B-A3B-shaped LoRA (rank 8 on q, k, v, o and
+//      every expert's gate/up/down) read from disk, decoded and loaded into a slot of the CPU
+//      engine's slot pool, as a packed revision blob vs a per-expert PEFT directory (one
+//      tensor per expert and projection, what PEFT writes): packed_live_speedup = per/packed.
 //   2. host-cache hit vs cold load latency through the loader (p50/p99).
 //   3. warm-request throughput (acquire -> LoRA shrink of every layer -> release) while
 //      `--storm` cold loads are in flight vs none: warm_during_storm = storm/none.
@@ -22,6 +26,9 @@
 #include "spindle/adapters/peft.h"
 #include "spindle/adapters/residency.h"
 #include "spindle/kernels/lora.h"
+#include "spindle/engine/lora.h"
+#include "spindle/core/file_io.h"
+#include "spindle/adapters/revision_format.h"
 
 namespace spindle::bench {
 namespace {
@@ -89,6 +96,65 @@ void run_moe(const ResidencyBenchOptions& o, const fs::path& dir) {
   std::printf("packed_speedup = %.2f\n", e / p);
   fs::remove(packed_path);
   fs::remove(experts_path);
+}
+
+void run_moe_live(const ResidencyBenchOptions& o, const fs::path& dir) {
+  engine::ModelConfig c;
+  c.arch = engine::Arch::qwen3_moe;
+  c.dim = 2048;
+  c.hidden_dim = 6144;
+  c.n_layers = o.layers;
+  c.n_heads = 32;
+  c.n_kv_heads = 4;
+  c.head_dim = 128;
+  c.vocab_size = 151936;
+  c.max_seq_len = 4096;
+  c.tie_embeddings = false;
+  c.moe = {.n_experts = o.experts, .top_k = std::min<int64_t>(8, o.experts), .expert_dim = 768,
+           .sparse_step = 1, .dense_layers = {}, .norm_topk = true, .aux_loss_coef = 0.001f};
+  c.name = "qwen3-30b-a3b-shape";
+  c.validate("bench");
+  using engine::LoraTarget;
+  const LoraTarget targets[] = {LoraTarget::q,    LoraTarget::k,  LoraTarget::v, LoraTarget::o,
+                                LoraTarget::gate, LoraTarget::up, LoraTarget::down};
+  const fs::path blob = dir / "moe_live.revision";
+  const fs::path peft = dir / "moe_live_peft";
+  size_t bytes = 0;
+  {
+    const auto w = engine::LoraWeights::random(c, o.rank, 16.0f, targets, 3, 0.02f, 0.02f);
+    bytes = adapters::lora_weights_bytes(w);
+    write_file_atomic(blob, adapters::encode_revision(
+                                w, adapters::revision_meta_for(w, {.base_model_id = c.name,
+                                                                   .base_checksum = "bench"})));
+    adapters::save_peft(w, peft, {.base_model_name_or_path = c.name});
+  }
+  engine::LoraSlotPool pool(c, {.max_slots = 1, .max_rank = int32_t(o.rank)});
+  std::printf("moe live load: %lld layers x %lld experts, rank %lld on q,k,v,o + experts, %.1f "
+              "MiB; slot pool %.1f MiB\n",
+              (long long)o.layers, (long long)o.experts, (long long)o.rank,
+              double(bytes) / (1 << 20), double(pool.bytes()) / (1 << 20));
+  std::vector<double> packed_s, per_s;
+  for (int i = 0; i < o.repeats; ++i) {  // alternate, so drift hits both equally
+    drop_cache(blob);
+    auto t0 = Clock::now();
+    {
+      const auto d = adapters::decode_revision(read_file_to_string(blob, size_t(1) << 40), "blob");
+      pool.load(0, d.weights);
+    }
+    packed_s.push_back(seconds_since(t0));
+    pool.clear(0);
+    drop_cache(peft / "adapter_model.safetensors");
+    t0 = Clock::now();
+    pool.load(0, adapters::load_peft(peft, c));
+    per_s.push_back(seconds_since(t0));
+    pool.clear(0);
+  }
+  const double p = median(packed_s), e = median(per_s);
+  std::printf("cold load into a CPU engine slot: packed blob %.3f s, per-expert PEFT %.3f s\n", p,
+              e);
+  std::printf("packed_live_speedup (cpu) = %.2f\n", e / p);
+  fs::remove(blob);
+  fs::remove_all(peft);
 }
 
 // Dense Qwen3-0.6B-shaped revisions (rank 8 on q and v) saved as PEFT directories.
@@ -216,6 +282,7 @@ void run_residency_bench(const ResidencyBenchOptions& o_in) {
                                      : fs::path(o.dir);
   fs::create_directories(dir);
   run_moe(o, dir);
+  run_moe_live(o, dir);
   const RevisionSet revs = make_revisions(o, dir, 4 + o.storm);
   run_latency(o, revs);
   run_storm(o, revs);

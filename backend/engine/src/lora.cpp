@@ -236,6 +236,10 @@ void pack_lora_slot(const float* A, const float* B, int64_t r, int64_t d_in, int
   const int64_t R = max_rank;
   std::memcpy(a, A, size_t(r * d_in) * sizeof(float));
   std::memset(a + r * d_in, 0, size_t((R - r) * d_in) * sizeof(float));
+  if (r == R) {  // B's rows are already max_rank wide: one copy
+    std::memcpy(b, B, size_t(d_out * r) * sizeof(float));
+    return;
+  }
   for (int64_t j = 0; j < d_out; ++j) {
     std::memcpy(b + j * R, B + j * r, size_t(r) * sizeof(float));
     std::memset(b + j * R + r, 0, size_t(R - r) * sizeof(float));
