@@ -80,9 +80,13 @@ ModelConfig arith_config(const Recipe& r, const MakeBaseArgs& args) {
   if (args.experts > 0) {
     // Experts of half the dense width, k of them per token: about the dense model's compute.
     c.arch = Arch::qwen3_moe;
-    c.moe = {.n_experts = args.experts, .top_k = args.top_k,
-             .expert_dim = std::max<int64_t>(1, r.hidden_dim / 2), .sparse_step = 1,
-             .dense_layers = {}, .norm_topk = true, .aux_loss_coef = 0.0f};
+    c.moe = {.n_experts = args.experts,
+             .top_k = args.top_k,
+             .expert_dim = std::max<int64_t>(1, r.hidden_dim / 2),
+             .sparse_step = 1,
+             .dense_layers = {},
+             .norm_topk = true,
+             .aux_loss_coef = 0.0f};
   }
   c.dim = r.dim;
   c.hidden_dim = r.hidden_dim;
@@ -235,13 +239,14 @@ void run_make_base(const MakeBaseArgs& args) {
 
   const std::string experts =
       args.experts > 0 ? fmt::format(", {} experts (top {})", args.experts, args.top_k) : "";
-  std::printf("make-base: arithmetic, %zu train / %zu held-out problems; %s dim %lld%s, %lld "
-              "layers, %lld heads, vocab %d; up to %.2f minutes or %.0f%% on training problems; "
-              "seed %llu\n",
-              task.train().size(), task.heldout().size(), arch_name(weights.config.arch),
-              (long long)recipe.dim, experts.c_str(),
-              (long long)recipe.n_layers, (long long)recipe.n_heads, kByteTokenizerVocabSize,
-              args.minutes, 100.0 * args.target_accuracy, (unsigned long long)args.seed);
+  std::printf(
+      "make-base: arithmetic, %zu train / %zu held-out problems; %s dim %lld%s, %lld "
+      "layers, %lld heads, vocab %d; up to %.2f minutes or %.0f%% on training problems; "
+      "seed %llu\n",
+      task.train().size(), task.heldout().size(), arch_name(weights.config.arch),
+      (long long)recipe.dim, experts.c_str(), (long long)recipe.n_layers, (long long)recipe.n_heads,
+      kByteTokenizerVocabSize, args.minutes, 100.0 * args.target_accuracy,
+      (unsigned long long)args.seed);
   std::fflush(stdout);
 
   const auto start = Clock::now();

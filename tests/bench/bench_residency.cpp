@@ -25,10 +25,10 @@
 #include "spindle/adapters/moe_packed.h"
 #include "spindle/adapters/peft.h"
 #include "spindle/adapters/residency.h"
-#include "spindle/kernels/lora.h"
-#include "spindle/engine/lora.h"
-#include "spindle/core/file_io.h"
 #include "spindle/adapters/revision_format.h"
+#include "spindle/core/file_io.h"
+#include "spindle/engine/lora.h"
+#include "spindle/kernels/lora.h"
 
 namespace spindle::bench {
 namespace {
@@ -110,12 +110,17 @@ void run_moe_live(const ResidencyBenchOptions& o, const fs::path& dir) {
   c.vocab_size = 151936;
   c.max_seq_len = 4096;
   c.tie_embeddings = false;
-  c.moe = {.n_experts = o.experts, .top_k = std::min<int64_t>(8, o.experts), .expert_dim = 768,
-           .sparse_step = 1, .dense_layers = {}, .norm_topk = true, .aux_loss_coef = 0.001f};
+  c.moe = {.n_experts = o.experts,
+           .top_k = std::min<int64_t>(8, o.experts),
+           .expert_dim = 768,
+           .sparse_step = 1,
+           .dense_layers = {},
+           .norm_topk = true,
+           .aux_loss_coef = 0.001f};
   c.name = "qwen3-30b-a3b-shape";
   c.validate("bench");
   using engine::LoraTarget;
-  const LoraTarget targets[] = {LoraTarget::q,    LoraTarget::k,  LoraTarget::v, LoraTarget::o,
+  const LoraTarget targets[] = {LoraTarget::q,    LoraTarget::k,  LoraTarget::v,   LoraTarget::o,
                                 LoraTarget::gate, LoraTarget::up, LoraTarget::down};
   const fs::path blob = dir / "moe_live.revision";
   const fs::path peft = dir / "moe_live_peft";
@@ -124,15 +129,16 @@ void run_moe_live(const ResidencyBenchOptions& o, const fs::path& dir) {
     const auto w = engine::LoraWeights::random(c, o.rank, 16.0f, targets, 3, 0.02f, 0.02f);
     bytes = adapters::lora_weights_bytes(w);
     write_file_atomic(blob, adapters::encode_revision(
-                                w, adapters::revision_meta_for(w, {.base_model_id = c.name,
-                                                                   .base_checksum = "bench"})));
+                                w, adapters::revision_meta_for(
+                                       w, {.base_model_id = c.name, .base_checksum = "bench"})));
     adapters::save_peft(w, peft, {.base_model_name_or_path = c.name});
   }
   engine::LoraSlotPool pool(c, {.max_slots = 1, .max_rank = int32_t(o.rank)});
-  std::printf("moe live load: %lld layers x %lld experts, rank %lld on q,k,v,o + experts, %.1f "
-              "MiB; slot pool %.1f MiB\n",
-              (long long)o.layers, (long long)o.experts, (long long)o.rank,
-              double(bytes) / (1 << 20), double(pool.bytes()) / (1 << 20));
+  std::printf(
+      "moe live load: %lld layers x %lld experts, rank %lld on q,k,v,o + experts, %.1f "
+      "MiB; slot pool %.1f MiB\n",
+      (long long)o.layers, (long long)o.experts, (long long)o.rank, double(bytes) / (1 << 20),
+      double(pool.bytes()) / (1 << 20));
   std::vector<double> packed_s, per_s;
   for (int i = 0; i < o.repeats; ++i) {  // alternate, so drift hits both equally
     drop_cache(blob);

@@ -6,9 +6,8 @@ namespace spindle::adapters {
 
 size_t lora_weights_bytes(const engine::LoraWeights& weights) {
   size_t total = 0;
-  engine::for_each_lora_tensor(weights, [&](const std::string&, const Tensor& t) {
-    total += t.bytes();
-  });
+  engine::for_each_lora_tensor(weights,
+                               [&](const std::string&, const Tensor& t) { total += t.bytes(); });
   return total;
 }
 

@@ -145,10 +145,10 @@ void save_peft(const engine::LoraWeights& adapter, const std::filesystem::path& 
       const int64_t E = p.A.dim(0), r = p.A.dim(1), d_in = p.A.dim(2), d_out = p.B.dim(1);
       for (int64_t e = 0; e < E; ++e) {
         const std::string key = peft_expert_key(int64_t(l), e, t);
-        tensors.push_back({key + ".lora_A.weight", options.dtype, {r, d_in},
-                           p.A.data() + e * r * d_in});
-        tensors.push_back({key + ".lora_B.weight", options.dtype, {d_out, r},
-                           p.B.data() + e * d_out * r});
+        tensors.push_back(
+            {key + ".lora_A.weight", options.dtype, {r, d_in}, p.A.data() + e * r * d_in});
+        tensors.push_back(
+            {key + ".lora_B.weight", options.dtype, {d_out, r}, p.B.data() + e * d_out * r});
       }
     }
   }

@@ -266,8 +266,8 @@ DecodedRevision decode_revision(std::string_view bytes, const std::string& sourc
       any = any || !p.A.empty();
       if (engine::expert_proj(t) < 0 || w.experts.empty()) continue;
       const engine::ExpertLoraPair& x = w.experts[size_t(l)][size_t(engine::expert_proj(t))];
-      SPINDLE_CHECK(x.A.empty() == x.B.empty() && (x.A.empty() || x.A.dim(0) == x.B.dim(0)),
-                    format, "{}: {} and its lora_B do not pair up", source,
+      SPINDLE_CHECK(x.A.empty() == x.B.empty() && (x.A.empty() || x.A.dim(0) == x.B.dim(0)), format,
+                    "{}: {} and its lora_B do not pair up", source,
                     engine::lora_expert_param_name(l, t, 0));
       any = any || !x.A.empty();
     }

@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <optional>
 #include <string_view>
-#include <map>
 #include <tuple>
 
 #include "spindle/adapters/revision_format.h"
@@ -52,7 +52,8 @@ std::optional<ExpertKey> parse_expert_key(std::string_view name) {
   auto number = [&](int64_t& v) {
     size_t n = 0;
     v = 0;
-    while (n < name.size() && n < 7 && name[n] >= '0' && name[n] <= '9') v = v * 10 + (name[n++] - '0');
+    while (n < name.size() && n < 7 && name[n] >= '0' && name[n] <= '9')
+      v = v * 10 + (name[n++] - '0');
     name.remove_prefix(n);
     return n > 0;
   };
@@ -162,15 +163,15 @@ PeftImport read_peft_dir(const std::filesystem::path& dir) {
     const engine::LoraPair& first = by_expert.begin()->second;
     for (int64_t e = 0; e < E; ++e) {
       const auto it = by_expert.find(e);
-      SPINDLE_CHECK(it != by_expert.end() && !it->second.A.empty() && !it->second.B.empty(),
-                    format, "{}: {} lacks lora_{} ({} experts are adapted in that layer)", src,
+      SPINDLE_CHECK(it != by_expert.end() && !it->second.A.empty() && !it->second.B.empty(), format,
+                    "{}: {} lacks lora_{} ({} experts are adapted in that layer)", src,
                     peft_expert_key(l, e, t),
                     it == by_expert.end() || it->second.A.empty() ? "A" : "B", E);
-      SPINDLE_CHECK(it->second.A.shape() == first.A.shape() && it->second.B.shape() == first.B.shape(),
-                    format, "{}: {} is shaped {} / {}, other experts of its layer {} / {}", src,
-                    peft_expert_key(l, e, t), shape_str(it->second.A.shape()),
-                    shape_str(it->second.B.shape()), shape_str(first.A.shape()),
-                    shape_str(first.B.shape()));
+      SPINDLE_CHECK(
+          it->second.A.shape() == first.A.shape() && it->second.B.shape() == first.B.shape(),
+          format, "{}: {} is shaped {} / {}, other experts of its layer {} / {}", src,
+          peft_expert_key(l, e, t), shape_str(it->second.A.shape()),
+          shape_str(it->second.B.shape()), shape_str(first.A.shape()), shape_str(first.B.shape()));
     }
     if (w.experts.empty()) w.experts.resize(size_t(n_layers));
     const int64_t r = first.A.dim(0), d_in = first.A.dim(1), d_out = first.B.dim(0);

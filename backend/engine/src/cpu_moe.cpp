@@ -49,7 +49,8 @@ void CpuOps::moe_route(int64_t l, const Tensor& xn, MoeActivations& m) {
   for (int64_t e = 0; e < E; ++e) m.offsets[size_t(e + 1)] += m.offsets[size_t(e)];
   std::vector<int64_t> next(m.offsets.begin(), m.offsets.end() - 1);
   m.order.resize(size_t(T * K));
-  for (int64_t j = 0; j < T * K; ++j) m.order[size_t(next[size_t(m.expert[size_t(j)])]++)] = int32_t(j);
+  for (int64_t j = 0; j < T * K; ++j)
+    m.order[size_t(next[size_t(m.expert[size_t(j)])]++)] = int32_t(j);
   std::vector<int32_t> token_slot(size_t(T), -1);
   for (const auto& g : st_.segments) {
     for (int64_t r = g.row_begin; r < g.row_end; ++r) token_slot[size_t(r)] = g.slot;
@@ -58,7 +59,8 @@ void CpuOps::moe_route(int64_t l, const Tensor& xn, MoeActivations& m) {
   m.lora_segs.clear();
   m.lora_seg_offsets.assign(1, 0);
   for (int64_t e = 0; e < E; ++e) {
-    const auto b = m.order.begin() + m.offsets[size_t(e)], en = m.order.begin() + m.offsets[size_t(e + 1)];
+    const auto b = m.order.begin() + m.offsets[size_t(e)],
+               en = m.order.begin() + m.offsets[size_t(e + 1)];
     std::stable_sort(b, en, [&](int32_t x, int32_t y) { return slot_of(x) < slot_of(y); });
     for (auto it = b; it != en; ++it) {
       const int64_t row = it - b;
@@ -197,9 +199,8 @@ void CpuOps::moe_gate_up_backward(int64_t l, const MoeActivations& m, const Tens
       const auto v = lora_->expert_view(l, t, int64_t(e));
       if (!v) continue;
       const Tensor& dy = t == LoraTarget::gate ? d_gate : d_up;
-      lora_apply_backward(*v, m.xg.row(o), D, dy.row(o), F, segs,
-                          g.expert_dA(l, t, int64_t(e)), g.expert_dB(l, t, int64_t(e)),
-                          moe_d_xg_.row(o), D);
+      lora_apply_backward(*v, m.xg.row(o), D, dy.row(o), F, segs, g.expert_dA(l, t, int64_t(e)),
+                          g.expert_dB(l, t, int64_t(e)), moe_d_xg_.row(o), D);
     }
   }
   std::memset(d_xn.data(), 0, size_t(d_xn.numel()) * sizeof(float));
@@ -241,8 +242,8 @@ void CpuOps::moe_route_backward(int64_t l, const Tensor& xn, const MoeActivation
   kernels::gemm(Trans::no, Trans::no, T, D, E, 1.0f, moe_d_logits_.data(), E, L.router.data(), D,
                 1.0f, d_xn.data(), D);
   if (G) {
-    kernels::gemm(Trans::yes, Trans::no, E, D, T, 1.0f, moe_d_logits_.data(), E, xn.data(), D,
-                  1.0f, G->router.data(), D);
+    kernels::gemm(Trans::yes, Trans::no, E, D, T, 1.0f, moe_d_logits_.data(), E, xn.data(), D, 1.0f,
+                  G->router.data(), D);
   }
 }
 

@@ -32,8 +32,13 @@ class CpuOps {
   // every slot is −1; `options` only for the backward.
   CpuOps(const Model& model, KvCache* cache, const LoraSlotPool* lora, ForwardState& st,
          const BackwardOptions* options = nullptr)
-      : w_(model.weights()), c_(model.config()), inv_freq_(model.inv_freq()), cache_(cache),
-        lora_(lora), st_(st), opt_(options) {}
+      : w_(model.weights()),
+        c_(model.config()),
+        inv_freq_(model.inv_freq()),
+        cache_(cache),
+        lora_(lora),
+        st_(st),
+        opt_(options) {}
 
   ForwardState& state() { return st_; }
   const ModelConfig& config() const { return c_; }
@@ -94,8 +99,8 @@ class CpuOps {
     for (const auto& p : ps) project_one(l, p.target, x, *p.w, st_.segments, *p.y);
   }
   void project_add(int64_t l, LoraTarget target, const Tensor& x, const Tensor& W, Tensor& y) {
-    kernels::linear(x.data(), x.dim(1), x.dim(0), x.dim(1), W.data(), W.dim(0), y.data(),
-                    y.dim(1), /*beta=*/1.0f);
+    kernels::linear(x.data(), x.dim(1), x.dim(0), x.dim(1), W.data(), W.dim(0), y.data(), y.dim(1),
+                    /*beta=*/1.0f);
     lora_add(l, target, x.data(), x.dim(1), st_.segments, y.data(), y.dim(1));
   }
   void swiglu(const Tensor& gate, const Tensor& up, Tensor& act) {

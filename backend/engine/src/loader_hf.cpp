@@ -229,12 +229,11 @@ void check_unknown(const Checkpoint& ck, const std::vector<Expected>& want, cons
   std::string list;
   for (size_t i = 0; i < unknown.size() && i < 5; ++i) list += (i ? ", " : "") + clip(unknown[i]);
   if (unknown.size() > 5) list += fmt::format(", ... ({} more)", unknown.size() - 5);
-  SPINDLE_THROW(
-      format,
-      "{}: {} unexpected tensor(s) for a {} model: {}; hint: maybe wrong base "
-      "model or architecture?{}",
-      ck.where, unknown.size(), arch_name(c.arch), list,
-      has_qk_norm && !c.qk_norm() ? " (q_norm/k_norm suggest model_type qwen3)" : "");
+  SPINDLE_THROW(format,
+                "{}: {} unexpected tensor(s) for a {} model: {}; hint: maybe wrong base "
+                "model or architecture?{}",
+                ck.where, unknown.size(), arch_name(c.arch), list,
+                has_qk_norm && !c.qk_norm() ? " (q_norm/k_norm suggest model_type qwen3)" : "");
 }
 
 }  // namespace

@@ -157,8 +157,9 @@ void parse_moe(const ConfigFields& f, const std::string& source, MoeConfig& m) {
   m.norm_topk = f.opt_bool("norm_topk_prob").value_or(false);
   m.aux_loss_coef = float(f.opt_num("router_aux_loss_coef").value_or(0.001));
   if (const json* d = f.get("mlp_only_layers")) {
-    SPINDLE_CHECK(d->is_array(), format, "{}: 'mlp_only_layers' must be a list of layer indices, got {}",
-                  source, d->dump());
+    SPINDLE_CHECK(d->is_array(), format,
+                  "{}: 'mlp_only_layers' must be a list of layer indices, got {}", source,
+                  d->dump());
     for (const json& v : *d) {
       SPINDLE_CHECK(v.is_number_integer(), format,
                     "{}: 'mlp_only_layers' must hold layer indices, got {}", source, v.dump());

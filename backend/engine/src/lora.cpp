@@ -61,10 +61,14 @@ std::string lora_param_name(int64_t layer, LoraTarget target, int which) {
 
 int expert_proj(LoraTarget t) {
   switch (t) {
-    case LoraTarget::gate: return 0;
-    case LoraTarget::up: return 1;
-    case LoraTarget::down: return 2;
-    default: return -1;
+    case LoraTarget::gate:
+      return 0;
+    case LoraTarget::up:
+      return 1;
+    case LoraTarget::down:
+      return 2;
+    default:
+      return -1;
   }
 }
 

@@ -151,7 +151,8 @@ void validate_lora_optimizer(const AdamW& optimizer, const LoraWeights& adapter,
     const auto it = moments.find(name);
     SPINDLE_CHECK(it != moments.end(), invalid_argument,
                   "{}: the optimizer state has no moments for '{}' (it belongs to another "
-                  "adapter)", source, name);
+                  "adapter)",
+                  source, name);
     SPINDLE_CHECK(it->second.first.shape() == param.shape(), invalid_argument,
                   "{}: optimizer moments of '{}' are shaped [{}], the adapter's tensor [{}]",
                   source, name, fmt::join(it->second.first.shape(), ", "),

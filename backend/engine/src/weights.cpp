@@ -23,10 +23,14 @@ void ModelWeights::validate(const std::string& source) const {
     const auto ends = [&](const char* suffix) { return name.ends_with(suffix); };
     const bool expert = name.find(".mlp.experts.") != std::string::npos;
     const int64_t ed = c.moe.expert_dim;
-    if (expert && (ends("gate_proj.weight") || ends("up_proj.weight"))) expect(name, t, {ed, c.dim});
-    else if (expert && ends("down_proj.weight")) expect(name, t, {c.dim, ed});
-    else if (ends("mlp.gate.weight")) expect(name, t, {c.moe.n_experts, c.dim});
-    else if (ends("embed_tokens.weight") || ends("lm_head.weight")) expect(name, t, {c.vocab_size, c.dim});
+    if (expert && (ends("gate_proj.weight") || ends("up_proj.weight")))
+      expect(name, t, {ed, c.dim});
+    else if (expert && ends("down_proj.weight"))
+      expect(name, t, {c.dim, ed});
+    else if (ends("mlp.gate.weight"))
+      expect(name, t, {c.moe.n_experts, c.dim});
+    else if (ends("embed_tokens.weight") || ends("lm_head.weight"))
+      expect(name, t, {c.vocab_size, c.dim});
     else if (ends("layernorm.weight") || name == "model.norm.weight") expect(name, t, {c.dim});
     else if (ends("q_proj.weight")) expect(name, t, {c.q_dim(), c.dim});
     else if (ends("k_proj.weight") || ends("v_proj.weight")) expect(name, t, {c.kv_dim(), c.dim});

@@ -41,8 +41,14 @@ class DeviceOps {
 
   // Forward over `cache` (KV written and read there).
   DeviceOps(ForwardContext& ctx, DeviceKvCache& cache)
-      : w_(ctx.weights), blas_(ctx.blas), s_(ctx.stream), c_(ctx.weights.config()), lora_(ctx.lora),
-        st_(ctx.st), cache_(&cache), fwd_(&ctx) {
+      : w_(ctx.weights),
+        blas_(ctx.blas),
+        s_(ctx.stream),
+        c_(ctx.weights.config()),
+        lora_(ctx.lora),
+        st_(ctx.st),
+        cache_(&cache),
+        fwd_(&ctx) {
     const int64_t rows = st_.T;
     adapted_ = !st_.slots_used.empty() && lora_ != nullptr;
     segs_ = {st_.d_segments.data(), int32_t(st_.segments.size()), rows};
@@ -59,8 +65,13 @@ class DeviceOps {
 
   // Backward of the forward that left its activations in ctx.st.
   explicit DeviceOps(TrainContext& ctx)
-      : w_(ctx.model.weights()), blas_(ctx.model.blas()), s_(ctx.model.stream()),
-        c_(ctx.model.weights().config()), lora_(&ctx.pool), st_(ctx.st), train_(&ctx) {
+      : w_(ctx.model.weights()),
+        blas_(ctx.model.blas()),
+        s_(ctx.model.stream()),
+        c_(ctx.model.weights().config()),
+        lora_(&ctx.pool),
+        st_(ctx.st),
+        train_(&ctx) {
     for (const auto& g : st_.segments) adapted_ |= g.slot >= 0;
     segs_ = {st_.d_segments.data(), int32_t(st_.segments.size()), st_.T};
   }
@@ -78,8 +89,8 @@ class DeviceOps {
   void copy(const DeviceTensor& src, DeviceTensor& dst) { dst.copy_from(src, s_); }
 
   void embed(DeviceTensor& x) {
-    cuda::embedding_gather(w_.tok_emb().data<T>(), c_.dim, st_.d_tokens.data(), st_.T,
-                           x.data<T>(), c_.dim, s_);
+    cuda::embedding_gather(w_.tok_emb().data<T>(), c_.dim, st_.d_tokens.data(), st_.T, x.data<T>(),
+                           c_.dim, s_);
   }
   void rmsnorm(const DeviceTensor& x, const DeviceTensor& w, DeviceTensor& y, DeviceTensor* inv) {
     const int64_t rows = x.rows(), n = x.cols();
@@ -165,8 +176,8 @@ class DeviceOps {
   }
   void gather_last_rows(const DeviceTensor& x, DeviceTensor& out) {
     out.ensure(st_.rows_out, c_.dim, P_);
-    cuda::embedding_gather(x.data<T>(), c_.dim, st_.d_last_rows.data(), st_.rows_out,
-                           out.data<T>(), c_.dim, s_);
+    cuda::embedding_gather(x.data<T>(), c_.dim, st_.d_last_rows.data(), st_.rows_out, out.data<T>(),
+                           c_.dim, s_);
   }
   void logits() {
     run_unembed<T>(*fwd_, 0, st_.rows_out, st_.d_out_segments.data(),
@@ -207,13 +218,11 @@ class DeviceOps {
                         const DeviceTensor& W, const DeviceTensor& dy, DeviceTensor& dx,
                         float beta_dx, DeviceTensor* dW) {
     SPINDLE_CHECK(dW == nullptr, internal, "the CUDA engine trains adapters only");
-    internal::project_backward<T>(*train_, l, target, x.data<T>(), x.cols(), st_.T, W,
-                                  dy.data<T>(), W.rows(), segs_, adapted_, dx.data<T>(), W.cols(),
-                                  beta_dx);
+    internal::project_backward<T>(*train_, l, target, x.data<T>(), x.cols(), st_.T, W, dy.data<T>(),
+                                  W.rows(), segs_, adapted_, dx.data<T>(), W.cols(), beta_dx);
   }
   void rmsnorm_backward(const DeviceTensor& x, const DeviceTensor& w, const DeviceTensor& inv,
-                        const DeviceTensor& dy, DeviceTensor& dx, float beta_dx,
-                        DeviceTensor* dw) {
+                        const DeviceTensor& dy, DeviceTensor& dx, float beta_dx, DeviceTensor* dw) {
     const int64_t rows = x.rows(), n = x.cols();
     cuda::rmsnorm_backward<T>(x.data<T>(), n, w.data<float>(), inv.data<float>(), dy.data<T>(), n,
                               dx.data<T>(), n, rows, n, beta_dx, s_);
@@ -222,9 +231,8 @@ class DeviceOps {
                               const DeviceTensor& inv, const DeviceTensor& dy, DeviceTensor& dx,
                               DeviceTensor* dw) {
     const int64_t hd = c_.head_dim;
-    cuda::rmsnorm_backward<T>(x_pre.data<T>(), hd, w.data<float>(), inv.data<float>(),
-                              dy.data<T>(), hd, dx.data<T>(), hd, x_pre.rows() * heads, hd, 0.0f,
-                              s_);
+    cuda::rmsnorm_backward<T>(x_pre.data<T>(), hd, w.data<float>(), inv.data<float>(), dy.data<T>(),
+                              hd, dx.data<T>(), hd, x_pre.rows() * heads, hd, 0.0f, s_);
   }
   void swiglu_backward(const DeviceTensor& gate, const DeviceTensor& up, const DeviceTensor& d_act,
                        DeviceTensor& d_gate, DeviceTensor& d_up) {
@@ -235,9 +243,9 @@ class DeviceOps {
                           const DeviceTensor& d_out, DeviceTensor& dq, DeviceTensor& dk,
                           DeviceTensor& dv) {
     cuda::attention_backward<T>(q.data<T>(), k.data<T>(), v.data<T>(), d_out.data<T>(),
-                                dq.data<T>(), dk.data<T>(), dv.data<T>(), c_.n_heads,
-                                c_.n_kv_heads, c_.head_dim, train_->scratch.dense_seqs.data(),
-                                n_dense_, max_n_, 1.0f / std::sqrt(float(c_.head_dim)), s_);
+                                dq.data<T>(), dk.data<T>(), dv.data<T>(), c_.n_heads, c_.n_kv_heads,
+                                c_.head_dim, train_->scratch.dense_seqs.data(), n_dense_, max_n_,
+                                1.0f / std::sqrt(float(c_.head_dim)), s_);
   }
   void embedding_backward(const DeviceTensor&) {}  // the base is frozen on the GPU
 

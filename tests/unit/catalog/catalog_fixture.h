@@ -61,8 +61,12 @@ inline bool same_weights(const engine::LoraWeights& a, const engine::LoraWeights
     return false;
   }
   std::vector<std::pair<std::string, const Tensor*>> x, y;
-  engine::for_each_lora_tensor(a, [&](const std::string& n, const Tensor& t) { x.push_back({n, &t}); });
-  engine::for_each_lora_tensor(b, [&](const std::string& n, const Tensor& t) { y.push_back({n, &t}); });
+  engine::for_each_lora_tensor(a, [&](const std::string& n, const Tensor& t) {
+    x.push_back({n, &t});
+  });
+  engine::for_each_lora_tensor(b, [&](const std::string& n, const Tensor& t) {
+    y.push_back({n, &t});
+  });
   if (x.size() != y.size()) return false;
   for (size_t i = 0; i < x.size(); ++i) {
     if (x[i].first != y[i].first || x[i].second->shape() != y[i].second->shape()) return false;

@@ -45,8 +45,8 @@ TEST(RevisionFormat, RoundTripIsBitExactWithMetadata) {
 // and projection) beside the dense modules, and comes back bit for bit.
 TEST(RevisionFormat, RoutedExpertsRoundTripPacked) {
   const engine::ModelConfig c = testing::tiny_config(engine::Arch::qwen3_moe);
-  const LoraTarget all[] = {LoraTarget::q, LoraTarget::o, LoraTarget::gate, LoraTarget::up,
-                            LoraTarget::down, LoraTarget::lm_head};
+  const LoraTarget all[] = {LoraTarget::q,  LoraTarget::o,    LoraTarget::gate,
+                            LoraTarget::up, LoraTarget::down, LoraTarget::lm_head};
   const auto w = engine::LoraWeights::random(c, 4, 8.0f, all, 9, 0.2f, 0.2f);
   ASSERT_TRUE(w.has_experts());
   const std::string bytes = encode_revision(w, revision_meta_for(w, kBase));
@@ -60,7 +60,8 @@ TEST(RevisionFormat, RoutedExpertsRoundTripPacked) {
     if (e.name == "base_model.model.model.layers.0.mlp.experts.up_proj.lora_A.packed") {
       packed = e.shape == Shape{c.moe.n_experts, 4, c.dim};
     }
-    dense_mlp_on_dense_layer |= e.name == "base_model.model.model.layers.1.mlp.up_proj.lora_A.weight";
+    dense_mlp_on_dense_layer |=
+        e.name == "base_model.model.model.layers.1.mlp.up_proj.lora_A.weight";
   }
   EXPECT_TRUE(packed);
   EXPECT_TRUE(dense_mlp_on_dense_layer);

@@ -187,9 +187,11 @@ TEST(HfConfig, RefusesUnsupportedAndMalformedConfigs) {
   const std::vector<Case> cases = {
       {R"({"model_type": "mistral"})", ErrorCode::unsupported, {"'mistral'", "llama, qwen3"}},
       {R"({"model_type": "deepseek_v3"})", ErrorCode::unsupported, {"deepseek_v3", "qwen3_moe"}},
-      {base_moe + R"(, "num_experts_per_tok": 9})", ErrorCode::invalid_argument,
+      {base_moe + R"(, "num_experts_per_tok": 9})",
+       ErrorCode::invalid_argument,
        {"num_experts_per_tok", "9"}},
-      {base_moe + R"(, "mlp_only_layers": [7]})", ErrorCode::invalid_argument,
+      {base_moe + R"(, "mlp_only_layers": [7]})",
+       ErrorCode::invalid_argument,
        {"mlp_only_layers", "7"}},
       {base_moe + R"(, "mlp_only_layers": "0"})", ErrorCode::format, {"mlp_only_layers"}},
       {R"({"architectures": ["GPT2LMHeadModel"]})", ErrorCode::unsupported, {"GPT2LMHeadModel"}},

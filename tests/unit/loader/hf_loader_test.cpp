@@ -34,9 +34,12 @@ class HfLoader : public ::testing::TestWithParam<engine::Arch> {
  protected:
   engine::ModelConfig config() const {
     switch (GetParam()) {
-      case engine::Arch::llama: return tiny_llama();
-      case engine::Arch::qwen3: return tiny_qwen3();
-      case engine::Arch::qwen3_moe: return tiny_qwen3_moe();
+      case engine::Arch::llama:
+        return tiny_llama();
+      case engine::Arch::qwen3:
+        return tiny_qwen3();
+      case engine::Arch::qwen3_moe:
+        return tiny_qwen3_moe();
     }
     return {};
   }

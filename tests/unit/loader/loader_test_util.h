@@ -110,8 +110,13 @@ inline engine::ModelConfig tiny_qwen3() {
 inline engine::ModelConfig tiny_qwen3_moe() {
   engine::ModelConfig c = tiny_qwen3();
   c.arch = engine::Arch::qwen3_moe;
-  c.moe = {.n_experts = 4, .top_k = 2, .expert_dim = 6, .sparse_step = 1, .dense_layers = {1},
-           .norm_topk = true, .aux_loss_coef = 0.01f};
+  c.moe = {.n_experts = 4,
+           .top_k = 2,
+           .expert_dim = 6,
+           .sparse_step = 1,
+           .dense_layers = {1},
+           .norm_topk = true,
+           .aux_loss_coef = 0.01f};
   c.name = "tiny-qwen3-moe";
   return c;
 }

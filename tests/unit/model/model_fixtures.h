@@ -47,8 +47,13 @@ inline engine::ModelConfig tiny_config(engine::Arch arch) {
   if (arch == engine::Arch::qwen3_moe) {
     // Layers 0 and 2 routed (8 experts, top 2, renormalised), layer 1 dense (mlp_only_layers).
     c.n_layers = 3;
-    c.moe = {.n_experts = 8, .top_k = 2, .expert_dim = 24, .sparse_step = 1, .dense_layers = {1},
-             .norm_topk = true, .aux_loss_coef = 0.001f};
+    c.moe = {.n_experts = 8,
+             .top_k = 2,
+             .expert_dim = 24,
+             .sparse_step = 1,
+             .dense_layers = {1},
+             .norm_topk = true,
+             .aux_loss_coef = 0.001f};
   }
   c.rms_eps = 1e-6f;
   c.tie_embeddings = arch == engine::Arch::llama;

@@ -60,7 +60,8 @@ std::vector<int32_t> routing(const Model& model, const LoraSlotPool* pool,
     seqs.push_back({cache.create(), d.input_tokens, use_slots ? d.slot : -1});
   }
   ForwardState st;
-  model.forward(seqs, cache, pool, st, {.logits = LogitsFor::hidden_only, .keep_activations = true});
+  model.forward(seqs, cache, pool, st,
+                {.logits = LogitsFor::hidden_only, .keep_activations = true});
   std::vector<int32_t> out;
   for (const auto& a : st.layers) out.insert(out.end(), a.moe.expert.begin(), a.moe.expert.end());
   return out;

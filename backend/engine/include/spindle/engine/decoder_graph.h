@@ -175,8 +175,8 @@ class DecoderGraph {
         ops_.shape(sc.dk_pre, T, c_.kv_dim());
         ops_.rmsnorm_heads_backward(a.q_pre, c_.n_heads, w.q_norm, a.inv_rms_q, sc.dq, sc.dq_pre,
                                     g ? &g->q_norm : nullptr);
-        ops_.rmsnorm_heads_backward(a.k_pre, c_.n_kv_heads, w.k_norm, a.inv_rms_k, sc.dk,
-                                    sc.dk_pre, g ? &g->k_norm : nullptr);
+        ops_.rmsnorm_heads_backward(a.k_pre, c_.n_kv_heads, w.k_norm, a.inv_rms_k, sc.dk, sc.dk_pre,
+                                    g ? &g->k_norm : nullptr);
         dq = &sc.dq_pre;
         dk = &sc.dk_pre;
       }
@@ -233,8 +233,9 @@ class DecoderGraph {
       ops_.moe_down_combine(l, a.moe, x);
       return;
     }
-    ops_.project(l, a.xn_mlp,
-                 {Proj{LoraTarget::gate, &w.w_gate, &a.gate}, Proj{LoraTarget::up, &w.w_up, &a.up}});
+    ops_.project(
+        l, a.xn_mlp,
+        {Proj{LoraTarget::gate, &w.w_gate, &a.gate}, Proj{LoraTarget::up, &w.w_up, &a.up}});
     ops_.swiglu(a.gate, a.up, a.act);
     ops_.project_add(l, LoraTarget::down, a.act, w.w_down, x);
   }

@@ -164,10 +164,10 @@ class LoraSlotPool final : public SlotPool {
   // Every expert's slots of one projection of a sparse layer, expert-major so that expert e's
   // [max_slots, ...] block is an ordinary SGMV view.
   struct ExpertModule {
-    Tensor A;                    // [n_experts, max_slots, max_rank, d_in]
-    Tensor B;                    // [n_experts, max_slots, d_out, max_rank]
-    std::vector<int32_t> rank;   // [max_slots]
-    std::vector<float> scale;    // [max_slots]
+    Tensor A;                   // [n_experts, max_slots, max_rank, d_in]
+    Tensor B;                   // [n_experts, max_slots, d_out, max_rank]
+    std::vector<int32_t> rank;  // [max_slots]
+    std::vector<float> scale;   // [max_slots]
     int64_t d_in = 0, d_out = 0;
   };
   Module* module(int64_t layer, LoraTarget target);

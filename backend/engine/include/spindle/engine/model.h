@@ -57,9 +57,9 @@ struct MoeActivations {
   // offsets[e] (rows of base-only tokens carry slot −1).
   std::vector<kernels::LoraSegment> lora_segs;
   std::vector<int64_t> lora_seg_offsets;  // [n_experts + 1]
-  Tensor xg;                     // [T·top_k, dim] the assignments' input rows
-  Tensor gate, up, act;          // [T·top_k, expert_dim]
-  Tensor out;                    // [T·top_k, dim] the experts' outputs (before the weights)
+  Tensor xg;                              // [T·top_k, dim] the assignments' input rows
+  Tensor gate, up, act;                   // [T·top_k, expert_dim]
+  Tensor out;  // [T·top_k, dim] the experts' outputs (before the weights)
 };
 
 // Intermediates of one decoder layer over the batch's T rows.
@@ -107,9 +107,9 @@ struct ForwardState {
   std::vector<kernels::LoraSegment> out_segments;   // over the logits rows
   std::vector<kernels::AttnSeq> attn_seqs;
   std::vector<LayerActivations> layers;  // n_layers if keep_activations, else 1 (reused)
-  Tensor x_last;                        // [T, dim] the residual stream; after the forward,
-                                        // the residual after the last layer (kept)
-  Tensor x_gather;                      // [n_sequences, dim] last rows (last_token only)
+  Tensor x_last;                         // [T, dim] the residual stream; after the forward,
+                                         // the residual after the last layer (kept)
+  Tensor x_gather;                       // [n_sequences, dim] last rows (last_token only)
   Tensor inv_rms_final;                 // [rows_out]
   Tensor x_final;                       // [rows_out, dim] after the final norm
   Tensor logits;                        // [rows_out, vocab]

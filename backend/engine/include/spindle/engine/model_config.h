@@ -13,8 +13,8 @@
 namespace spindle::engine {
 
 enum class Arch : uint8_t {
-  llama,  // RMSNorm, RoPE, GQA, SwiGLU
-  qwen3,  // llama + per-head RMSNorm on q and k before RoPE
+  llama,      // RMSNorm, RoPE, GQA, SwiGLU
+  qwen3,      // llama + per-head RMSNorm on q and k before RoPE
   qwen3_moe,  // qwen3 with routed experts in place of the MLP on the sparse layers (MoeConfig)
 };
 
