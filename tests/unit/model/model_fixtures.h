@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "spindle/engine/lora.h"
@@ -13,22 +15,22 @@
 
 namespace spindle::testing {
 
-// Largest |a − b| over every adapted tensor of two adapters of the same shape (a failed
-// expectation when their layers or adapted modules differ).
+// Largest |a − b| over every adapted tensor (dense modules and routed experts) of two adapters
+// of the same shape (a failed expectation when their adapted tensors differ in name or shape).
 inline float max_abs_diff(const engine::LoraWeights& a, const engine::LoraWeights& b) {
+  std::vector<std::pair<std::string, const Tensor*>> x, y;
+  engine::for_each_lora_tensor(a, [&](const std::string& n, const Tensor& t) { x.push_back({n, &t}); });
+  engine::for_each_lora_tensor(b, [&](const std::string& n, const Tensor& t) { y.push_back({n, &t}); });
+  EXPECT_EQ(x.size(), y.size());
   float worst = 0;
-  EXPECT_EQ(a.modules.size(), b.modules.size());
-  for (size_t l = 0; l < std::min(a.modules.size(), b.modules.size()); ++l)
-    for (size_t t = 0; t < a.modules[l].size(); ++t) {
-      const auto& pa = a.modules[l][t];
-      const auto& pb = b.modules[l][t];
-      EXPECT_EQ(pa.empty(), pb.empty());
-      if (pa.empty() || pb.empty()) continue;
-      for (int64_t i = 0; i < pa.A.numel(); ++i)
-        worst = std::max(worst, std::abs(pa.A.data()[i] - pb.A.data()[i]));
-      for (int64_t i = 0; i < pa.B.numel(); ++i)
-        worst = std::max(worst, std::abs(pa.B.data()[i] - pb.B.data()[i]));
+  for (size_t i = 0; i < std::min(x.size(), y.size()); ++i) {
+    EXPECT_EQ(x[i].first, y[i].first);
+    EXPECT_EQ(x[i].second->shape(), y[i].second->shape()) << x[i].first;
+    if (x[i].second->shape() != y[i].second->shape()) continue;
+    for (int64_t j = 0; j < x[i].second->numel(); ++j) {
+      worst = std::max(worst, std::abs(x[i].second->data()[j] - y[i].second->data()[j]));
     }
+  }
   return worst;
 }
 
