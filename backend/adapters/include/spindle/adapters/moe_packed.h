@@ -22,6 +22,7 @@
 #include <string>
 
 #include "spindle/core/tensor.h"
+#include "spindle/engine/lora.h"
 
 namespace spindle::adapters {
 
@@ -48,10 +49,10 @@ struct MoeDims {
 std::string moe_expert_tensor_name(int64_t layer, int64_t expert, MoeProj proj, LoraMatrix m);
 std::string moe_packed_tensor_name(int64_t layer, MoeProj proj, LoraMatrix m);
 
-struct PackedMoeProj {
-  Tensor A;  // [E, r, d_in]
-  Tensor B;  // [E, d_out, r]
-};
+// One projection's experts, packed: A [E, r, d_in], B [E, d_out, r] — the engine's own type
+// for LoRA on routed experts (engine::LoraWeights::experts), so a file's tensors are what a
+// slot pool loads.
+using PackedMoeProj = engine::ExpertLoraPair;
 
 // One MoE expert adapter in the packed layout. Invariant (checked by validate): every layer
 // has all three projections with the shapes above.
