@@ -217,6 +217,11 @@ void CpuOps::moe_route_backward(int64_t l, const Tensor& xn, const MoeActivation
   LayerWeights* G = layer_grads(l);
   const int64_t T = xn.dim(0), D = c_.dim, E = c_.moe.n_experts, K = c_.moe.top_k;
   ensure(moe_d_logits_, {T, E});
+  const MoeAuxLoss* aux = opt_ ? opt_->moe_aux : nullptr;
+  std::vector<int32_t> token_slot(size_t(T), -1);
+  for (const auto& g : st_.segments) {
+    for (int64_t r = g.row_begin; r < g.row_end; ++r) token_slot[size_t(r)] = g.slot;
+  }
   std::vector<float> dp(static_cast<size_t>(K));
   for (int64_t t = 0; t < T; ++t) {
     const float* p = m.probs.row(t);
@@ -237,6 +242,16 @@ void CpuOps::moe_route_backward(int64_t l, const Tensor& xn, const MoeActivation
     float* dz = moe_d_logits_.row(t);
     for (int64_t e = 0; e < E; ++e) dz[e] = float(-p[e] * s);
     for (int64_t k = 0; k < K; ++k) dz[ex[k]] += p[ex[k]] * dp[size_t(k)];
+    // The aux loss's own gradient g = ∂aux/∂p (every expert), through the softmax.
+    if (aux != nullptr) {
+      const auto it = aux->grad.find(token_slot[size_t(t)]);
+      if (it != aux->grad.end()) {
+        const float* g = it->second.data();
+        double gp = 0;
+        for (int64_t e = 0; e < E; ++e) gp += double(g[e]) * p[e];
+        for (int64_t e = 0; e < E; ++e) dz[e] += float(p[e] * (g[e] - gp));
+      }
+    }
   }
   // d_xn += dz · W_router (W_router [E, D])
   kernels::gemm(Trans::no, Trans::no, T, D, E, 1.0f, moe_d_logits_.data(), E, L.router.data(), D,
@@ -248,3 +263,48 @@ void CpuOps::moe_route_backward(int64_t l, const Tensor& xn, const MoeActivation
 }
 
 }  // namespace spindle::engine::internal
+
+namespace spindle::engine {
+
+MoeAuxLoss moe_aux_loss(const ModelConfig& c, const ForwardState& st) {
+  MoeAuxLoss out;
+  if (!c.moe.router_aux_loss || c.moe.aux_loss_coef == 0.0f || c.moe.n_experts == 0) return out;
+  SPINDLE_CHECK(st.keep_activations && int64_t(st.layers.size()) == c.n_layers, invalid_argument,
+                "moe_aux_loss: needs a keep_activations forward");
+  const int64_t E = c.moe.n_experts, K = c.moe.top_k;
+  std::vector<int32_t> token_slot(size_t(st.T), -1);
+  for (const auto& g : st.segments) {
+    for (int64_t r = g.row_begin; r < g.row_end; ++r) token_slot[size_t(r)] = g.slot;
+  }
+  struct Sums {
+    std::vector<double> count, prob;
+    double rows = 0;
+  };
+  std::map<int32_t, Sums> by_slot;
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    if (!c.sparse_layer(l)) continue;
+    const MoeActivations& m = st.layers[size_t(l)].moe;
+    for (int64_t t = 0; t < st.T; ++t) {
+      Sums& s = by_slot[token_slot[size_t(t)]];
+      if (s.count.empty()) s.count.assign(size_t(E), 0.0), s.prob.assign(size_t(E), 0.0);
+      s.rows += 1;
+      for (int64_t k = 0; k < K; ++k) s.count[size_t(m.expert[size_t(t * K + k)])] += 1;
+      for (int64_t e = 0; e < E; ++e) s.prob[size_t(e)] += m.probs.row(t)[e];
+    }
+  }
+  const double coef = c.moe.aux_loss_coef;
+  for (const auto& [slot, s] : by_slot) {
+    const double N = s.rows;
+    double aux = 0;
+    std::vector<float> g(static_cast<size_t>(E));
+    for (int64_t e = 0; e < E; ++e) {
+      aux += (s.count[size_t(e)] / N) * (s.prob[size_t(e)] / N);
+      g[size_t(e)] = float(coef * double(E) * s.count[size_t(e)] / (N * N));
+    }
+    out.value += coef * double(E) * aux;
+    out.grad.emplace(slot, std::move(g));
+  }
+  return out;
+}
+
+}  // namespace spindle::engine

@@ -156,6 +156,7 @@ void parse_moe(const ConfigFields& f, const std::string& source, MoeConfig& m) {
   m.sparse_step = f.opt_int("decoder_sparse_step").value_or(1);
   m.norm_topk = f.opt_bool("norm_topk_prob").value_or(false);
   m.aux_loss_coef = float(f.opt_num("router_aux_loss_coef").value_or(0.001));
+  m.router_aux_loss = f.opt_bool("output_router_logits").value_or(false);
   if (const json* d = f.get("mlp_only_layers")) {
     SPINDLE_CHECK(d->is_array(), format,
                   "{}: 'mlp_only_layers' must be a list of layer indices, got {}", source,
@@ -276,6 +277,7 @@ json hf_config_object(const ModelConfig& c) {
     j["mlp_only_layers"] = m.dense_layers;
     j["norm_topk_prob"] = m.norm_topk;
     j["router_aux_loss_coef"] = json_float(m.aux_loss_coef);
+    j["output_router_logits"] = m.router_aux_loss;
   }
   if (c.rope_scaling) {
     const RopeScaling& s = *c.rope_scaling;

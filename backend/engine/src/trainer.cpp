@@ -263,8 +263,11 @@ ForwardBackwardOutput LoraTrainer::run(std::span<const TrainDatum> batch, LossFn
   const BackwardOptions opts{.lora_grads = &lora_grads_};
   auto out = score_chunked(model_, fwd_, &pool_, batch, first_row, fn, config,
                            backward ? &opts : nullptr, d_hidden_);
+  const MoeAuxLoss aux = moe_aux_loss(model_.config(), fwd_);  // per policy (slot)
+  out.metrics.loss += aux.value;
   if (!backward) return out;
-  model_.backward(fwd_, &pool_, {.d_hidden = &d_hidden_, .lora_grads = &lora_grads_});
+  model_.backward(fwd_, &pool_,
+                  {.d_hidden = &d_hidden_, .lora_grads = &lora_grads_, .moe_aux = &aux});
   for (const auto& d : batch) {
     State& s = state(d.slot);
     lora_grads_.take(d.slot, s.grads);  // a slot seen twice adds zeros the second time
@@ -328,7 +331,9 @@ ForwardBackwardOutput FullTrainer::forward_backward(std::span<const TrainDatum> 
   const auto first_row = forward_batch(model_, batch, nullptr, /*use_slots=*/false, fwd_);
   const BackwardOptions opts{.base_grads = &grads_};
   auto out = score_chunked(model_, fwd_, nullptr, batch, first_row, fn, config, &opts, d_hidden_);
-  model_.backward(fwd_, nullptr, {.d_hidden = &d_hidden_, .base_grads = &grads_});
+  const MoeAuxLoss aux = moe_aux_loss(model_.config(), fwd_);
+  out.metrics.loss += aux.value;
+  model_.backward(fwd_, nullptr, {.d_hidden = &d_hidden_, .base_grads = &grads_, .moe_aux = &aux});
   return out;
 }
 

@@ -113,6 +113,7 @@ TEST(HfConfig, ParsesQwen3Moe30BA3B) {
   EXPECT_EQ(c.moe.expert_dim, 768);
   EXPECT_TRUE(c.moe.norm_topk);
   EXPECT_FLOAT_EQ(c.moe.aux_loss_coef, 0.001f);
+  EXPECT_FALSE(c.moe.router_aux_loss);  // output_router_logits false
   for (int64_t l = 0; l < 48; ++l) EXPECT_TRUE(c.sparse_layer(l)) << l;
   // decoder_sparse_step 2 and mlp_only_layers leave the others dense, as HF decides.
   const ModelConfig d = parse_hf_config(R"({"model_type": "qwen3_moe", "hidden_size": 64,
@@ -130,6 +131,9 @@ TEST(HfConfig, ParsesQwen3Moe30BA3B) {
   EXPECT_EQ(back.moe.n_experts, 128);
   EXPECT_EQ(back.moe.expert_dim, 768);
   EXPECT_TRUE(back.moe.norm_topk);
+  ModelConfig with_aux = c;
+  with_aux.moe.router_aux_loss = true;
+  EXPECT_TRUE(parse_hf_config(hf_config_json(with_aux), "aux.json").moe.router_aux_loss);
 }
 
 TEST(HfConfig, DefaultsFollowTransformers) {

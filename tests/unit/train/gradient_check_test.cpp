@@ -89,8 +89,13 @@ std::optional<Difference> central_difference(F&& f, R&& routes, float eps) {
   return std::nullopt;
 }
 
-void check_lora_gradients(Arch arch, LossFn fn) {
-  const ModelWeights w = testing::random_weights(testing::tiny_config(arch), 40 + int(arch));
+void check_lora_gradients(Arch arch, LossFn fn, bool router_aux = false) {
+  ModelConfig config = testing::tiny_config(arch);
+  if (router_aux) {
+    config.moe.router_aux_loss = true;
+    config.moe.aux_loss_coef = 0.5f;  // large, so that its gradient is a visible share
+  }
+  const ModelWeights w = testing::random_weights(config, 40 + int(arch));
   const ModelConfig& c = w.config;
   const Model model(w);
   LoraSlotPool pool(c, {.max_slots = 2, .max_rank = 4});
@@ -191,6 +196,74 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(arch_name(std::get<0>(info.param))) + "_" +
              loss_fn_name(std::get<1>(info.param));
     });
+
+// output_router_logits: the router's load-balancing loss is part of the objective (its value
+// in metrics.loss, its gradient through the router's softmax into every LoRA upstream).
+TEST(RouterAuxLoss, LoraGradientsMatchFiniteDifferences) {
+  check_lora_gradients(Arch::qwen3_moe, LossFn::cross_entropy, /*router_aux=*/true);
+}
+
+// The value, recomputed here from the forward's routing: per policy, over its tokens and every
+// sparse layer, coef · E · Σ_e (count_e / N) · (Σ p_e / N) (HF load_balancing_loss_func).
+TEST(RouterAuxLoss, ValueIsHfLoadBalancingLossPerPolicy) {
+  ModelConfig c = testing::tiny_config(Arch::qwen3_moe);
+  const ModelWeights w = testing::random_weights(c, 5);
+  const Model model(w);
+  LoraSlotPool pool(c, {.max_slots = 2, .max_rank = 4});
+  const auto a0 = LoraWeights::random(c, 2, 4.0f, kAll, 1, 0.3f, 0.3f);
+  const auto a1 = LoraWeights::random(c, 4, 4.0f, kAll, 2, 0.3f, 0.3f);
+  std::vector<TrainDatum> batch = make_batch(model, pool, 0, &a0, LossFn::cross_entropy, 3);
+  for (TrainDatum d : make_batch(model, pool, 1, &a1, LossFn::cross_entropy, 4)) {
+    batch.push_back(std::move(d));
+  }
+  auto loss_with = [&](bool aux) {
+    ModelWeights w2 = testing::random_weights(c, 5);
+    w2.config.moe.router_aux_loss = aux;
+    w2.config.moe.aux_loss_coef = 0.25f;
+    const Model m2(w2);
+    LoraSlotPool p2(w2.config, {.max_slots = 2, .max_rank = 4});
+    LoraTrainer t(m2, p2);
+    t.attach(0, a0.clone());
+    t.attach(1, a1.clone());
+    return t.forward(batch, LossFn::cross_entropy).metrics.loss;
+  };
+  // Independent recomputation from a keep_activations forward of the same rows.
+  pool.load(0, a0);
+  pool.load(1, a1);
+  KvCache cache(c, {.block_size = 16, .n_blocks = 0, .max_seqs = int64_t(batch.size())});
+  std::vector<BatchSequence> seqs;
+  for (const auto& d : batch) seqs.push_back({cache.create(), d.input_tokens, d.slot});
+  ForwardState st;
+  model.forward(seqs, cache, &pool, st,
+                {.logits = LogitsFor::hidden_only, .keep_activations = true});
+  const int64_t E = c.moe.n_experts, K = c.moe.top_k;
+  double want = 0;
+  for (int32_t slot : {0, 1}) {
+    std::vector<double> count(size_t(E), 0.0), prob(size_t(E), 0.0);
+    double n = 0;
+    int64_t row = 0;
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const int64_t len = int64_t(batch[i].input_tokens.size());
+      if (batch[i].slot == slot) {
+        for (int64_t l = 0; l < c.n_layers; ++l) {
+          if (!c.sparse_layer(l)) continue;
+          const auto& m = st.layers[size_t(l)].moe;
+          for (int64_t t = row; t < row + len; ++t) {
+            n += 1;
+            for (int64_t k = 0; k < K; ++k) count[size_t(m.expert[size_t(t * K + k)])] += 1;
+            for (int64_t e = 0; e < E; ++e) prob[size_t(e)] += m.probs.row(t)[e];
+          }
+        }
+      }
+      row += len;
+    }
+    double aux = 0;
+    for (int64_t e = 0; e < E; ++e) aux += (count[size_t(e)] / n) * (prob[size_t(e)] / n);
+    want += 0.25 * double(E) * aux;
+  }
+  EXPECT_NEAR(loss_with(true) - loss_with(false), want, 1e-5 * std::max(1.0, want));
+  EXPECT_GT(want, 0.1);  // about coef · top_k per policy: not a negligible term
+}
 
 TEST(FullParameterGradients, MatchFiniteDifferences) {
   // Qwen3-MoE: the router (through the top-k weights and their renormalisation) and every

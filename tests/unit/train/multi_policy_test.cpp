@@ -31,8 +31,11 @@ float max_abs(const LoraWeights& a) {
   return m;
 }
 
-void check_k_adapters_in_one_pass(Arch arch) {
-  const ModelWeights w = testing::random_weights(testing::tiny_config(arch), 71);
+void check_k_adapters_in_one_pass(Arch arch, bool router_aux = false) {
+  ModelConfig config = testing::tiny_config(arch);
+  config.moe.router_aux_loss = router_aux;
+  config.moe.aux_loss_coef = 0.5f;
+  const ModelWeights w = testing::random_weights(config, 71);
   const ModelConfig& c = w.config;
   const Model model(w);
   constexpr int K = 4;
@@ -103,6 +106,12 @@ TEST(MultiPolicy, KAdaptersInOnePassEqualEachAlone) { check_k_adapters_in_one_pa
 // in the forward and the backward, and each policy still gets exactly its own gradients.
 TEST(MultiPolicy, KAdaptersOnRoutedExpertsInOnePassEqualEachAlone) {
   check_k_adapters_in_one_pass(Arch::qwen3_moe);
+}
+
+// With the router's aux loss on: it is taken per policy (over that policy's tokens), so one
+// pass still gives each policy exactly what it gets alone.
+TEST(MultiPolicy, RouterAuxLossIsPerPolicy) {
+  check_k_adapters_in_one_pass(Arch::qwen3_moe, /*router_aux=*/true);
 }
 
 TEST(MultiPolicy, NewAdapterEqualsTheBase) {

@@ -38,7 +38,10 @@ struct MoeConfig {
   int64_t sparse_step = 1;            // decoder_sparse_step: every n-th layer is sparse
   std::vector<int64_t> dense_layers;  // mlp_only_layers: layers that keep the dense MLP
   bool norm_topk = false;             // norm_topk_prob
-  float aux_loss_coef = 0.0f;         // router_aux_loss_coef (kept; training does not add it yet)
+  float aux_loss_coef = 0.0f;         // router_aux_loss_coef
+  // output_router_logits: training adds aux_loss_coef × the load-balancing loss (HF's switch;
+  // off by default, as in transformers).
+  bool router_aux_loss = false;
 };
 
 struct ModelConfig {
