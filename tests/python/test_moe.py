@@ -58,6 +58,17 @@ def prompt_of(text: str) -> list[int]:
     return [BOS] + list(text.encode())
 
 
+def train(training, data, learning_rate: float, steps: int = 25) -> list[float]:
+    """`steps` SFT steps (cross entropy, AdamW at `learning_rate`); each step's mean token loss."""
+    losses = []
+    for _ in range(steps):
+        fb = training.forward_backward(data, "cross_entropy")
+        step = training.optim_step(types.AdamParams(learning_rate=learning_rate))
+        losses.append(mean_token_loss(fb.result()))
+        step.result()
+    return losses
+
+
 def test_sampling_agrees_with_scoring(moe_service):
     base_id = moe_service.get_server_capabilities().bases[0].id
     base = moe_service.create_sampling_client(base_model=base_id)
@@ -77,12 +88,7 @@ def test_lora_on_the_experts_learns_and_its_revision_serves(moe_service):
     prompts = [prompt_of(p) for p in ("3+4=", "10+20=", "8+1=", "55+5=")]
     completion = list(b"zq#")  # far from anything the arithmetic base says
     data = [sft_datum(p, completion) for p in prompts]
-    losses = []
-    for _ in range(25):
-        fb = training.forward_backward(data, "cross_entropy")
-        step = training.optim_step(types.AdamParams(learning_rate=1e-2))
-        losses.append(mean_token_loss(fb.result()))
-        step.result()
+    losses = train(training, data, learning_rate=1e-2)
     assert all(np.isfinite(losses))
     assert losses[-1] < 0.3 * losses[0], losses
 
@@ -110,12 +116,7 @@ def test_attention_only_lora_learns(moe_service):
     prompts = [prompt_of(p) for p in ("3+4=", "10+20=", "8+1=", "55+5=")]
     completion = list(b"zq#")
     data = [sft_datum(p, completion) for p in prompts]
-    losses = []
-    for _ in range(25):
-        fb = training.forward_backward(data, "cross_entropy")
-        step = training.optim_step(types.AdamParams(learning_rate=2e-2))
-        losses.append(mean_token_loss(fb.result()))
-        step.result()
+    losses = train(training, data, learning_rate=2e-2)
     assert losses[-1] < 0.3 * losses[0], losses
     trained = training.save_weights_and_get_sampling_client("moe-attn-final")
     greedy = types.SamplingParams(max_tokens=len(completion), temperature=0.0, seed=0)

@@ -51,10 +51,7 @@ void CpuOps::moe_route(int64_t l, const Tensor& xn, MoeActivations& m) {
   m.order.resize(size_t(T * K));
   for (int64_t j = 0; j < T * K; ++j)
     m.order[size_t(next[size_t(m.expert[size_t(j)])]++)] = int32_t(j);
-  std::vector<int32_t> token_slot(size_t(T), -1);
-  for (const auto& g : st_.segments) {
-    for (int64_t r = g.row_begin; r < g.row_end; ++r) token_slot[size_t(r)] = g.slot;
-  }
+  const std::vector<int32_t> token_slot = row_slots(st_.segments, T);
   const auto slot_of = [&](int32_t j) { return token_slot[size_t(j / K)]; };
   m.lora_segs.clear();
   m.lora_seg_offsets.assign(1, 0);
@@ -218,10 +215,7 @@ void CpuOps::moe_route_backward(int64_t l, const Tensor& xn, const MoeActivation
   const int64_t T = xn.dim(0), D = c_.dim, E = c_.moe.n_experts, K = c_.moe.top_k;
   ensure(moe_d_logits_, {T, E});
   const MoeAuxLoss* aux = opt_ ? opt_->moe_aux : nullptr;
-  std::vector<int32_t> token_slot(size_t(T), -1);
-  for (const auto& g : st_.segments) {
-    for (int64_t r = g.row_begin; r < g.row_end; ++r) token_slot[size_t(r)] = g.slot;
-  }
+  const std::vector<int32_t> token_slot = row_slots(st_.segments, T);
   std::vector<float> dp(static_cast<size_t>(K));
   for (int64_t t = 0; t < T; ++t) {
     const float* p = m.probs.row(t);
@@ -272,10 +266,7 @@ MoeAuxLoss moe_aux_loss(const ModelConfig& c, const ForwardState& st) {
   SPINDLE_CHECK(st.keep_activations && int64_t(st.layers.size()) == c.n_layers, invalid_argument,
                 "moe_aux_loss: needs a keep_activations forward");
   const int64_t E = c.moe.n_experts, K = c.moe.top_k;
-  std::vector<int32_t> token_slot(size_t(st.T), -1);
-  for (const auto& g : st.segments) {
-    for (int64_t r = g.row_begin; r < g.row_end; ++r) token_slot[size_t(r)] = g.slot;
-  }
+  const std::vector<int32_t> token_slot = internal::row_slots(st.segments, st.T);
   struct Sums {
     std::vector<double> count, prob;
     double rows = 0;

@@ -26,4 +26,14 @@ inline std::vector<kernels::LoraSegment> chunk_segments(
   return out;
 }
 
+// The adapter slot of each of `rows` rows (−1 where no segment covers it).
+inline std::vector<int32_t> row_slots(std::span<const kernels::LoraSegment> segments,
+                                      int64_t rows) {
+  std::vector<int32_t> slot(size_t(rows), -1);
+  for (const auto& g : segments) {
+    for (int64_t r = g.row_begin; r < g.row_end; ++r) slot[size_t(r)] = g.slot;
+  }
+  return slot;
+}
+
 }  // namespace spindle::engine::internal

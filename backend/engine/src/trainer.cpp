@@ -15,32 +15,15 @@ namespace {
 
 constexpr int64_t kTrainBlock = 16;
 
-LoraWeights zeros_like(const LoraWeights& w) {
-  LoraWeights z;
-  z.rank = w.rank;
-  z.alpha = w.alpha;
-  z.use_rslora = w.use_rslora;
-  z.modules.resize(w.modules.size());
-  for (size_t l = 0; l < w.modules.size(); ++l) {
-    for (size_t t = 0; t < size_t(kLoraTargetCount); ++t) {
-      const LoraPair& p = w.modules[l][t];
-      if (p.empty()) continue;
-      z.modules[l][t] = {Tensor::zeros(p.A.shape()), Tensor::zeros(p.B.shape())};
-    }
-  }
-  z.experts.resize(w.experts.size());
-  for (size_t l = 0; l < w.experts.size(); ++l) {
-    for (size_t p = 0; p < size_t(kExpertProjCount); ++p) {
-      const ExpertLoraPair& e = w.experts[l][p];
-      if (e.empty()) continue;
-      z.experts[l][p] = {Tensor::zeros(e.A.shape()), Tensor::zeros(e.B.shape())};
-    }
-  }
-  return z;
-}
-
 void zero(LoraWeights& w) {
   for_each_lora_tensor(w, [](const std::string&, Tensor& t) { t.fill(0.0f); });
+}
+
+// An adapter-shaped LoraWeights of zeros (gradient sums).
+LoraWeights zeros_like(const LoraWeights& w) {
+  LoraWeights z = w.clone();
+  zero(z);
+  return z;
 }
 
 // Forward over the batch (fresh sequences, all tokens, activations kept); rows are grouped by
