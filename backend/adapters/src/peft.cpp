@@ -97,7 +97,8 @@ PeftConfig parse_peft_config(const std::string& text, const std::string& source)
       const auto t = engine::lora_target_from_name(m.get<std::string>());
       SPINDLE_CHECK(t.has_value(), unsupported,
                     "{}: target module '{}' is not one Spindle adapts (q_proj, k_proj, v_proj, "
-                    "o_proj, gate_proj, up_proj, down_proj, lm_head)",
+                    "o_proj, gate_proj, up_proj, down_proj, lm_head; MLA: q_a_proj, q_b_proj, "
+                    "kv_a_proj_with_mqa, kv_b_proj)",
                     source, m.get<std::string>());
       c.target_modules.push_back(*t);
     }

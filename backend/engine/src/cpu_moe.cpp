@@ -1,6 +1,7 @@
-// The CPU ops of routed experts (Qwen3-MoE) for the decoder graph: a softmax router, top-k per
-// token, and one GEMM per expert over the token rows routed to it (the assignments sorted by
-// expert, as SGMV groups rows by adapter slot). No per-token loops over experts.
+// The CPU ops of routed experts (Qwen3-MoE, DeepSeek-V3) for the decoder graph: a softmax or
+// sigmoid (group-limited, bias-steered) router, top-k per token, and one GEMM per expert over the
+// token rows routed to it (the assignments sorted by expert, as SGMV groups rows by adapter slot).
+// No per-token loops over experts.
 
 #include <algorithm>
 #include <cmath>
@@ -22,24 +23,68 @@ void CpuOps::moe_route(int64_t l, const Tensor& xn, MoeActivations& m) {
   ensure(m.probs, {T, E});
   m.expert.resize(size_t(T * K));
   ensure(m.weight, {T * K});
-  std::vector<int32_t> idx(static_cast<size_t>(E));
+  const MoeConfig& mc = c_.moe;
+  const bool sigmoid = mc.scoring == RouterScoring::sigmoid;
+  const int64_t G = mc.n_group, per_group = E / G;
+  std::vector<int32_t> idx(static_cast<size_t>(E)), gidx(static_cast<size_t>(G));
+  std::vector<float> choice(static_cast<size_t>(E)), gscore(static_cast<size_t>(G));
   for (int64_t t = 0; t < T; ++t) {
     const float* z = m.logits.row(t);
     float* p = m.probs.row(t);
-    const float mx = *std::max_element(z, z + E);
-    float sum = 0;
-    for (int64_t e = 0; e < E; ++e) sum += p[e] = std::exp(z[e] - mx);
-    for (int64_t e = 0; e < E; ++e) p[e] /= sum;
-    // Top-k by probability; ties go to the lower expert index.
+    if (sigmoid) {
+      for (int64_t e = 0; e < E; ++e) p[e] = 1.0f / (1.0f + std::exp(-z[e]));
+    } else {
+      const float mx = *std::max_element(z, z + E);
+      float sum = 0;
+      for (int64_t e = 0; e < E; ++e) sum += p[e] = std::exp(z[e] - mx);
+      for (int64_t e = 0; e < E; ++e) p[e] /= sum;
+    }
+    // The choice scores: the probabilities (+ the correction bias, which only steers the
+    // choice); with groups, a group scores the sum of its two best, the topk_group best groups
+    // stay and the others' experts score 0 (HF's masked_fill).
+    for (int64_t e = 0; e < E; ++e) {
+      choice[size_t(e)] = p[e] + (mc.correction_bias ? L.router_bias.data()[e] : 0.0f);
+    }
+    if (G > 1) {
+      for (int64_t g = 0; g < G; ++g) {
+        const float* c = choice.data() + g * per_group;
+        float b1 = -INFINITY, b2 = -INFINITY;
+        for (int64_t i = 0; i < per_group; ++i) {
+          if (c[i] > b1)
+            b2 = b1, b1 = c[i];
+          else if (c[i] > b2)
+            b2 = c[i];
+        }
+        gscore[size_t(g)] = per_group > 1 ? b1 + b2 : b1;
+      }
+      std::iota(gidx.begin(), gidx.end(), 0);
+      std::partial_sort(gidx.begin(), gidx.begin() + mc.topk_group, gidx.end(),
+                        [&](int32_t a, int32_t b) {
+                          return gscore[size_t(a)] > gscore[size_t(b)] ||
+                                 (gscore[size_t(a)] == gscore[size_t(b)] && a < b);
+                        });
+      std::vector<bool> keep(size_t(G), false);
+      for (int64_t g = 0; g < mc.topk_group; ++g) keep[size_t(gidx[size_t(g)])] = true;
+      for (int64_t e = 0; e < E; ++e) {
+        if (!keep[size_t(e / per_group)]) choice[size_t(e)] = 0.0f;
+      }
+    }
+    // Top-k by choice score; ties go to the lower expert index.
+    const float* ch = choice.data();
     std::iota(idx.begin(), idx.end(), 0);
-    std::partial_sort(idx.begin(), idx.begin() + K, idx.end(),
-                      [&](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
-    float sel = 0;
+    std::partial_sort(idx.begin(), idx.begin() + K, idx.end(), [&](int32_t a, int32_t b) {
+      return ch[a] > ch[b] || (ch[a] == ch[b] && a < b);
+    });
+    // The combine weights: the selected probabilities, renormalised (HF adds 1e-20 to the
+    // sigmoid's sum), times routed_scaling_factor.
+    double sel = 0;
     for (int64_t k = 0; k < K; ++k) sel += p[idx[size_t(k)]];
+    if (sigmoid) sel += 1e-20;
     for (int64_t k = 0; k < K; ++k) {
       const int32_t e = idx[size_t(k)];
       m.expert[size_t(t * K + k)] = e;
-      m.weight.data()[t * K + k] = c_.moe.norm_topk ? p[e] / sel : p[e];
+      const double w = mc.norm_topk ? p[e] / sel : p[e];
+      m.weight.data()[t * K + k] = float(w * mc.routed_scaling);
     }
   }
   // Group the assignments by expert (a counting sort, stable in j), then each expert's rows by
@@ -216,24 +261,36 @@ void CpuOps::moe_route_backward(int64_t l, const Tensor& xn, const MoeActivation
   ensure(moe_d_logits_, {T, E});
   const MoeAuxLoss* aux = opt_ ? opt_->moe_aux : nullptr;
   const std::vector<int32_t> token_slot = row_slots(st_.segments, T);
+  const bool sigmoid = c_.moe.scoring == RouterScoring::sigmoid;
   std::vector<float> dp(static_cast<size_t>(K));
   for (int64_t t = 0; t < T; ++t) {
     const float* p = m.probs.row(t);
     const float* dw = d_weight.data() + t * K;
     const int32_t* ex = m.expert.data() + t * K;
+    // w_k = rsf·p_k / S, S = Σ_sel p (norm_topk), else rsf·p_k:
+    // dp_k = rsf·(dw_k − Σ_j dw_j·p_j/S) / S, else rsf·dw_k.
+    const double rsf = c_.moe.routed_scaling;
     if (c_.moe.norm_topk) {
-      // w_k = p_k / S, S = Σ_sel p: dp_k = (dw_k − Σ_j dw_j·w_j) / S.
-      double S = 0, dot = 0;
+      double S = sigmoid ? 1e-20 : 0.0, dot = 0;
       for (int64_t k = 0; k < K; ++k) S += p[ex[k]];
       for (int64_t k = 0; k < K; ++k) dot += double(dw[k]) * p[ex[k]] / S;
-      for (int64_t k = 0; k < K; ++k) dp[size_t(k)] = float((dw[k] - dot) / S);
+      for (int64_t k = 0; k < K; ++k) dp[size_t(k)] = float(rsf * (dw[k] - dot) / S);
     } else {
-      for (int64_t k = 0; k < K; ++k) dp[size_t(k)] = dw[k];
+      for (int64_t k = 0; k < K; ++k) dp[size_t(k)] = float(rsf * dw[k]);
+    }
+    float* dz = moe_d_logits_.row(t);
+    if (sigmoid) {
+      // Sigmoid: dz_e = dp_e·p_e·(1 − p_e) on the selection, 0 elsewhere.
+      std::fill(dz, dz + E, 0.0f);
+      for (int64_t k = 0; k < K; ++k) {
+        const float pe = p[ex[k]];
+        dz[ex[k]] += dp[size_t(k)] * pe * (1.0f - pe);
+      }
+      continue;
     }
     // Softmax: dz_e = p_e·(dp_e − Σ_sel dp·p), dp_e = 0 off the selection.
     double s = 0;
     for (int64_t k = 0; k < K; ++k) s += double(dp[size_t(k)]) * p[ex[k]];
-    float* dz = moe_d_logits_.row(t);
     for (int64_t e = 0; e < E; ++e) dz[e] = float(-p[e] * s);
     for (int64_t k = 0; k < K; ++k) dz[ex[k]] += p[ex[k]] * dp[size_t(k)];
     // The aux loss's own gradient g = ∂aux/∂p (every expert), through the softmax.
@@ -262,7 +319,10 @@ namespace spindle::engine {
 
 MoeAuxLoss moe_aux_loss(const ModelConfig& c, const ForwardState& st) {
   MoeAuxLoss out;
-  if (!c.moe.router_aux_loss || c.moe.aux_loss_coef == 0.0f || c.moe.n_experts == 0) return out;
+  if (!c.moe.router_aux_loss || c.moe.aux_loss_coef == 0.0f || c.moe.n_experts == 0 ||
+      c.moe.scoring != RouterScoring::softmax) {
+    return out;  // Qwen3-MoE's softmax router only (DeepSeek balances with the bias instead)
+  }
   SPINDLE_CHECK(st.keep_activations && int64_t(st.layers.size()) == c.n_layers, invalid_argument,
                 "moe_aux_loss: needs a keep_activations forward");
   const int64_t E = c.moe.n_experts, K = c.moe.top_k;

@@ -2,11 +2,13 @@
 // The CPU engine's ops for the decoder graph (engine/decoder_graph.h): fp32 tensors in host
 // memory, the kernels of spindle::kernels (OpenBLAS GEMMs, SGMV LoRA, paged attention). The
 // caller (model.cpp / backward.cpp) validated the batch and laid out the state's tables.
-// No fusions: fuse_qk_norm_rope_kv is always false. Routed experts: cpu_moe.cpp.
+// No fusions: fuse_qk_norm_rope_kv is always false. Routed experts: cpu_moe.cpp; latent
+// attention: cpu_mla.cpp.
 
 #include <cmath>
 #include <cstring>
 #include <initializer_list>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -27,6 +29,7 @@ class CpuOps {
  public:
   using Act = Tensor;
   using Stat = Tensor;
+  static constexpr bool kMla = true;  // latent attention's ops (cpu_mla.cpp)
 
   // `cache` may be null for calls that touch no KV (unembed, backward); `lora` may be null when
   // every slot is −1; `options` only for the backward.
@@ -35,6 +38,8 @@ class CpuOps {
       : w_(model.weights()),
         c_(model.config()),
         inv_freq_(model.inv_freq()),
+        attn_scale_(attention_softmax_scale(model.config())),
+        rope_factor_(rope_attention_factor(model.config())),
         cache_(cache),
         lora_(lora),
         st_(st),
@@ -81,6 +86,9 @@ class CpuOps {
   void rope(Tensor& x, int64_t heads, bool inverse) {
     kernels::rope(x.data(), x.dim(1), x.dim(0), heads, c_.head_dim, st_.positions.data(),
                   inv_freq_.data(), kernels::RopeStyle::half, inverse);
+    if (rope_factor_ != 1.0f) {  // YaRN's attention factor scales cos and sin
+      for (float& v : x.span()) v *= rope_factor_;
+    }
   }
   template <class A>
   bool fuse_qk_norm_rope_kv(int64_t, A&) {
@@ -93,7 +101,7 @@ class CpuOps {
   void attention(int64_t l, const Tensor& q, Tensor& out) {
     ensure(out, {st_.T, c_.q_dim()});
     kernels::attention_paged(q.data(), c_.q_dim(), out.data(), c_.q_dim(), c_.n_heads,
-                             cache_->layer(l), st_.attn_seqs, 1.0f / std::sqrt(float(c_.head_dim)));
+                             cache_->layer(l), st_.attn_seqs, attn_scale_);
   }
   void project(int64_t l, const Tensor& x, std::initializer_list<Projection<Tensor, Tensor>> ps) {
     for (const auto& p : ps) project_one(l, p.target, x, *p.w, st_.segments, *p.y);
@@ -163,6 +171,16 @@ class CpuOps {
   // Expert e's LoRA segments (rows from offsets[e]); empty when no row of it is adapted.
   std::span<const kernels::LoraSegment> expert_segments(const MoeActivations& m, int64_t e) const;
 
+  // Latent attention (cpu_mla.cpp; the contracts are decoder_graph.h's).
+  void copy_cols(const Tensor& src, int64_t c0, int64_t n, Tensor& dst);
+  void put_cols(const Tensor& src, Tensor& dst, int64_t c0);
+  void mla_rope(Tensor& x, int64_t heads, bool inverse);
+  void mla_kv_write(int64_t l, const Tensor& ckv, const Tensor& k_pe);
+  void mla_attention(int64_t l, LayerActivations& a);
+  void mla_attention_dense(int64_t l, LayerActivations& a);
+  void mla_attention_dense_backward(const LayerActivations& a, const Tensor& d_attn, Tensor& dq,
+                                    Tensor& dkv, Tensor& dk_pe);
+
   // ---- backward ----
   void begin_backward() {
     dense_.clear();
@@ -214,7 +232,7 @@ class CpuOps {
                           Tensor& dq, Tensor& dk, Tensor& dv) {
     kernels::attention_backward(q.data(), k.data(), v.data(), d_out.data(), dq.data(), dk.data(),
                                 dv.data(), c_.n_heads, c_.n_kv_heads, c_.head_dim, dense_,
-                                1.0f / std::sqrt(float(c_.head_dim)));
+                                attn_scale_);
   }
   void moe_down_combine_backward(int64_t l, const MoeActivations& m, const Tensor& dy,
                                  Tensor& d_act, Tensor& d_weight);
@@ -256,12 +274,16 @@ class CpuOps {
   const ModelWeights& w_;
   const ModelConfig& c_;
   const std::vector<float>& inv_freq_;
+  float attn_scale_;   // attention_softmax_scale
+  float rope_factor_;  // rope_attention_factor
   KvCache* cache_;
   const LoraSlotPool* lora_;
   ForwardState& st_;
   const BackwardOptions* opt_;
   std::vector<kernels::DenseSeq> dense_;
   Tensor moe_d_out_, moe_d_xg_, moe_d_logits_;  // backward scratch of the sparse layers
+  std::vector<int32_t> dense_rows_;             // MLA's dense block table (row b = block b)
+  Tensor mla_d_attn_p_, mla_dq_p_, mla_dk_p_, mla_dv_p_;  // MLA backward scratch [T, H·P]
 };
 
 }  // namespace spindle::engine::internal

@@ -126,43 +126,17 @@ struct Expected {
   Tensor* dst;
 };
 
-// Mirrors for_each_hf_tensor (weights.h), but driven by the config: it lists the optional
-// tensors (Qwen3 q/k norms, an untied lm_head) before they exist.
+// The layout of for_each_hf_tensor_shape (weights.h), sized from the config before the
+// tensors exist.
 std::vector<Expected> expected_tensors(ModelWeights& w) {
   const ModelConfig& c = w.config;
-  std::vector<Expected> out;
-  out.push_back({"model.embed_tokens.weight", {c.vocab_size, c.dim}, &w.tok_emb});
   for (size_t i = 0; i < w.layers.size(); ++i) {
-    LayerWeights& L = w.layers[i];
-    const std::string p = "model.layers." + std::to_string(i) + ".";
-    out.push_back({p + "input_layernorm.weight", {c.dim}, &L.attn_norm});
-    out.push_back({p + "self_attn.q_proj.weight", {c.q_dim(), c.dim}, &L.wq});
-    out.push_back({p + "self_attn.k_proj.weight", {c.kv_dim(), c.dim}, &L.wk});
-    out.push_back({p + "self_attn.v_proj.weight", {c.kv_dim(), c.dim}, &L.wv});
-    out.push_back({p + "self_attn.o_proj.weight", {c.dim, c.q_dim()}, &L.wo});
-    if (c.qk_norm()) {
-      out.push_back({p + "self_attn.q_norm.weight", {c.head_dim}, &L.q_norm});
-      out.push_back({p + "self_attn.k_norm.weight", {c.head_dim}, &L.k_norm});
-    }
-    out.push_back({p + "post_attention_layernorm.weight", {c.dim}, &L.ffn_norm});
-    if (c.sparse_layer(int64_t(i))) {
-      const int64_t ed = c.moe.expert_dim;
-      out.push_back({p + "mlp.gate.weight", {c.moe.n_experts, c.dim}, &L.router});
-      L.experts.resize(size_t(c.moe.n_experts));
-      for (size_t e = 0; e < L.experts.size(); ++e) {
-        const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
-        out.push_back({x + "gate_proj.weight", {ed, c.dim}, &L.experts[e].w_gate});
-        out.push_back({x + "up_proj.weight", {ed, c.dim}, &L.experts[e].w_up});
-        out.push_back({x + "down_proj.weight", {c.dim, ed}, &L.experts[e].w_down});
-      }
-      continue;
-    }
-    out.push_back({p + "mlp.gate_proj.weight", {c.hidden_dim, c.dim}, &L.w_gate});
-    out.push_back({p + "mlp.up_proj.weight", {c.hidden_dim, c.dim}, &L.w_up});
-    out.push_back({p + "mlp.down_proj.weight", {c.dim, c.hidden_dim}, &L.w_down});
+    if (c.sparse_layer(int64_t(i))) w.layers[i].experts.resize(size_t(c.moe.n_experts));
   }
-  out.push_back({"model.norm.weight", {c.dim}, &w.final_norm});
-  if (!c.tie_embeddings) out.push_back({"lm_head.weight", {c.vocab_size, c.dim}, &w.lm_head});
+  std::vector<Expected> out;
+  for_each_hf_tensor_shape(w, [&](const std::string& name, Tensor& t, const Shape& shape) {
+    out.push_back({name, shape, &t});
+  });
   return out;
 }
 
@@ -172,6 +146,11 @@ std::string config_summary(const ModelConfig& c) {
       "head_dim {}, vocab {}",
       arch_name(c.arch), c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim,
       c.vocab_size);
+  if (c.mla_attention()) {
+    s += fmt::format(", MLA (q_lora_rank {}, kv_lora_rank {}, qk_nope/rope/v {}/{}/{})",
+                     c.mla.q_lora_rank, c.mla.kv_lora_rank, c.mla.qk_nope_head_dim,
+                     c.mla.qk_rope_head_dim, c.mla.v_head_dim);
+  }
   if (c.moe.n_experts > 0) {
     s += fmt::format(", experts {} (top {}, moe_intermediate_size {})", c.moe.n_experts,
                      c.moe.top_k, c.moe.expert_dim);

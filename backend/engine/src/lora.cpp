@@ -18,6 +18,14 @@ const char* lora_target_name(LoraTarget target) {
     case LoraTarget::up: return "up_proj";
     case LoraTarget::down: return "down_proj";
     case LoraTarget::lm_head: return "lm_head";
+    case LoraTarget::q_a:
+      return "q_a_proj";
+    case LoraTarget::q_b:
+      return "q_b_proj";
+    case LoraTarget::kv_a:
+      return "kv_a_proj_with_mqa";
+    case LoraTarget::kv_b:
+      return "kv_b_proj";
   }
   return "?";
 }
@@ -28,19 +36,33 @@ std::optional<LoraTarget> lora_target_from_name(std::string_view name) {
     if (name == full) return t;
     if (full.ends_with("_proj") && name == full.substr(0, full.size() - 5)) return t;
   }
+  if (name == "kv_a" || name == "kv_a_proj") return LoraTarget::kv_a;
   return std::nullopt;
 }
 
-std::pair<int64_t, int64_t> lora_target_dims(const ModelConfig& c, LoraTarget target) {
+std::pair<int64_t, int64_t> lora_target_dims(const ModelConfig& c, int64_t layer,
+                                             LoraTarget target) {
+  const MlaConfig& a = c.mla;
   switch (target) {
     case LoraTarget::q: return {c.dim, c.q_dim()};
     case LoraTarget::k:
     case LoraTarget::v: return {c.dim, c.kv_dim()};
-    case LoraTarget::o: return {c.q_dim(), c.dim};
+    case LoraTarget::o:
+      return {c.attn_out_dim(), c.dim};
     case LoraTarget::gate:
-    case LoraTarget::up: return {c.dim, c.hidden_dim};
-    case LoraTarget::down: return {c.hidden_dim, c.dim};
+    case LoraTarget::up:
+      return {c.dim, c.dense_mlp_dim(layer)};
+    case LoraTarget::down:
+      return {c.dense_mlp_dim(layer), c.dim};
     case LoraTarget::lm_head: return {c.dim, c.vocab_size};
+    case LoraTarget::q_a:
+      return {c.dim, a.q_lora_rank};
+    case LoraTarget::q_b:
+      return {a.q_lora_rank, c.q_dim()};
+    case LoraTarget::kv_a:
+      return {c.dim, a.kv_lora_rank + a.qk_rope_head_dim};
+    case LoraTarget::kv_b:
+      return {a.kv_lora_rank, c.n_heads * (a.qk_nope_head_dim + a.v_head_dim)};
   }
   return {0, 0};
 }
@@ -49,8 +71,8 @@ bool lora_target_per_layer(LoraTarget target) { return target != LoraTarget::lm_
 
 std::string lora_module_key(int64_t layer, LoraTarget target) {
   if (target == LoraTarget::lm_head) return "base_model.model.lm_head";
-  const bool attn = target == LoraTarget::q || target == LoraTarget::k ||
-                    target == LoraTarget::v || target == LoraTarget::o;
+  const bool attn =
+      !(target == LoraTarget::gate || target == LoraTarget::up || target == LoraTarget::down);
   return fmt::format("base_model.model.model.layers.{}.{}.{}", layer, attn ? "self_attn" : "mlp",
                      lora_target_name(target));
 }
@@ -125,10 +147,10 @@ LoraWeights LoraWeights::random(const ModelConfig& config, int64_t rank, float a
         p.B = Tensor({config.moe.n_experts, d_out, rank});
         for (float& x : p.A.span()) x = ua(rng);
         for (float& x : p.B.span()) x = ub(rng);
-        continue;
       }
+      // A sparse layer's shared experts (DeepSeek) take the dense module of the same target.
       if (!lora_module_exists(config, l, t)) continue;
-      auto [d_in, d_out] = lora_target_dims(config, t);
+      auto [d_in, d_out] = lora_target_dims(config, l, t);
       LoraPair& p = w.modules[size_t(l)][size_t(t)];
       p.A = Tensor({rank, d_in});
       p.B = Tensor({d_out, rank});
@@ -140,9 +162,29 @@ LoraWeights LoraWeights::random(const ModelConfig& config, int64_t rank, float a
 }
 
 bool lora_module_exists(const ModelConfig& config, int64_t layer, LoraTarget t) {
-  if (!lora_target_per_layer(t)) return layer == 0;
-  const bool mlp = t == LoraTarget::gate || t == LoraTarget::up || t == LoraTarget::down;
-  return !mlp || !config.sparse_layer(layer);
+  const bool mla = config.mla_attention(), q_latent = config.mla.q_lora_rank > 0;
+  switch (t) {
+    case LoraTarget::lm_head:
+      return layer == 0;
+    case LoraTarget::q:
+      return !mla || !q_latent;
+    case LoraTarget::k:
+    case LoraTarget::v:
+      return !mla;
+    case LoraTarget::o:
+      return true;
+    case LoraTarget::gate:
+    case LoraTarget::up:
+    case LoraTarget::down:
+      return config.dense_mlp_dim(layer) > 0;
+    case LoraTarget::q_a:
+    case LoraTarget::q_b:
+      return mla && q_latent;
+    case LoraTarget::kv_a:
+    case LoraTarget::kv_b:
+      return mla;
+  }
+  return false;
 }
 
 static std::string module_label(int64_t layer, LoraTarget t) {
@@ -165,11 +207,15 @@ void LoraWeights::validate(const ModelConfig& config, const std::string& source)
       if (p.empty() && p.B.empty()) continue;
       SPINDLE_CHECK(lora_target_per_layer(t) || l == 0, invalid_argument,
                     "{}: lm_head adapter stored at layer {} (must be layer 0)", source, l);
-      SPINDLE_CHECK(expert_proj(t) < 0 || !config.sparse_layer(l), invalid_argument,
+      SPINDLE_CHECK(expert_proj(t) < 0 || lora_module_exists(config, l, t), invalid_argument,
                     "{}: {} is a dense MLP module, but layer {} of the base is routed experts "
                     "(their LoRA is mlp.experts.{}; hint: maybe wrong base model?)",
                     source, module_label(l, t), l, lora_target_name(t));
-      auto [d_in, d_out] = lora_target_dims(config, t);
+      SPINDLE_CHECK(lora_module_exists(config, l, t), invalid_argument,
+                    "{}: {} does not exist in a {} base{} (hint: maybe wrong base model?)", source,
+                    module_label(l, t), arch_name(config.arch),
+                    config.mla_attention() ? " (latent attention)" : "");
+      auto [d_in, d_out] = lora_target_dims(config, l, t);
       const Shape want_a{rank, d_in}, want_b{d_out, rank};
       SPINDLE_CHECK(p.A.shape() == want_a, invalid_argument,
                     "{}: {} lora_A has shape {}, expected {} (hint: maybe wrong base model?)",
@@ -264,7 +310,7 @@ LoraSlotPool::LoraSlotPool(const ModelConfig& config, LoraPoolOptions options)
   for (int64_t l = 0; l < config_.n_layers; ++l) {
     for (LoraTarget t : options_.targets) {
       if (!lora_module_exists(config_, l, t)) continue;
-      auto [d_in, d_out] = lora_target_dims(config_, t);
+      auto [d_in, d_out] = lora_target_dims(config_, l, t);
       Module m;
       m.A = Tensor::zeros({S, R, d_in});
       m.B = Tensor::zeros({S, d_out, R});

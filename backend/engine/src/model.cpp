@@ -3,6 +3,7 @@
 #include "cpu_ops.h"
 #include "model_internal.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <numbers>
@@ -20,12 +21,44 @@ using internal::ensure;
 
 }  // namespace
 
-std::vector<float> rope_inv_freq(const ModelConfig& c) {
-  std::vector<float> inv(size_t(c.head_dim / 2));
-  for (int64_t i = 0; i < c.head_dim / 2; ++i) {
-    inv[size_t(i)] = 1.0f / std::pow(c.rope_theta, float(2 * i) / float(c.head_dim));
+namespace {
+
+// transformers' _compute_yarn_parameters (find_correction_range, linear_ramp_factor): each
+// frequency blends interpolation (f / factor) and extrapolation (f) by a ramp over the dims
+// whose wavelength lies between beta_fast and beta_slow rotations of the original context.
+void apply_yarn(const ModelConfig& c, const RopeScaling& s, std::vector<float>& inv) {
+  const double dim = double(c.rope_dim()), base = c.rope_theta;
+  const double orig = double(s.original_max_position);
+  auto correction_dim = [&](double rotations) {
+    return dim * std::log(orig / (rotations * 2 * std::numbers::pi)) / (2 * std::log(base));
+  };
+  double low = correction_dim(s.beta_fast), high = correction_dim(s.beta_slow);
+  if (s.truncate) {
+    low = std::floor(low);
+    high = std::ceil(high);
   }
-  if (c.rope_scaling) {
+  low = std::max(low, 0.0);
+  high = std::min(high, dim - 1);
+  if (low == high) high += 0.001;
+  for (size_t i = 0; i < inv.size(); ++i) {
+    const double ramp = std::clamp((double(i) - low) / (high - low), 0.0, 1.0);
+    const double extrapolation = 1.0 - ramp;
+    const double f = inv[i];
+    inv[i] = float(f / s.factor * (1.0 - extrapolation) + f * extrapolation);
+  }
+}
+
+}  // namespace
+
+std::vector<float> rope_inv_freq(const ModelConfig& c) {
+  const int64_t rd = c.rope_dim();
+  std::vector<float> inv(size_t(rd / 2));
+  for (int64_t i = 0; i < rd / 2; ++i) {
+    inv[size_t(i)] = 1.0f / std::pow(c.rope_theta, float(2 * i) / float(rd));
+  }
+  if (c.rope_scaling && c.rope_scaling->type == RopeScalingType::yarn) {
+    apply_yarn(c, *c.rope_scaling, inv);
+  } else if (c.rope_scaling) {
     const RopeScaling& s = *c.rope_scaling;
     const float old_ctx = float(s.original_max_position);
     const float low_wavelen = old_ctx / s.low_freq_factor;
@@ -43,6 +76,27 @@ std::vector<float> rope_inv_freq(const ModelConfig& c) {
     }
   }
   return inv;
+}
+
+float rope_attention_factor(const ModelConfig& c) {
+  if (!c.rope_scaling || c.rope_scaling->type != RopeScalingType::yarn) return 1.0f;
+  const RopeScaling& s = *c.rope_scaling;
+  if (s.attention_factor) return *s.attention_factor;
+  if (s.mscale > 0 && s.mscale_all_dim > 0) {
+    return yarn_mscale(s.factor, s.mscale) / yarn_mscale(s.factor, s.mscale_all_dim);
+  }
+  return yarn_mscale(s.factor);
+}
+
+float attention_softmax_scale(const ModelConfig& c) {
+  if (!c.mla_attention()) return 1.0f / std::sqrt(float(c.head_dim));
+  float scale = 1.0f / std::sqrt(float(c.mla.qk_head_dim()));
+  if (c.rope_scaling && c.rope_scaling->type == RopeScalingType::yarn &&
+      c.rope_scaling->mscale_all_dim > 0) {
+    const float m = yarn_mscale(c.rope_scaling->factor, c.rope_scaling->mscale_all_dim);
+    scale *= m * m;
+  }
+  return scale;
 }
 
 Model::Model(const ModelWeights& weights) : weights_(weights), inv_freq_(rope_inv_freq(weights.config)) {}

@@ -190,10 +190,10 @@ LoraWeights init_lora(const ModelConfig& config, int64_t rank, float alpha,
         p.A = Tensor({config.moe.n_experts, rank, d_in});
         for (float& x : p.A.span()) x = u(rng);
         p.B = Tensor::zeros({config.moe.n_experts, d_out, rank});
-        continue;
       }
+      // A sparse layer's shared experts (DeepSeek) take the dense module of the same target.
       if (!lora_module_exists(config, l, t)) continue;
-      const auto [d_in, d_out] = lora_target_dims(config, t);
+      const auto [d_in, d_out] = lora_target_dims(config, l, t);
       const float bound = 1.0f / std::sqrt(float(d_in));
       std::uniform_real_distribution<float> u(-bound, bound);
       LoraPair& p = w.modules[size_t(l)][size_t(t)];
@@ -294,10 +294,24 @@ FullTrainer::FullTrainer(const Model& model, ModelWeights& weights)
   for (size_t l = 0; l < weights.layers.size(); ++l) {
     const LayerWeights& w = weights.layers[l];
     LayerWeights& g = grads_.layers[l];
-    for (auto [src, out] : {std::pair{&w.attn_norm, &g.attn_norm}, {&w.wq, &g.wq}, {&w.wk, &g.wk},
-                            {&w.wv, &g.wv}, {&w.wo, &g.wo}, {&w.q_norm, &g.q_norm},
-                            {&w.k_norm, &g.k_norm}, {&w.ffn_norm, &g.ffn_norm},
-                            {&w.w_gate, &g.w_gate}, {&w.w_up, &g.w_up}, {&w.w_down, &g.w_down}}) {
+    for (auto [src, out] : {std::pair{&w.attn_norm, &g.attn_norm},
+                            {&w.wq, &g.wq},
+                            {&w.wk, &g.wk},
+                            {&w.wv, &g.wv},
+                            {&w.wo, &g.wo},
+                            {&w.q_norm, &g.q_norm},
+                            {&w.k_norm, &g.k_norm},
+                            {&w.ffn_norm, &g.ffn_norm},
+                            {&w.w_gate, &g.w_gate},
+                            {&w.w_up, &g.w_up},
+                            {&w.w_down, &g.w_down},
+                            {&w.wq_a, &g.wq_a},
+                            {&w.q_a_norm, &g.q_a_norm},
+                            {&w.wq_b, &g.wq_b},
+                            {&w.wkv_a, &g.wkv_a},
+                            {&w.kv_a_norm, &g.kv_a_norm},
+                            {&w.wkv_b, &g.wkv_b},
+                            {&w.router_bias, &g.router_bias}}) {
       if (!src->empty()) *out = Tensor::zeros(src->shape());
     }
     if (!w.router.empty()) g.router = Tensor::zeros(w.router.shape());
@@ -327,7 +341,12 @@ OptimStepResult FullTrainer::optim_step(const AdamParams& params) {
   for_each_hf_tensor(grads_, [&](const std::string&, Tensor& t) { gs.push_back(&t); });
   SPINDLE_ASSERT(ps.size() == gs.size());
   std::vector<ParamRef> refs;
-  for (size_t i = 0; i < ps.size(); ++i) refs.push_back({ps[i].first, ps[i].second, gs[i]});
+  for (size_t i = 0; i < ps.size(); ++i) {
+    // DeepSeek's e_score_correction_bias is a buffer balanced outside the gradient (and kept
+    // out of weight decay): it is not a parameter.
+    if (ps[i].first.ends_with("e_score_correction_bias")) continue;
+    refs.push_back({ps[i].first, ps[i].second, gs[i]});
+  }
   const OptimStepResult r = adam_.step(refs, params);
   for (Tensor* g : gs) g->fill(0.0f);
   return r;

@@ -23,7 +23,7 @@ DeviceLoraPool::DeviceLoraPool(const engine::ModelConfig& config, engine::LoraPo
     for (LoraTarget t : options_.targets) {
       if (!engine::lora_module_exists(config_, l, t)) continue;
       if (modules_[size_t(l)][size_t(t)]) continue;  // a target listed twice
-      auto [d_in, d_out] = engine::lora_target_dims(config_, t);
+      auto [d_in, d_out] = engine::lora_target_dims(config_, l, t);
       Module m;
       m.A = cuda::DeviceBuffer<float>(size_t(S * R * d_in));
       m.B = cuda::DeviceBuffer<float>(size_t(S * d_out * R));

@@ -28,7 +28,9 @@ int64_t unix_ms() {
 std::vector<engine::LoraTarget> targets_of(const CreateTrainingRequest& r) {
   using T = engine::LoraTarget;
   std::vector<T> t;
-  if (r.train_attn) t.insert(t.end(), {T::q, T::k, T::v, T::o});
+  // Attention's projections of either family: init_lora skips those the base lacks (k / v on
+  // latent attention, q_a .. kv_b on the others).
+  if (r.train_attn) t.insert(t.end(), {T::q, T::k, T::v, T::o, T::q_a, T::q_b, T::kv_a, T::kv_b});
   if (r.train_mlp) t.insert(t.end(), {T::gate, T::up, T::down});
   if (r.train_unembed) t.push_back(T::lm_head);
   SPINDLE_CHECK(!t.empty(), invalid_argument,

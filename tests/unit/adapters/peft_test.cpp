@@ -144,7 +144,7 @@ TEST(Peft, UnsupportedAndMalformedConfigs) {
             std::string::npos);
   EXPECT_NE(error_of([&] { parse_peft_config("{not json", "c"); }).find("JSON"), std::string::npos);
   const auto all = parse_peft_config(R"({"r": 4, "lora_alpha": 8, "target_modules": "all-linear"})", "c");
-  EXPECT_EQ(all.target_modules.size(), 7u);
+  EXPECT_EQ(all.target_modules.size(), 11u);  // every linear but lm_head, MLA's four included
   const auto re = parse_peft_config(
       R"x({"r": 4, "lora_alpha": 8, "target_modules": ".*\\.(q_proj|v_proj)"})x", "c");
   EXPECT_EQ(re.target_modules, (std::vector<LoraTarget>{LoraTarget::q, LoraTarget::v}));

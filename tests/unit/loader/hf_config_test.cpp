@@ -9,6 +9,8 @@ namespace {
 using engine::Arch;
 using engine::ModelConfig;
 using engine::parse_hf_config;
+using engine::RopeScalingType;
+using engine::RouterScoring;
 
 const char* kLlama32_1B = R"({
   "architectures": ["LlamaForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
@@ -58,6 +60,13 @@ void expect_same_config(const ModelConfig& a, const ModelConfig& b) {
     EXPECT_EQ(a.rope_scaling->low_freq_factor, b.rope_scaling->low_freq_factor);
     EXPECT_EQ(a.rope_scaling->high_freq_factor, b.rope_scaling->high_freq_factor);
     EXPECT_EQ(a.rope_scaling->original_max_position, b.rope_scaling->original_max_position);
+    EXPECT_EQ(a.rope_scaling->type, b.rope_scaling->type);
+    EXPECT_EQ(a.rope_scaling->beta_fast, b.rope_scaling->beta_fast);
+    EXPECT_EQ(a.rope_scaling->beta_slow, b.rope_scaling->beta_slow);
+    EXPECT_EQ(a.rope_scaling->mscale, b.rope_scaling->mscale);
+    EXPECT_EQ(a.rope_scaling->mscale_all_dim, b.rope_scaling->mscale_all_dim);
+    EXPECT_EQ(a.rope_scaling->attention_factor, b.rope_scaling->attention_factor);
+    EXPECT_EQ(a.rope_scaling->truncate, b.rope_scaling->truncate);
   }
 }
 
@@ -136,6 +145,126 @@ TEST(HfConfig, ParsesQwen3Moe30BA3B) {
   EXPECT_TRUE(parse_hf_config(hf_config_json(with_aux), "aux.json").moe.router_aux_loss);
 }
 
+// DeepSeek-V3's config.json (HF hub deepseek-ai/DeepSeek-V3, its bf16 form: the fp8 release
+// carries quantization_config, refused below).
+constexpr const char* kDeepseekV3 = R"({
+  "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3",
+  "attention_bias": false, "attention_dropout": 0.0, "aux_loss_alpha": 0.001,
+  "bos_token_id": 0, "eos_token_id": 1, "ep_size": 1, "first_k_dense_replace": 3,
+  "hidden_act": "silu", "hidden_size": 7168, "initializer_range": 0.02,
+  "intermediate_size": 18432, "kv_lora_rank": 512, "max_position_embeddings": 163840,
+  "moe_intermediate_size": 2048, "moe_layer_freq": 1, "n_group": 8, "n_routed_experts": 256,
+  "n_shared_experts": 1, "norm_topk_prob": true, "num_attention_heads": 128,
+  "num_experts_per_tok": 8, "num_hidden_layers": 61, "num_key_value_heads": 128,
+  "num_nextn_predict_layers": 1, "q_lora_rank": 1536, "qk_nope_head_dim": 128,
+  "qk_rope_head_dim": 64, "rms_norm_eps": 1e-06,
+  "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0,
+                   "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096,
+                   "type": "yarn"},
+  "rope_theta": 10000, "routed_scaling_factor": 2.5, "scoring_func": "sigmoid",
+  "seq_aux": true, "tie_word_embeddings": false, "topk_group": 4, "topk_method": "noaux_tc",
+  "torch_dtype": "bfloat16", "use_cache": true, "v_head_dim": 128, "vocab_size": 129280})";
+
+TEST(HfConfig, ParsesDeepseekV3) {
+  const ModelConfig c = parse_hf_config(kDeepseekV3, "deepseek-v3/config.json");
+  EXPECT_EQ(c.arch, Arch::deepseek_v3);
+  EXPECT_TRUE(c.mla_attention());
+  EXPECT_EQ(c.mla.q_lora_rank, 1536);
+  EXPECT_EQ(c.mla.kv_lora_rank, 512);
+  EXPECT_EQ(c.head_dim, 192);  // qk_nope + qk_rope
+  EXPECT_EQ(c.n_kv_heads, 128);
+  EXPECT_EQ(c.attn_out_dim(), 128 * 128);
+  EXPECT_EQ(c.rope_dim(), 64);
+  EXPECT_TRUE(c.mla.rope_interleave);  // transformers' default
+  ASSERT_TRUE(c.rope_scaling.has_value());
+  EXPECT_EQ(c.rope_scaling->type, RopeScalingType::yarn);
+  EXPECT_FLOAT_EQ(c.rope_scaling->factor, 40.0f);
+  EXPECT_EQ(c.rope_scaling->original_max_position, 4096);
+  EXPECT_FLOAT_EQ(c.rope_scaling->mscale_all_dim, 1.0f);
+  EXPECT_EQ(c.moe.n_experts, 256);
+  EXPECT_EQ(c.moe.top_k, 8);
+  EXPECT_EQ(c.moe.expert_dim, 2048);
+  EXPECT_EQ(c.moe.scoring, RouterScoring::sigmoid);
+  EXPECT_TRUE(c.moe.correction_bias);
+  EXPECT_EQ(c.moe.n_group, 8);
+  EXPECT_EQ(c.moe.topk_group, 4);
+  EXPECT_FLOAT_EQ(c.moe.routed_scaling, 2.5f);
+  EXPECT_EQ(c.moe.n_shared_experts, 1);
+  EXPECT_EQ(c.dense_mlp_dim(0), 18432);  // first_k_dense_replace 3: layers 0-2 dense
+  EXPECT_FALSE(c.sparse_layer(2));
+  EXPECT_TRUE(c.sparse_layer(3));
+  EXPECT_EQ(c.dense_mlp_dim(3), 2048);  // the shared expert
+  EXPECT_FALSE(c.moe.router_aux_loss);
+  // The latent cache: 61 layers × (512 + 64) per token, against 2 × 128 heads × 192 for
+  // the same model with full multi-head K and V (the GQA-shaped cache it replaces).
+  EXPECT_EQ(c.kv_bytes_per_token(2), 61 * 576 * 2);
+  // The writer's JSON reads back the same model.
+  const ModelConfig back = parse_hf_config(hf_config_json(c), "back.json");
+  EXPECT_EQ(back.arch, Arch::deepseek_v3);
+  EXPECT_EQ(back.mla.q_lora_rank, 1536);
+  EXPECT_EQ(back.mla.v_head_dim, 128);
+  EXPECT_EQ(back.moe.first_dense, 3);
+  EXPECT_EQ(back.moe.n_group, 8);
+  EXPECT_FLOAT_EQ(back.moe.routed_scaling, 2.5f);
+  ASSERT_TRUE(back.rope_scaling.has_value());
+  EXPECT_EQ(back.rope_scaling->type, RopeScalingType::yarn);
+  EXPECT_FLOAT_EQ(back.rope_scaling->factor, 40.0f);
+  EXPECT_FLOAT_EQ(back.rope_scaling->mscale, 1.0f);
+  // Kimi-K2 is the same architecture (model_type kimi_k2 in its config), and DeepSeek-V2-Lite's
+  // q_lora_rank null means q_proj.
+  std::string kimi = kDeepseekV3;
+  kimi.replace(kimi.find("\"deepseek_v3\""), 13, "\"kimi_k2\"");
+  kimi.replace(kimi.find("\"q_lora_rank\": 1536"), 19, "\"q_lora_rank\": null");
+  const ModelConfig k = parse_hf_config(kimi, "kimi/config.json");
+  EXPECT_EQ(k.arch, Arch::deepseek_v3);
+  EXPECT_EQ(k.mla.q_lora_rank, 0);
+}
+
+TEST(HfConfig, RefusesWhatDeepseekV3CannotRunAs) {
+  auto with = [](const std::string& from, const std::string& to) {
+    std::string s = kDeepseekV3;
+    const size_t at = s.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    return s.replace(at, from.size(), to);
+  };
+  const struct {
+    std::string json;
+    ErrorCode code;
+    std::vector<std::string> needles;
+  } cases[] = {
+      {with("\"scoring_func\": \"sigmoid\"", "\"scoring_func\": \"softmax\""),
+       ErrorCode::unsupported,
+       {"scoring_func", "softmax"}},
+      {with("\"topk_method\": \"noaux_tc\"", "\"topk_method\": \"greedy\""),
+       ErrorCode::unsupported,
+       {"topk_method", "greedy"}},
+      {with("\"moe_layer_freq\": 1", "\"moe_layer_freq\": 2"),
+       ErrorCode::unsupported,
+       {"moe_layer_freq"}},
+      {with("\"n_group\": 8", "\"n_group\": 3"), ErrorCode::invalid_argument, {"n_group", "3"}},
+      {with("\"topk_group\": 4", "\"topk_group\": 9"),
+       ErrorCode::invalid_argument,
+       {"topk_group", "9"}},
+      {with("\"qk_rope_head_dim\": 64", "\"qk_rope_head_dim\": 63"),
+       ErrorCode::invalid_argument,
+       {"qk_rope_head_dim"}},
+      {with("\"use_cache\": true", "\"quantization_config\": {\"quant_method\": \"fp8\"}"),
+       ErrorCode::unsupported,
+       {"quantization_config", "fp8"}},
+  };
+  for (const auto& k : cases) {
+    try {
+      parse_hf_config(k.json, "ds.json");
+      ADD_FAILURE() << "accepted: " << k.needles[0];
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), k.code) << e.what();
+      for (const auto& n : k.needles) {
+        EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what();
+      }
+    }
+  }
+}
+
 TEST(HfConfig, DefaultsFollowTransformers) {
   const ModelConfig c = parse_hf_config(kMinimal + "}", "min.json");
   EXPECT_EQ(c.n_kv_heads, 8);
@@ -168,8 +297,20 @@ TEST(HfConfig, RoundTripsThroughJson) {
   ModelConfig odd = tiny_llama();
   odd.rope_theta = 12345.678f;
   odd.rms_eps = 3.3e-7f;
-  odd.rope_scaling = engine::RopeScaling{8.5f, 0.75f, 3.25f, 4096};
+  odd.rope_scaling = engine::RopeScaling{.factor = 8.5f,
+                                         .low_freq_factor = 0.75f,
+                                         .high_freq_factor = 3.25f,
+                                         .original_max_position = 4096};
   configs.push_back(odd);
+  ModelConfig yarn = tiny_qwen3();
+  yarn.rope_scaling = engine::RopeScaling{.type = RopeScalingType::yarn,
+                                          .factor = 4.0f,
+                                          .original_max_position = 32768,
+                                          .beta_fast = 16.0f,
+                                          .mscale = 0.707f,
+                                          .attention_factor = 1.25f,
+                                          .truncate = false};
+  configs.push_back(yarn);
   for (const auto& c : configs) {
     const std::string text = engine::hf_config_json(c);
     expect_same_config(c, parse_hf_config(text, "rt"));
@@ -190,7 +331,6 @@ TEST(HfConfig, RefusesUnsupportedAndMalformedConfigs) {
   };
   const std::vector<Case> cases = {
       {R"({"model_type": "mistral"})", ErrorCode::unsupported, {"'mistral'", "llama, qwen3"}},
-      {R"({"model_type": "deepseek_v3"})", ErrorCode::unsupported, {"deepseek_v3", "qwen3_moe"}},
       {base_moe + R"(, "num_experts_per_tok": 9})",
        ErrorCode::invalid_argument,
        {"num_experts_per_tok", "9"}},
@@ -204,8 +344,8 @@ TEST(HfConfig, RefusesUnsupportedAndMalformedConfigs) {
       {base + R"(, "mlp_bias": true})", ErrorCode::unsupported, {"mlp_bias"}},
       {base + R"(, "hidden_act": "gelu"})", ErrorCode::unsupported, {"hidden_act", "'gelu'"}},
       {base + R"(, "rope_scaling": {"rope_type": "yarn", "factor": 4.0}})",
-       ErrorCode::unsupported,
-       {"'yarn'"}},
+       ErrorCode::format,
+       {"original_max_position_embeddings"}},
       {base + R"(, "rope_scaling": {"type": "linear", "factor": 2.0}})",
        ErrorCode::unsupported,
        {"'linear'"}},

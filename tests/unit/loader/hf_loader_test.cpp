@@ -40,6 +40,8 @@ class HfLoader : public ::testing::TestWithParam<engine::Arch> {
         return tiny_qwen3();
       case engine::Arch::qwen3_moe:
         return tiny_qwen3_moe();
+      case engine::Arch::deepseek_v3:
+        return tiny_deepseek_v3();
     }
     return {};
   }
@@ -61,6 +63,19 @@ TEST_P(HfLoader, RoundTripIsBitExactInF32AndRoundedInF16Bf16) {
   EXPECT_EQ(got.config.moe.dense_layers, w.config.moe.dense_layers);
   EXPECT_EQ(got.config.moe.norm_topk, w.config.moe.norm_topk);
   EXPECT_EQ(got.config.moe.aux_loss_coef, w.config.moe.aux_loss_coef);
+  EXPECT_EQ(got.config.moe.scoring, w.config.moe.scoring);
+  EXPECT_EQ(got.config.moe.n_group, w.config.moe.n_group);
+  EXPECT_EQ(got.config.moe.first_dense, w.config.moe.first_dense);
+  EXPECT_EQ(got.config.moe.n_shared_experts, w.config.moe.n_shared_experts);
+  EXPECT_EQ(got.config.moe.routed_scaling, w.config.moe.routed_scaling);
+  EXPECT_EQ(got.config.mla.q_lora_rank, w.config.mla.q_lora_rank);
+  EXPECT_EQ(got.config.mla.kv_lora_rank, w.config.mla.kv_lora_rank);
+  EXPECT_EQ(got.config.mla.v_head_dim, w.config.mla.v_head_dim);
+  EXPECT_EQ(got.config.rope_scaling.has_value(), w.config.rope_scaling.has_value());
+  if (w.config.rope_scaling) {
+    EXPECT_EQ(got.config.rope_scaling->type, w.config.rope_scaling->type);
+    EXPECT_EQ(got.config.rope_scaling->mscale, w.config.rope_scaling->mscale);
+  }
 
   engine::save_hf_dir(w, dir / "f16", DType::f16);
   expect_same_weights(w, engine::load_hf_dir(dir / "f16"),
@@ -119,12 +134,15 @@ TEST_P(HfLoader, TensorProblemsAreNamedWithGotAndExpected) {
   const ModelWeights w = random_model(config(), 3);
   const auto& c = w.config;
   TempDir dir("hf");
-  const std::string q = "model.layers.1.self_attn.q_proj.weight";
+  // The query projection (MLA: the latent's up-projection).
+  const std::string q = c.mla_attention() ? "model.layers.1.self_attn.q_b_proj.weight"
+                                          : "model.layers.1.self_attn.q_proj.weight";
+  const int64_t q_in = c.mla_attention() ? c.mla.q_lora_rank : c.dim;
 
   auto ts = tensors_of(w);
   for (auto& t : ts)
     if (t.name == q) t.dtype = DType::i32;
-  std::vector<float> ints(size_t(c.q_dim() * c.dim), 3.0f);
+  std::vector<float> ints(size_t(c.q_dim() * q_in), 3.0f);
   for (auto& t : ts)
     if (t.name == q) t.data = ints.data();
   write_dir(dir.path(), c, ts);
@@ -132,14 +150,26 @@ TEST_P(HfLoader, TensorProblemsAreNamedWithGotAndExpected) {
 
   ts = tensors_of(w);
   for (auto& t : ts)
-    if (t.name == q) t.shape = {c.q_dim(), c.dim / 2};
+    if (t.name == q) t.shape = {c.q_dim(), q_in / 2};
   write_dir(dir.path(), c, ts);
-  EXPECT_SPINDLE_ERROR(engine::load_hf_dir(dir.path()), q, shape_str({c.q_dim(), c.dim / 2}),
-                       shape_str({c.q_dim(), c.dim}), "wrong base model");
+  EXPECT_SPINDLE_ERROR(engine::load_hf_dir(dir.path()), q, shape_str({c.q_dim(), q_in / 2}),
+                       shape_str({c.q_dim(), q_in}), "wrong base model");
 
   ts = tensors_of(w);
   const std::string up = c.sparse_layer(0) ? "model.layers.0.mlp.experts.3.up_proj.weight"
                                            : "model.layers.0.mlp.up_proj.weight";
+  if (c.sparse_layer(1) && c.moe.correction_bias) {
+    // DeepSeek: a sparse layer's shared expert and the router's correction bias are named too.
+    for (const std::string name : {"model.layers.1.mlp.shared_experts.down_proj.weight",
+                                   "model.layers.1.mlp.gate.e_score_correction_bias",
+                                   "model.layers.1.self_attn.kv_a_layernorm.weight"}) {
+      ts = tensors_of(w);
+      erase_tensor(ts, name);
+      write_dir(dir.path(), c, ts);
+      EXPECT_SPINDLE_ERROR(engine::load_hf_dir(dir.path()), name, "not found");
+    }
+    ts = tensors_of(w);
+  }
   erase_tensor(ts, up);
   write_dir(dir.path(), c, ts);
   auto missing = catch_error([&] { engine::load_hf_dir(dir.path()); });
@@ -177,7 +207,7 @@ TEST_P(HfLoader, TensorProblemsAreNamedWithGotAndExpected) {
 
 INSTANTIATE_TEST_SUITE_P(Arch, HfLoader,
                          ::testing::Values(engine::Arch::llama, engine::Arch::qwen3,
-                                           engine::Arch::qwen3_moe),
+                                           engine::Arch::qwen3_moe, engine::Arch::deepseek_v3),
                          [](const auto& info) {
                            return std::string(engine::arch_name(info.param));
                          });

@@ -121,6 +121,38 @@ inline engine::ModelConfig tiny_qwen3_moe() {
   return c;
 }
 
+// DeepSeek-V3: MLA (a query latent, v_head_dim ≠ the qk head), layer 0 dense
+// (first_k_dense_replace), layer 1 routed: 4 experts in 2 groups, top 2, a shared expert.
+inline engine::ModelConfig tiny_deepseek_v3() {
+  engine::ModelConfig c = tiny_qwen3();
+  c.arch = engine::Arch::deepseek_v3;
+  c.mla = {.q_lora_rank = 8,
+           .kv_lora_rank = 6,
+           .qk_nope_head_dim = 4,
+           .qk_rope_head_dim = 2,
+           .v_head_dim = 4};
+  c.head_dim = c.mla.qk_head_dim();
+  c.n_kv_heads = c.n_heads;
+  c.rope_scaling = engine::RopeScaling{.type = engine::RopeScalingType::yarn,
+                                       .factor = 4.0f,
+                                       .original_max_position = 16,
+                                       .mscale = 0.7f,
+                                       .mscale_all_dim = 0.7f};
+  c.moe = {.n_experts = 4,
+           .top_k = 2,
+           .expert_dim = 6,
+           .norm_topk = true,
+           .scoring = engine::RouterScoring::sigmoid,
+           .n_group = 2,
+           .topk_group = 1,
+           .routed_scaling = 1.5f,
+           .n_shared_experts = 1,
+           .first_dense = 1,
+           .correction_bias = true};
+  c.name = "tiny-deepseek-v3";
+  return c;
+}
+
 // Random weights with every tensor the config asks for. Values are spread over several
 // binades so that f16/bf16 rounding is exercised.
 inline engine::ModelWeights random_model(const engine::ModelConfig& c, uint64_t seed) {
@@ -134,34 +166,12 @@ inline engine::ModelWeights random_model(const engine::ModelConfig& c, uint64_t 
   };
   engine::ModelWeights w;
   w.config = c;
-  w.tok_emb = fill({c.vocab_size, c.dim});
+  w.layers.resize(size_t(c.n_layers));
   for (int64_t l = 0; l < c.n_layers; ++l) {
-    engine::LayerWeights L;
-    L.attn_norm = fill({c.dim});
-    L.wq = fill({c.q_dim(), c.dim});
-    L.wk = fill({c.kv_dim(), c.dim});
-    L.wv = fill({c.kv_dim(), c.dim});
-    L.wo = fill({c.dim, c.q_dim()});
-    if (c.qk_norm()) {
-      L.q_norm = fill({c.head_dim});
-      L.k_norm = fill({c.head_dim});
-    }
-    L.ffn_norm = fill({c.dim});
-    if (c.sparse_layer(l)) {
-      L.router = fill({c.moe.n_experts, c.dim});
-      for (int64_t x = 0; x < c.moe.n_experts; ++x) {
-        L.experts.push_back({fill({c.moe.expert_dim, c.dim}), fill({c.moe.expert_dim, c.dim}),
-                             fill({c.dim, c.moe.expert_dim})});
-      }
-    } else {
-      L.w_gate = fill({c.hidden_dim, c.dim});
-      L.w_up = fill({c.hidden_dim, c.dim});
-      L.w_down = fill({c.dim, c.hidden_dim});
-    }
-    w.layers.push_back(std::move(L));
+    if (c.sparse_layer(l)) w.layers[size_t(l)].experts.resize(size_t(c.moe.n_experts));
   }
-  w.final_norm = fill({c.dim});
-  if (!c.tie_embeddings) w.lm_head = fill({c.vocab_size, c.dim});
+  engine::for_each_hf_tensor_shape(
+      w, [&](const std::string&, Tensor& t, const Shape& shape) { t = fill(shape); });
   return w;
 }
 

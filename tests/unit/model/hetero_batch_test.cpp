@@ -14,9 +14,8 @@
 namespace spindle::engine {
 namespace {
 
-constexpr LoraTarget kEveryTarget[] = {LoraTarget::q,  LoraTarget::k,    LoraTarget::v,
-                                       LoraTarget::o,  LoraTarget::gate, LoraTarget::up,
-                                       LoraTarget::down, LoraTarget::lm_head};
+// Every target; LoraWeights::random skips those the architecture lacks.
+constexpr auto kEveryTarget = kAllLoraTargets;
 
 // W += s·B·A for every adapted module, on a copy of the base.
 ModelWeights merged_copy(const ModelWeights& base, const LoraWeights& a) {
@@ -42,6 +41,15 @@ ModelWeights merged_copy(const ModelWeights& base, const LoraWeights& a) {
                    B.wo.clone(),        B.q_norm.clone(), B.k_norm.clone(), B.ffn_norm.clone(),
                    B.w_gate.clone(),    B.w_up.clone(),   B.w_down.clone()};
     L.router = B.router.clone();  // the router is not adapted
+    L.router_bias = B.router_bias.clone();
+    for (auto [dst, src] : {std::pair{&L.wq_a, &B.wq_a},
+                            {&L.q_a_norm, &B.q_a_norm},
+                            {&L.wq_b, &B.wq_b},
+                            {&L.wkv_a, &B.wkv_a},
+                            {&L.kv_a_norm, &B.kv_a_norm},
+                            {&L.wkv_b, &B.wkv_b}}) {
+      *dst = src->clone();
+    }
     for (size_t e = 0; e < B.experts.size(); ++e) {
       ExpertWeights X{B.experts[e].w_gate.clone(), B.experts[e].w_up.clone(),
                       B.experts[e].w_down.clone()};
@@ -70,6 +78,10 @@ ModelWeights merged_copy(const ModelWeights& base, const LoraWeights& a) {
     merge(L.w_gate, m[size_t(LoraTarget::gate)]);
     merge(L.w_up, m[size_t(LoraTarget::up)]);
     merge(L.w_down, m[size_t(LoraTarget::down)]);
+    merge(L.wq_a, m[size_t(LoraTarget::q_a)]);
+    merge(L.wq_b, m[size_t(LoraTarget::q_b)]);
+    merge(L.wkv_a, m[size_t(LoraTarget::kv_a)]);
+    merge(L.wkv_b, m[size_t(LoraTarget::kv_b)]);
     w.layers.push_back(std::move(L));
   }
   merge(w.lm_head, a.modules[0][size_t(LoraTarget::lm_head)]);
@@ -86,7 +98,7 @@ void check_hetero(const ModelWeights& base, float tolerance) {
   for (int i = 0; i < kRows; ++i) {
     // Every row gets a different adapter; a few leave some modules unadapted.
     std::vector<LoraTarget> targets(std::begin(kEveryTarget), std::end(kEveryTarget));
-    if (i % 5 == 3) targets = {LoraTarget::q, LoraTarget::v, LoraTarget::down};
+    if (i % 5 == 3) targets = {LoraTarget::q, LoraTarget::v, LoraTarget::kv_b, LoraTarget::down};
     // Trained-adapter magnitudes: scale 2 (alpha = 2r, or 2√r under rsLoRA), |A|, |B| <= 0.1.
     const bool rslora = i % 4 == 1;
     const float alpha = rslora ? 2.0f * std::sqrt(float(ranks[i])) : 2.0f * float(ranks[i]);
@@ -149,6 +161,12 @@ TEST(HeteroBatch, SixteenAdaptersMatchMergedWeightsOnRandomQwen3) {
 // rows regroup by (expert, slot), one SGMV segment per slot inside each expert's GEMM rows.
 TEST(HeteroBatch, SixteenAdaptersMatchMergedWeightsOnRandomQwen3Moe) {
   check_hetero(testing::random_weights(testing::tiny_config(Arch::qwen3_moe), 13), 1e-4f);
+}
+
+// DeepSeek-V3: the MLA targets (q_a, q_b, kv_a, and kv_b absorbed into the latent attention),
+// the shared experts and the routed experts, 16 adapters in one batch.
+TEST(HeteroBatch, SixteenAdaptersMatchMergedWeightsOnRandomDeepseekV3) {
+  check_hetero(testing::random_weights(testing::tiny_config(Arch::deepseek_v3), 14), 1e-4f);
 }
 
 TEST(HeteroBatch, SixteenAdaptersMatchMergedWeightsOnRandomLlama) {

@@ -10,9 +10,8 @@
 namespace spindle::engine {
 namespace {
 
-constexpr LoraTarget kAll[] = {LoraTarget::q,  LoraTarget::k,  LoraTarget::v,
-                               LoraTarget::o,  LoraTarget::gate, LoraTarget::up,
-                               LoraTarget::down, LoraTarget::lm_head};
+// Every target; LoraWeights::random skips those the architecture lacks (k/v on MLA, ...).
+constexpr auto kAll = kAllLoraTargets;
 
 float max_diff(const float* a, const std::vector<double>& b) {
   float worst = 0;
@@ -22,9 +21,8 @@ float max_diff(const float* a, const std::vector<double>& b) {
 
 class ForwardVsReference : public ::testing::TestWithParam<std::tuple<Arch, bool>> {};
 
-TEST_P(ForwardVsReference, PrefillThenDecodeMatchesReference) {
-  const auto [arch, with_adapter] = GetParam();
-  const ModelWeights w = testing::random_weights(testing::tiny_config(arch), 21);
+// Prefill a prompt, then decode through the KV cache; every logit row against the reference.
+void check_against_reference(const ModelWeights& w, bool with_adapter) {
   const ModelConfig& c = w.config;
   const LoraWeights adapter = LoraWeights::random(c, 4, 8.0f, kAll, 77, 0.3f, 0.3f);
   LoraSlotPool pool(c, {.max_slots = 2, .max_rank = 8});
@@ -51,9 +49,77 @@ TEST_P(ForwardVsReference, PrefillThenDecodeMatchesReference) {
   EXPECT_EQ(cache.length(seq), int64_t(prompt.size()) + 4);
 }
 
+TEST_P(ForwardVsReference, PrefillThenDecodeMatchesReference) {
+  const auto [arch, with_adapter] = GetParam();
+  check_against_reference(testing::random_weights(testing::tiny_config(arch), 21), with_adapter);
+}
+
+// MLA without a query latent (q_proj, DeepSeek-V2-Lite's layout), half-split RoPE, no YaRN,
+// one expert group, plain weights: the other branches of the same graph.
+TEST(ForwardVsReferenceMla, QueryProjectionHalfRopeNoGroups) {
+  ModelConfig c = testing::tiny_config(Arch::deepseek_v3);
+  c.mla.q_lora_rank = 0;
+  c.mla.rope_interleave = false;
+  c.mla.v_head_dim = 16;  // wider than the qk head: the padding goes the other way
+  c.rope_scaling.reset();
+  c.moe.n_group = 1;
+  c.moe.topk_group = 1;
+  c.moe.norm_topk = false;
+  c.moe.correction_bias = false;
+  c.moe.n_shared_experts = 2;
+  for (bool adapter : {false, true})
+    check_against_reference(testing::random_weights(c, 22), adapter);
+}
+
+// YaRN on a dense model (Qwen3 with rope_scaling yarn): the scaled frequencies and the
+// attention factor on q and k.
+TEST(ForwardVsReferenceYarn, Qwen3WithYarnScaling) {
+  ModelConfig c = testing::tiny_config(Arch::qwen3);
+  c.rope_scaling =
+      RopeScaling{.type = RopeScalingType::yarn, .factor = 4.0f, .original_max_position = 32};
+  EXPECT_NE(rope_attention_factor(c), 1.0f);
+  check_against_reference(testing::random_weights(c, 24), /*with_adapter=*/true);
+}
+
+// Training forwards (keep_activations) run MLA uncompressed; inference runs it absorbed over
+// the latent cache. Same function, so the same logits to rounding.
+TEST(ForwardVsReferenceMla, CompressedCacheEqualsUncompressedForm) {
+  const ModelWeights w = testing::random_weights(testing::tiny_config(Arch::deepseek_v3), 23);
+  const LoraWeights adapter = LoraWeights::random(w.config, 4, 8.0f, kAll, 78, 0.3f, 0.3f);
+  LoraSlotPool pool(w.config, {.max_slots = 2, .max_rank = 8});
+  pool.load(1, adapter);
+  const Model model(w);
+  const std::vector<int32_t> p = {1, 9, 33, 4, 70, 5};
+  for (int32_t slot : {-1, 1}) {
+    KvCache c1(w.config, {.block_size = 4, .n_blocks = 0, .max_seqs = 1});
+    KvCache c2(w.config, {.block_size = 4, .n_blocks = 0, .max_seqs = 1});
+    ForwardState a, b;
+    const BatchSequence s1{c1.create(), p, slot}, s2{c2.create(), p, slot};
+    model.forward({&s1, 1}, c1, &pool, a, {.logits = LogitsFor::all_tokens});
+    model.forward({&s2, 1}, c2, &pool, b,
+                  {.logits = LogitsFor::all_tokens, .keep_activations = true});
+    ASSERT_EQ(a.logits.shape(), b.logits.shape());
+    float worst = 0, scale = 0;
+    for (int64_t i = 0; i < a.logits.numel(); ++i) {
+      worst = std::max(worst, std::abs(a.logits.data()[i] - b.logits.data()[i]));
+      scale = std::max(scale, std::abs(a.logits.data()[i]));
+    }
+    EXPECT_LE(worst, 2e-5f * std::max(1.0f, scale)) << "slot " << slot;
+    EXPECT_GT(scale, 0.1f);
+  }
+}
+
+TEST(KvCacheBytes, LatentCacheHoldsTheLatentAndTheRopeKeyOnly) {
+  const ModelConfig c = testing::tiny_config(Arch::deepseek_v3);
+  // 3 layers × (kv_lora_rank 12 + qk_rope_head_dim 4) floats, against GQA's 2·H·head_dim.
+  EXPECT_EQ(c.kv_bytes_per_token(4), 3 * 16 * 4);
+  KvCache cache(c, {.block_size = 4, .n_blocks = 2, .max_seqs = 1});
+  EXPECT_EQ(cache.bytes(), size_t(3 * 2 * 4 * 16) * sizeof(float));
+}
+
 INSTANTIATE_TEST_SUITE_P(Archs, ForwardVsReference,
                          ::testing::Combine(::testing::Values(Arch::llama, Arch::qwen3,
-                                                              Arch::qwen3_moe),
+                                                              Arch::qwen3_moe, Arch::deepseek_v3),
                                             ::testing::Bool()));
 
 TEST(Forward, KeepActivationsGivesSameLogitsAndEveryLayer) {

@@ -1,7 +1,8 @@
 // Finite-difference checks of the analytic gradients: for every LoRA parameter kind (A and B
-// of q, k, v, o, gate, up, down, lm_head), for every loss, on tiny random Llama and Qwen3
-// models; and for base weights in full-parameter mode. Directional central differences along
-// a random direction per tensor, with the loss accumulated in double.
+// of q, k, v, o, gate, up, down, lm_head; MLA's q_a, q_b, kv_a, kv_b; routed and shared
+// experts), for every loss, on tiny random Llama, Qwen3, Qwen3-MoE and DeepSeek-V3 models; and for
+// base weights in full-parameter mode. Directional central differences along a random direction per
+// tensor, with the loss accumulated in double.
 
 #include <gtest/gtest.h>
 
@@ -15,9 +16,8 @@
 namespace spindle::engine {
 namespace {
 
-constexpr LoraTarget kAll[] = {LoraTarget::q,  LoraTarget::k,    LoraTarget::v,
-                               LoraTarget::o,  LoraTarget::gate, LoraTarget::up,
-                               LoraTarget::down, LoraTarget::lm_head};
+// Every target; LoraWeights::random skips those the architecture lacks (k/v on MLA, ...).
+constexpr auto kAll = kAllLoraTargets;
 
 // Two data of different lengths; RL inputs place ρ well inside or well outside the clip range
 // (never near a kink, where a finite difference is meaningless).
@@ -189,7 +189,8 @@ TEST_P(LoraGradients, MatchFiniteDifferences) {
 
 INSTANTIATE_TEST_SUITE_P(
     ArchsAndLosses, LoraGradients,
-    ::testing::Combine(::testing::Values(Arch::llama, Arch::qwen3, Arch::qwen3_moe),
+    ::testing::Combine(::testing::Values(Arch::llama, Arch::qwen3, Arch::qwen3_moe,
+                                         Arch::deepseek_v3),
                        ::testing::Values(LossFn::cross_entropy, LossFn::importance_sampling,
                                          LossFn::ppo, LossFn::cispo, LossFn::dro)),
     [](const auto& info) {
@@ -267,8 +268,10 @@ TEST(RouterAuxLoss, ValueIsHfLoadBalancingLossPerPolicy) {
 
 TEST(FullParameterGradients, MatchFiniteDifferences) {
   // Qwen3-MoE: the router (through the top-k weights and their renormalisation) and every
-  // expert too; the top-k choice itself is a constant.
-  for (Arch arch : {Arch::llama, Arch::qwen3, Arch::qwen3_moe}) {
+  // expert too; the top-k choice itself is a constant. DeepSeek-V3: every MLA projection and
+  // norm, the sigmoid router's gates, the shared experts; the correction bias only steers the
+  // choice (its gradient is 0, and a step that flips a choice is not compared).
+  for (Arch arch : {Arch::llama, Arch::qwen3, Arch::qwen3_moe, Arch::deepseek_v3}) {
     ModelWeights w = testing::random_weights(testing::tiny_config(arch), 60 + int(arch));
     const Model model(w);
     LoraSlotPool pool(w.config, {.max_slots = 1, .max_rank = 1});

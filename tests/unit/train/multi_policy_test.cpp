@@ -13,9 +13,8 @@
 namespace spindle::engine {
 namespace {
 
-constexpr LoraTarget kAll[] = {LoraTarget::q,  LoraTarget::k,    LoraTarget::v,
-                               LoraTarget::o,  LoraTarget::gate, LoraTarget::up,
-                               LoraTarget::down, LoraTarget::lm_head};
+// Every target; LoraWeights::random and init_lora skip those the architecture lacks.
+constexpr auto kAll = kAllLoraTargets;
 
 using spindle::testing::max_abs_diff;
 
@@ -43,7 +42,7 @@ void check_k_adapters_in_one_pass(Arch arch, bool router_aux = false) {
   std::vector<LoraWeights> init;
   for (int k = 0; k < K; ++k) {
     std::vector<LoraTarget> targets(std::begin(kAll), std::end(kAll));
-    if (k == 2) targets = {LoraTarget::v, LoraTarget::down};
+    if (k == 2) targets = {LoraTarget::v, LoraTarget::kv_b, LoraTarget::down};
     init.push_back(LoraWeights::random(c, ranks[k], 2.0f * float(ranks[k]), targets, 100 + k,
                                        0.2f, 0.1f));
   }
@@ -106,6 +105,11 @@ TEST(MultiPolicy, KAdaptersInOnePassEqualEachAlone) { check_k_adapters_in_one_pa
 // in the forward and the backward, and each policy still gets exactly its own gradients.
 TEST(MultiPolicy, KAdaptersOnRoutedExpertsInOnePassEqualEachAlone) {
   check_k_adapters_in_one_pass(Arch::qwen3_moe);
+}
+
+// DeepSeek-V3: MLA's targets, the shared and the routed experts, the sigmoid router.
+TEST(MultiPolicy, KAdaptersOnDeepseekV3InOnePassEqualEachAlone) {
+  check_k_adapters_in_one_pass(Arch::deepseek_v3);
 }
 
 // With the router's aux loss on: it is taken per policy (over that policy's tokens), so one

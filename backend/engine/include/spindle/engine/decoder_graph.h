@@ -56,8 +56,23 @@
 //                                   d_weight[j] = dy[t]·out[j] (expert grads when full-param)
 //   moe_gate_up_backward(l, m, d_gate, d_up, d_xn)   d_xn = Σ_assignments (d_gate·W_g + d_up·W_u)
 //                                   (overwrites d_xn)
-//   moe_route_backward(l, xn, m, d_weight, d_xn)     through renormalisation and softmax to the
-//                                   router logits; d_xn += d_logits·W_router
+//   moe_route_backward(l, xn, m, d_weight, d_xn)     through renormalisation and softmax (or
+//                                   sigmoid) to the router logits; d_xn += d_logits·W_router
+// Multi-head Latent Attention (an Ops with `static constexpr bool kMla = true`; the graph
+// instantiates these calls only then; `a` is LayerActivations-shaped with an `mla` member):
+//   copy_cols(src, c0, n, dst)      dst = src[:, c0 : c0+n]
+//   put_cols(src, dst, c0)          dst[:, c0 : c0+src.cols] = src
+//   mla_rope(x, heads, inverse)     RoPE on the last qk_rope_head_dim columns of each of the
+//                                   row's `heads` equal parts (rope_interleave pairs), times
+//                                   YaRN's attention factor
+//   mla_kv_write(l, ckv, k_pe)      the rows [ckv, k_pe] into layer l's latent cache
+//   mla_attention(l, a)             a.attn from a.q over the latent cache, in the absorbed form:
+//                                   q_nope·W_UK per head, scores over [ckv, k_pe], W_UV on the
+//                                   attended latent (LoRA on kv_b_proj included)
+//   mla_attention_dense(l, a)       a.attn from a.q, a.mla.kv, a.mla.k_pe, uncompressed (new
+//                                   rows only, sequences from position 0); keeps q_p/k_p/v_p
+//   mla_attention_dense_backward(a, d_attn, dq, dkv, dk_pe)   through the uncompressed
+//                                   attention: dq [T, q_dim], dkv [T, H·(dn+dv)], dk_pe [T, dr]
 //   embedding_backward(dx)          scatter-add into the embedding's gradient (full-parameter
 //                                   mode; a no-op when layer_grads is always null)
 
@@ -83,6 +98,10 @@ class DecoderGraph {
   using Proj = Projection<Act, Act>;
 
   explicit DecoderGraph(Ops& ops) : ops_(ops), c_(ops.config()) {}
+
+  // Whether the backend has latent attention's ops (the CPU engine's); others refuse MLA bases
+  // at load, so the branches are not instantiated for them.
+  static constexpr bool kMla = requires { Ops::kMla; };
 
   // The forward of the batch laid out in ops.state() (tokens, positions, cache slots, segments):
   // every layer, the final norm over the logits rows (each sequence's last row when
@@ -121,13 +140,12 @@ class DecoderGraph {
     const int64_t T = st.T;
     ops_.shape(sc.dx, T, c_.dim);
     ops_.shape(sc.d_xn, T, c_.dim);
-    ops_.shape(sc.d_act, T, c_.hidden_dim);
-    ops_.shape(sc.d_gate, T, c_.hidden_dim);
-    ops_.shape(sc.d_up, T, c_.hidden_dim);
-    ops_.shape(sc.d_attn, T, c_.q_dim());
+    ops_.shape(sc.d_attn, T, c_.attn_out_dim());
     ops_.shape(sc.dq, T, c_.q_dim());
-    ops_.shape(sc.dk, T, c_.kv_dim());
-    ops_.shape(sc.dv, T, c_.kv_dim());
+    if (!c_.mla_attention()) {
+      ops_.shape(sc.dk, T, c_.kv_dim());
+      ops_.shape(sc.dv, T, c_.kv_dim());
+    }
     Act& dx = sc.dx;
     ops_.rmsnorm_backward(st.x_last, ops_.final_norm(), st.inv_rms_final, d_hidden, dx, 0.0f,
                           ops_.final_norm_grad());
@@ -137,8 +155,8 @@ class DecoderGraph {
       auto* g = ops_.layer_grads(l);
 
       if (c_.sparse_layer(l)) {
-        // Routed experts: x_out = x_mid + Σ_k w_k(xn)·expert_k(xn), xn = ffn_norm(x_mid); the
-        // top-k choice is a constant, the weights are differentiable.
+        // Routed experts: x_out = x_mid + Σ_k w_k(xn)·expert_k(xn) (+ shared(xn)),
+        // xn = ffn_norm(x_mid); the top-k choice is a constant, the weights are differentiable.
         const int64_t rows = T * c_.moe.top_k, ed = c_.moe.expert_dim;
         ops_.shape(sc.moe_d_act, rows, ed);
         ops_.shape(sc.moe_d_gate, rows, ed);
@@ -148,19 +166,21 @@ class DecoderGraph {
         ops_.swiglu_backward(a.moe.gate, a.moe.up, sc.moe_d_act, sc.moe_d_gate, sc.moe_d_up);
         ops_.moe_gate_up_backward(l, a.moe, sc.moe_d_gate, sc.moe_d_up, sc.d_xn);
         ops_.moe_route_backward(l, a.xn_mlp, a.moe, sc.moe_d_weight, sc.d_xn);
+        if (c_.dense_mlp_dim(l) > 0) dense_mlp_backward(l, a, g, /*beta_dxn=*/1.0f);
       } else {
-        // MLP: x_out = x_mid + down(silu(gate(xn))·up(xn)), xn = ffn_norm(x_mid).
-        ops_.project_backward(l, LoraTarget::down, a.act, w.w_down, dx, sc.d_act, 0.0f,
-                              g ? &g->w_down : nullptr);
-        ops_.swiglu_backward(a.gate, a.up, sc.d_act, sc.d_gate, sc.d_up);
-        ops_.project_backward(l, LoraTarget::gate, a.xn_mlp, w.w_gate, sc.d_gate, sc.d_xn, 0.0f,
-                              g ? &g->w_gate : nullptr);
-        ops_.project_backward(l, LoraTarget::up, a.xn_mlp, w.w_up, sc.d_up, sc.d_xn, 1.0f,
-                              g ? &g->w_up : nullptr);
+        dense_mlp_backward(l, a, g, /*beta_dxn=*/0.0f);
       }
       ops_.rmsnorm_backward(a.x_mid, w.ffn_norm, a.inv_rms_mlp, sc.d_xn, dx, 1.0f,
                             g ? &g->ffn_norm : nullptr);
 
+      if constexpr (kMla) {
+        if (c_.mla_attention()) {
+          mla_attention_backward(l, a, g);
+          ops_.rmsnorm_backward(a.x_in, w.attn_norm, a.inv_rms_attn, sc.d_xn, dx, 1.0f,
+                                g ? &g->attn_norm : nullptr);
+          continue;
+        }
+      }
       // Attention: x_mid = x_in + o(attn(rope(norm(q(xn))), rope(norm(k(xn))), v(xn))).
       ops_.project_backward(l, LoraTarget::o, a.attn, w.wo, dx, sc.d_attn, 0.0f,
                             g ? &g->wo : nullptr);
@@ -193,11 +213,111 @@ class DecoderGraph {
   }
 
  private:
+  // The dense SwiGLU's backward (a dense layer's MLP, a sparse layer's shared experts):
+  // d_xn = beta·d_xn + ∂/∂xn, from dx = ∂loss/∂x_out.
+  template <class A, class G>
+  void dense_mlp_backward(int64_t l, A& a, G* g, float beta_dxn) {
+    const auto& w = ops_.layer(l);
+    auto& sc = ops_.scratch();
+    const int64_t T = ops_.state().T, F = c_.dense_mlp_dim(l);
+    ops_.shape(sc.d_act, T, F);
+    ops_.shape(sc.d_gate, T, F);
+    ops_.shape(sc.d_up, T, F);
+    // MLP: x_out = x_mid + down(silu(gate(xn))·up(xn)), xn = ffn_norm(x_mid).
+    ops_.project_backward(l, LoraTarget::down, a.act, w.w_down, sc.dx, sc.d_act, 0.0f,
+                          g ? &g->w_down : nullptr);
+    ops_.swiglu_backward(a.gate, a.up, sc.d_act, sc.d_gate, sc.d_up);
+    ops_.project_backward(l, LoraTarget::gate, a.xn_mlp, w.w_gate, sc.d_gate, sc.d_xn, beta_dxn,
+                          g ? &g->w_gate : nullptr);
+    ops_.project_backward(l, LoraTarget::up, a.xn_mlp, w.w_up, sc.d_up, sc.d_xn, 1.0f,
+                          g ? &g->w_up : nullptr);
+  }
+
+  // Latent attention's backward through the uncompressed form, from dx = ∂loss/∂x_mid to
+  // sc.d_xn = ∂loss/∂xn_attn (overwritten).
+  template <class A, class G>
+  void mla_attention_backward(int64_t l, A& a, G* g) {
+    const auto& w = ops_.layer(l);
+    auto& sc = ops_.scratch();
+    auto& m = a.mla;
+    const MlaConfig& mc = c_.mla;
+    const int64_t T = ops_.state().T, R = mc.kv_lora_rank, dr = mc.qk_rope_head_dim;
+    ops_.project_backward(l, LoraTarget::o, a.attn, w.wo, sc.dx, sc.d_attn, 0.0f,
+                          g ? &g->wo : nullptr);
+    ops_.shape(sc.mla_dkv, T, c_.n_heads * (mc.qk_nope_head_dim + mc.v_head_dim));
+    ops_.shape(sc.mla_dk_pe, T, dr);
+    ops_.mla_attention_dense_backward(a, sc.d_attn, sc.dq, sc.mla_dkv, sc.mla_dk_pe);
+    ops_.mla_rope(sc.dq, c_.n_heads, /*inverse=*/true);
+    ops_.mla_rope(sc.mla_dk_pe, 1, /*inverse=*/true);
+    // kv_lat = [c_raw, k_pe_raw]; ckv = kv_a_layernorm(c_raw); kv = kv_b(ckv).
+    ops_.shape(sc.mla_dc, T, R);
+    ops_.shape(sc.mla_dc_raw, T, R);
+    ops_.shape(sc.mla_dkv_lat, T, R + dr);
+    ops_.project_backward(l, LoraTarget::kv_b, m.ckv, w.wkv_b, sc.mla_dkv, sc.mla_dc, 0.0f,
+                          g ? &g->wkv_b : nullptr);
+    ops_.rmsnorm_backward(m.c_raw, w.kv_a_norm, m.inv_rms_kv, sc.mla_dc, sc.mla_dc_raw, 0.0f,
+                          g ? &g->kv_a_norm : nullptr);
+    ops_.put_cols(sc.mla_dc_raw, sc.mla_dkv_lat, 0);
+    ops_.put_cols(sc.mla_dk_pe, sc.mla_dkv_lat, R);
+    ops_.project_backward(l, LoraTarget::kv_a, a.xn_attn, w.wkv_a, sc.mla_dkv_lat, sc.d_xn, 0.0f,
+                          g ? &g->wkv_a : nullptr);
+    if (mc.q_lora_rank > 0) {
+      ops_.shape(sc.mla_dq_lat, T, mc.q_lora_rank);
+      ops_.shape(sc.mla_dq_lat_raw, T, mc.q_lora_rank);
+      ops_.project_backward(l, LoraTarget::q_b, m.q_latn, w.wq_b, sc.dq, sc.mla_dq_lat, 0.0f,
+                            g ? &g->wq_b : nullptr);
+      ops_.rmsnorm_backward(m.q_lat, w.q_a_norm, m.inv_rms_q, sc.mla_dq_lat, sc.mla_dq_lat_raw,
+                            0.0f, g ? &g->q_a_norm : nullptr);
+      ops_.project_backward(l, LoraTarget::q_a, a.xn_attn, w.wq_a, sc.mla_dq_lat_raw, sc.d_xn, 1.0f,
+                            g ? &g->wq_a : nullptr);
+    } else {
+      ops_.project_backward(l, LoraTarget::q, a.xn_attn, w.wq, sc.dq, sc.d_xn, 1.0f,
+                            g ? &g->wq : nullptr);
+    }
+  }
+
+  // Latent attention's forward: the query (through its latent when q_lora_rank > 0), the
+  // shared KV latent and rope key (cached), then attention in the absorbed form over the cache
+  // (inference) or the uncompressed form over the new rows (keep_activations, for the
+  // backward). Both compute HF DeepseekV3Attention.
+  template <class A>
+  void mla_attention_block(int64_t l, A& a, Act& x) {
+    const auto& w = ops_.layer(l);
+    auto& st = ops_.state();
+    auto& m = a.mla;
+    const MlaConfig& mc = c_.mla;
+    const int64_t R = mc.kv_lora_rank, dr = mc.qk_rope_head_dim;
+    if (mc.q_lora_rank > 0) {
+      ops_.project(l, a.xn_attn, {Proj{LoraTarget::q_a, &w.wq_a, &m.q_lat}});
+      ops_.rmsnorm(m.q_lat, w.q_a_norm, m.q_latn, &m.inv_rms_q);
+      ops_.project(l, m.q_latn, {Proj{LoraTarget::q_b, &w.wq_b, &a.q}});
+    } else {
+      ops_.project(l, a.xn_attn, {Proj{LoraTarget::q, &w.wq, &a.q}});
+    }
+    ops_.project(l, a.xn_attn, {Proj{LoraTarget::kv_a, &w.wkv_a, &m.kv_lat}});
+    ops_.copy_cols(m.kv_lat, 0, R, m.c_raw);
+    ops_.copy_cols(m.kv_lat, R, dr, m.k_pe);
+    ops_.rmsnorm(m.c_raw, w.kv_a_norm, m.ckv, &m.inv_rms_kv);
+    ops_.mla_rope(a.q, c_.n_heads, /*inverse=*/false);
+    ops_.mla_rope(m.k_pe, 1, /*inverse=*/false);
+    ops_.mla_kv_write(l, m.ckv, m.k_pe);
+    if (st.keep_activations) {
+      ops_.project(l, m.ckv, {Proj{LoraTarget::kv_b, &w.wkv_b, &m.kv}});
+      ops_.mla_attention_dense(l, a);
+    } else {
+      ops_.mla_attention(l, a);
+    }
+    ops_.project_add(l, LoraTarget::o, a.attn, w.wo, x);
+  }
+
   template <class A>
   void attention_block(int64_t l, A& a, Act& x) {
     const auto& w = ops_.layer(l);
     auto& st = ops_.state();
     ops_.rmsnorm(x, w.attn_norm, a.xn_attn, &a.inv_rms_attn);
+    if constexpr (kMla) {
+      if (c_.mla_attention()) return mla_attention_block(l, a, x);
+    }
     ops_.project(l, a.xn_attn,
                  {Proj{LoraTarget::q, &w.wq, &a.q}, Proj{LoraTarget::k, &w.wk, &a.k},
                   Proj{LoraTarget::v, &w.wv, &a.v}});
@@ -231,7 +351,7 @@ class DecoderGraph {
       ops_.moe_gate_up(l, a.moe);
       ops_.swiglu(a.moe.gate, a.moe.up, a.moe.act);
       ops_.moe_down_combine(l, a.moe, x);
-      return;
+      if (c_.dense_mlp_dim(l) == 0) return;  // no shared experts: done
     }
     ops_.project(
         l, a.xn_mlp,

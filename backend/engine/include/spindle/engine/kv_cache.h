@@ -1,7 +1,9 @@
 #pragma once
 // Paged KV cache (vLLM's block layout). Per layer, K and V are [n_blocks, block_size,
-// n_kv_heads, head_dim] fp32. The block tables, reference counts, fork and copy-on-write are
-// KvBlockTable's (kv_blocks.h); this class holds the bytes and performs its block copies.
+// n_kv_heads, head_dim] fp32; for MLA one latent tensor [n_blocks, block_size, 1,
+// kv_lora_rank + qk_rope_head_dim] (ModelConfig::kv_cache_*) serves as both. The block tables,
+// reference counts, fork and copy-on-write are KvBlockTable's (kv_blocks.h); this class holds the
+// bytes and performs its block copies.
 //
 // Threading: not thread-safe; one engine loop owns a cache.
 
@@ -45,14 +47,14 @@ class KvCache final : public KvPool {
   int64_t n_blocks() const override { return blocks_.n_blocks(); }
   int64_t free_blocks() const override { return blocks_.free_blocks(); }
   int64_t live_sequences() const { return blocks_.live_sequences(); }
-  size_t bytes() const override { return size_t(k_.size()) * 2 * k_.front().bytes(); }
+  size_t bytes() const override;
 
  private:
   void copy_block(const KvBlockCopy& copy);
 
   ModelConfig config_;
   KvBlockTable blocks_;
-  std::vector<Tensor> k_, v_;  // per layer
+  std::vector<Tensor> k_, v_;  // per layer (v_ empty for MLA)
 };
 
 }  // namespace spindle::engine

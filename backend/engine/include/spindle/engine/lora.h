@@ -23,22 +23,29 @@
 namespace spindle::engine {
 
 // Adaptable projections. Order is part of the slot pool's layout, not of any file format.
-enum class LoraTarget : uint8_t { q, k, v, o, gate, up, down, lm_head };
-inline constexpr int kLoraTargetCount = 8;
+// q_a, q_b, kv_a, kv_b are MLA's (q_a_proj, q_b_proj, kv_a_proj_with_mqa, kv_b_proj); an MLA
+// model has no k / v, and q only without a query latent. gate / up / down of a DeepSeek sparse
+// layer adapt its shared experts.
+enum class LoraTarget : uint8_t { q, k, v, o, gate, up, down, lm_head, q_a, q_b, kv_a, kv_b };
+inline constexpr int kLoraTargetCount = 12;
 inline constexpr std::array<LoraTarget, kLoraTargetCount> kAllLoraTargets = {
-    LoraTarget::q,    LoraTarget::k,  LoraTarget::v,    LoraTarget::o,
-    LoraTarget::gate, LoraTarget::up, LoraTarget::down, LoraTarget::lm_head};
+    LoraTarget::q,    LoraTarget::k,   LoraTarget::v,    LoraTarget::o,
+    LoraTarget::gate, LoraTarget::up,  LoraTarget::down, LoraTarget::lm_head,
+    LoraTarget::q_a,  LoraTarget::q_b, LoraTarget::kv_a, LoraTarget::kv_b};
 
-// PEFT module name: "q_proj", ..., "down_proj", "lm_head".
+// PEFT module name: "q_proj", ..., "down_proj", "lm_head", "kv_a_proj_with_mqa".
 const char* lora_target_name(LoraTarget target);
-// Accepts PEFT names ("q_proj") and short names ("q", "gate", "lm_head").
+// Accepts PEFT names ("q_proj") and short names ("q", "gate", "lm_head", "kv_a").
 std::optional<LoraTarget> lora_target_from_name(std::string_view name);
-// (d_in, d_out) of a target's base projection.
-std::pair<int64_t, int64_t> lora_target_dims(const ModelConfig& config, LoraTarget target);
+// (d_in, d_out) of a target's base projection at `layer` (the MLP's width differs between
+// dense layers and a sparse layer's shared experts).
+std::pair<int64_t, int64_t> lora_target_dims(const ModelConfig& config, int64_t layer,
+                                             LoraTarget target);
 bool lora_target_per_layer(LoraTarget target);  // false only for lm_head
-// Whether layer `layer` has a dense `target` module to adapt: lm_head only at layer 0, and no
-// dense MLP (gate/up/down) on a routed-experts layer, whose experts are adapted instead
-// (lora_experts_exist).
+// Whether layer `layer` has a dense `target` module to adapt: lm_head only at layer 0; MLA's
+// projections on MLA models only (and q only without a query latent, k / v never); gate / up /
+// down on a dense layer or on a sparse layer's shared experts (routed experts are adapted
+// through lora_experts_exist).
 bool lora_module_exists(const ModelConfig& config, int64_t layer, LoraTarget target);
 
 // LoRA on routed experts: gate / up / down of a sparse layer (ModelConfig::sparse_layer).

@@ -48,7 +48,7 @@ struct ForwardOptions {
 // (order), one segment per expert (offsets), so rows of xg/gate/up/act/out are in sorted order.
 struct MoeActivations {
   Tensor logits;                 // [T, n_experts] router logits
-  Tensor probs;                  // [T, n_experts] softmax of the logits
+  Tensor probs;                  // [T, n_experts] softmax (or sigmoid) of the logits
   std::vector<int32_t> expert;   // [T·top_k] chosen expert of each assignment
   Tensor weight;                 // [T·top_k] its combine weight (renormalised when norm_topk)
   std::vector<int32_t> order;    // [T·top_k] assignments sorted by expert (stable in j)
@@ -61,6 +61,27 @@ struct MoeActivations {
   Tensor xg;                              // [T·top_k, dim] the assignments' input rows
   Tensor gate, up, act;                   // [T·top_k, expert_dim]
   Tensor out;  // [T·top_k, dim] the experts' outputs (before the weights)
+};
+
+// Intermediates of Multi-head Latent Attention (ModelConfig::mla_attention) over T rows; H
+// heads, R = kv_lora_rank, Q = q_lora_rank, dn / dr / dv the nope / rope / value head dims,
+// P = max(dn + dr, dv). The query (after RoPE on each head's last dr columns) is
+// LayerActivations::q, the attention output LayerActivations::attn [T, H·dv].
+struct MlaActivations {
+  Tensor q_lat;       // [T, Q] q_a_proj(xn)                       (Q > 0)
+  Tensor q_latn;      // [T, Q] q_a_layernorm(q_lat)
+  Tensor inv_rms_q;   // [T]
+  Tensor kv_lat;      // [T, R + dr] kv_a_proj_with_mqa(xn)
+  Tensor c_raw;       // [T, R] its latent columns
+  Tensor ckv;         // [T, R] kv_a_layernorm(c_raw): what the cache holds, with k_pe
+  Tensor inv_rms_kv;  // [T]
+  Tensor k_pe;        // [T, dr] the shared RoPE key, rotated
+  // The uncompressed form (keep_activations forwards, the backward reads it):
+  Tensor kv;  // [T, H·(dn+dv)] kv_b_proj(ckv): per head the nope key, then the value
+  Tensor q_p, k_p, v_p, attn_p;  // [T, H·P] per-head q, k = [k_nope, k_pe], v, zero-padded
+  // The absorbed form over the latent cache (inference):
+  Tensor q_abs;  // [T, H·(R+dr)] per head [q_nope·W_UK, q_pe]
+  Tensor o_lat;  // [T, H·(R+dr)] attention over cached [ckv, k_pe] rows
 };
 
 // Intermediates of one decoder layer over the batch's T rows.
@@ -82,7 +103,8 @@ struct LayerActivations {
   Tensor gate;      // [T, hidden]
   Tensor up;        // [T, hidden]
   Tensor act;       // [T, hidden] silu(gate)·up
-  MoeActivations moe;  // sparse layers only (gate/up/act stay unused there)
+  MoeActivations moe;  // sparse layers only (gate/up/act hold the shared experts, if any)
+  MlaActivations mla;  // latent attention only (q_pre, k, v, k_pre stay unused)
 };
 
 // The backward pass's working tensors (DecoderGraph::backward shapes them), reused.
@@ -94,6 +116,12 @@ struct BackwardScratch {
   // Sparse layers: per assignment, in MoeActivations' sorted order.
   Tensor moe_d_act, moe_d_gate, moe_d_up;  // [T·top_k, expert_dim]
   Tensor moe_d_weight;                     // [T·top_k] ∂loss/∂combine weight (by assignment j)
+  // Latent attention.
+  Tensor mla_dkv;                     // [T, H·(dn+dv)]
+  Tensor mla_dk_pe;                   // [T, dr]
+  Tensor mla_dc, mla_dc_raw;          // [T, R]
+  Tensor mla_dkv_lat;                 // [T, R + dr]
+  Tensor mla_dq_lat, mla_dq_lat_raw;  // [T, Q]
 };
 
 // Everything a forward produced. Reused across calls to avoid reallocation.
@@ -208,8 +236,13 @@ class Model {
   std::vector<float> inv_freq_;  // [head_dim/2], with rope_scaling applied
 };
 
-// RoPE inverse frequencies for a config: theta^(−2i/head_dim), computed in float like
-// llama2.c and HF, with Llama 3 rope_scaling applied when configured.
+// RoPE inverse frequencies for a config: theta^(−2i/rope_dim), computed in float like
+// llama2.c and HF, with Llama 3 or YaRN rope_scaling applied when configured.
 std::vector<float> rope_inv_freq(const ModelConfig& config);
+// YaRN's attention factor, which multiplies cos and sin (the rotated q and k); 1 otherwise.
+float rope_attention_factor(const ModelConfig& config);
+// The attention softmax scale: 1/√head_dim; for MLA 1/√qk_head_dim, times
+// yarn_mscale(factor, mscale_all_dim)² under YaRN with mscale_all_dim (HF DeepseekV3Attention).
+float attention_softmax_scale(const ModelConfig& config);
 
 }  // namespace spindle::engine
