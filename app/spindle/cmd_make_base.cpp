@@ -52,6 +52,9 @@ struct MakeBaseArgs {
   // > 0: a Qwen3-MoE base (per-head q/k norms, every MLP routed over this many experts).
   int64_t experts = 0;
   int64_t top_k = 2;
+  // "deepseek_v3": Multi-head Latent Attention, layer 0 dense (first_k_dense_replace), the
+  // others routed over --experts (default 8) in 2 groups with a shared expert.
+  std::string arch;
 };
 
 // The recipe. Measured on 1–2 contended cores, this model learns the task to ~100% in 2–4
@@ -77,7 +80,7 @@ struct Recipe {
 ModelConfig arith_config(const Recipe& r, const MakeBaseArgs& args) {
   ModelConfig c;
   c.arch = Arch::llama;
-  if (args.experts > 0) {
+  if (args.experts > 0 && args.arch != "deepseek_v3") {
     // Experts of half the dense width, k of them per token: about the dense model's compute.
     c.arch = Arch::qwen3_moe;
     c.moe = {.n_experts = args.experts,
@@ -94,9 +97,40 @@ ModelConfig arith_config(const Recipe& r, const MakeBaseArgs& args) {
   c.n_heads = r.n_heads;
   c.n_kv_heads = r.n_heads;
   c.head_dim = r.dim / r.n_heads;
+  if (args.arch == "deepseek_v3") {
+    // DeepSeek-V3's shape at this scale: query and KV latents of a quarter and an eighth of
+    // dim, a 16 + 8 qk head and a 32 value head, YaRN over the recipe's context.
+    c.arch = Arch::deepseek_v3;
+    c.mla = {.q_lora_rank = r.dim / 2,
+             .kv_lora_rank = r.dim / 4,
+             .qk_nope_head_dim = 16,
+             .qk_rope_head_dim = 8,
+             .v_head_dim = r.dim / r.n_heads,
+             .rope_interleave = true};
+    c.head_dim = c.mla.qk_head_dim();
+    c.rope_scaling = RopeScaling{.type = RopeScalingType::yarn,
+                                 .factor = 2.0f,
+                                 .original_max_position = r.max_seq_len / 2,
+                                 .mscale = 1.0f,
+                                 .mscale_all_dim = 1.0f};
+    const int64_t E = args.experts > 0 ? args.experts : 8;
+    c.moe = {.n_experts = E,
+             .top_k = args.top_k,
+             .expert_dim = std::max<int64_t>(1, r.hidden_dim / 4),
+             .norm_topk = true,
+             .scoring = RouterScoring::sigmoid,
+             .n_group = E % 2 == 0 && E >= 4 ? 2 : 1,
+             .topk_group = 1 + int64_t(E % 2 == 0 && E >= 4 && args.top_k > E / 2),
+             .routed_scaling = 2.5f,
+             .n_shared_experts = 1,
+             .first_dense = 1,
+             .correction_bias = true};
+    c.tie_embeddings = false;
+  } else {
+    c.tie_embeddings = true;
+  }
   c.vocab_size = kByteTokenizerVocabSize;
   c.max_seq_len = r.max_seq_len;
-  c.tie_embeddings = true;
   c.bos_id = kByteTokenizerBosId;
   c.eos_id = kByteTokenizerEosId;
   c.name = "spindle-arith";
@@ -122,34 +156,21 @@ ModelWeights init_weights(const ModelConfig& c, uint64_t seed) {
   const float s = 0.02f, s_out = 0.02f / std::sqrt(2.0f * float(c.n_layers));
   ModelWeights w;
   w.config = c;
-  w.tok_emb = normal({c.vocab_size, c.dim}, s);
+  w.layers.resize(size_t(c.n_layers));
   for (int64_t l = 0; l < c.n_layers; ++l) {
-    LayerWeights L;
-    L.attn_norm = ones(c.dim);
-    L.wq = normal({c.q_dim(), c.dim}, s);
-    L.wk = normal({c.kv_dim(), c.dim}, s);
-    L.wv = normal({c.kv_dim(), c.dim}, s);
-    L.wo = normal({c.dim, c.q_dim()}, s_out);
-    L.ffn_norm = ones(c.dim);
-    if (c.qk_norm()) {
-      L.q_norm = ones(c.head_dim);
-      L.k_norm = ones(c.head_dim);
-    }
-    if (c.sparse_layer(l)) {
-      L.router = normal({c.moe.n_experts, c.dim}, s);
-      for (int64_t e = 0; e < c.moe.n_experts; ++e) {
-        L.experts.push_back({normal({c.moe.expert_dim, c.dim}, s),
-                             normal({c.moe.expert_dim, c.dim}, s),
-                             normal({c.dim, c.moe.expert_dim}, s_out)});
-      }
-    } else {
-      L.w_gate = normal({c.hidden_dim, c.dim}, s);
-      L.w_up = normal({c.hidden_dim, c.dim}, s);
-      L.w_down = normal({c.dim, c.hidden_dim}, s_out);
-    }
-    w.layers.push_back(std::move(L));
+    if (c.sparse_layer(l)) w.layers[size_t(l)].experts.resize(size_t(c.moe.n_experts));
   }
-  w.final_norm = ones(c.dim);
+  // Every tensor of the architecture, in the checkpoint's order (the seed fixes them all).
+  for_each_hf_tensor_shape(w, [&](const std::string& name, Tensor& t, const Shape& shape) {
+    const bool residual_out = name.ends_with("o_proj.weight") || name.ends_with("down_proj.weight");
+    if (name.ends_with("e_score_correction_bias")) {
+      t = Tensor::zeros(shape);
+    } else if (shape.size() == 1) {
+      t = ones(shape[0]);
+    } else {
+      t = normal(shape, residual_out ? s_out : s);
+    }
+  });
   w.validate("make-base init");
   return w;
 }
@@ -237,8 +258,9 @@ void run_make_base(const MakeBaseArgs& args) {
   adam.weight_decay = recipe.weight_decay;
   adam.grad_clip_norm = recipe.grad_clip;
 
+  const MoeConfig& moe = weights.config.moe;
   const std::string experts =
-      args.experts > 0 ? fmt::format(", {} experts (top {})", args.experts, args.top_k) : "";
+      moe.n_experts > 0 ? fmt::format(", {} experts (top {})", moe.n_experts, moe.top_k) : "";
   std::printf(
       "make-base: arithmetic, %zu train / %zu held-out problems; %s dim %lld%s, %lld "
       "layers, %lld heads, vocab %d; up to %.2f minutes or %.0f%% on training problems; "
@@ -340,6 +362,11 @@ void register_make_base(CLI::App& app) {
                   "dense Llama)")
       ->check(CLI::Range(0, 1024))
       ->capture_default_str();
+  cmd->add_option("--arch", args->arch,
+                  "deepseek_v3: a DeepSeek-V3-shaped base (latent attention, YaRN, sigmoid "
+                  "group-limited routing over --experts (default 8), a shared expert, layer 0 "
+                  "dense); default: Llama, or Qwen3-MoE with --experts")
+      ->check(CLI::IsMember({"", "llama", "qwen3_moe", "deepseek_v3"}));
   cmd->add_option("--top-k", args->top_k, "experts per token of an MoE base (norm_topk_prob)")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();

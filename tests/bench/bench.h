@@ -80,6 +80,13 @@ engine::ModelConfig qwen3_0_6b_config(int64_t n_layers);
 // Qwen3-4B's shape (dim 2560, hidden 9728, 32 heads, 8 KV heads, head_dim 128, untied
 // embeddings) with `n_layers` layers (36 in the real model).
 engine::ModelConfig qwen3_4b_config(int64_t n_layers);
+// Qwen3-30B-A3B's shape (dim 2048, 32 heads, 4 KV heads of 128, 128 experts of 768, top 8)
+// with `n_layers` layers (48 in the real model).
+engine::ModelConfig qwen3_30b_a3b_config(int64_t n_layers);
+// DeepSeek-V3's attention and routing (MLA: 16 heads of 128 + 64, kv_lora_rank 512, a query
+// latent; YaRN ×40; sigmoid router over 8 groups, top 4 groups, routed scaling 2.5, one shared
+// expert; layer 0 dense) at Qwen3-30B-A3B's width and expert count, `n_layers` layers.
+engine::ModelConfig deepseek_v3_moe_config(int64_t n_layers);
 
 // Weights uniform in small ranges (projections ±1/√d_in, norms in [0.9, 1.1], embedding ±0.5) so
 // activations stay finite and far from denormals. Filled with xorshift in parallel (OpenMP);
@@ -112,6 +119,7 @@ struct EngineBenchOptions {
   std::filesystem::path shared_dir;  // holds models/stories260K/stories260K.bin
   bool quick = false;
   int threads = 0;  // OpenBLAS and OpenMP threads (set by the caller)
+  std::string arch;  // "qwen3_moe" / "deepseek_v3": that MoE shape cut to a few layers instead
 };
 
 void run_engine_bench(const EngineBenchOptions& options);

@@ -131,17 +131,23 @@ Bandwidth measure_read_bandwidth(size_t buffer_bytes, int threads, int passes) {
 
 double decode_bytes_per_token(const engine::ModelWeights& w, double context) {
   const engine::ModelConfig& c = w.config;
-  double bytes = 0;
-  for (const engine::LayerWeights& L : w.layers) {
-    for (const Tensor* t : {&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.q_norm, &L.k_norm,
-                            &L.ffn_norm, &L.w_gate, &L.w_up, &L.w_down}) {
-      bytes += double(t->bytes());
+  // Every tensor but the embedding (one row is read) and the routed experts (top_k of them
+  // per sparse layer): the active parameters.
+  double bytes = double(c.dim) * sizeof(float);
+  engine::for_each_hf_tensor(w, [&](const std::string& name, const Tensor& t) {
+    if (name == "model.embed_tokens.weight" || name.find(".mlp.experts.") != std::string::npos) {
+      return;
+    }
+    bytes += double(t.bytes());
+  });
+  if (c.tie_embeddings) bytes += double(w.tok_emb.bytes());
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    if (c.sparse_layer(l)) {
+      bytes += double(c.moe.top_k) * 3.0 * double(c.dim * c.moe.expert_dim) * sizeof(float);
     }
   }
-  bytes += double(w.final_norm.bytes()) + double(w.unembedding().bytes());
-  bytes += double(c.dim) * sizeof(float);  // the embedding row
-  // Attention reads K and V of every cached token, every layer.
-  bytes += double(c.n_layers) * context * 2.0 * double(c.kv_dim()) * sizeof(float);
+  // Attention reads the cache of every cached token, every layer (K and V, or MLA's latent).
+  bytes += context * double(c.kv_bytes_per_token(sizeof(float)));
   return bytes;
 }
 

@@ -10,6 +10,7 @@
 #include <cstdlib>
 
 #include "bench.h"
+#include "spindle/core/error.h"
 #include "spindle/engine/generator.h"
 #include "spindle/engine/loader.h"
 #include "spindle/engine/lora.h"
@@ -28,9 +29,14 @@ using engine::Model;
 using engine::ModelConfig;
 using engine::ModelWeights;
 
+// The seven projections (MLA: its four and o_proj); gate/up/down adapt the routed experts
+// (and shared experts) on a sparse layer.
 constexpr LoraTarget kSevenTargets[] = {LoraTarget::q,    LoraTarget::k,  LoraTarget::v,
                                         LoraTarget::o,    LoraTarget::gate, LoraTarget::up,
                                         LoraTarget::down};
+constexpr LoraTarget kMlaTargets[] = {LoraTarget::q_a,  LoraTarget::q_b, LoraTarget::kv_a,
+                                      LoraTarget::kv_b, LoraTarget::o,   LoraTarget::gate,
+                                      LoraTarget::up,   LoraTarget::down};
 constexpr int64_t kRank = 8;
 constexpr int32_t kSlots = 64;
 constexpr int64_t kBlockSize = 16;
@@ -210,18 +216,25 @@ void bench_model(const std::string& name, const ModelWeights& weights, const Pla
 
   // 64 slots of rank 8 over the seven projections, each holding its own random adapter.
   Clock::time_point start = Clock::now();
-  LoraSlotPool pool(c, {.max_slots = kSlots, .max_rank = kRank,
-                        .targets = {std::begin(kSevenTargets), std::end(kSevenTargets)}});
+  const std::span<const LoraTarget> targets =
+      c.mla_attention() ? std::span<const LoraTarget>(kMlaTargets) : kSevenTargets;
+  LoraSlotPool pool(
+      c, {.max_slots = kSlots, .max_rank = kRank, .targets = {targets.begin(), targets.end()}});
   std::vector<engine::LoraWeights> adapters(kSlots);
 #pragma omp parallel for schedule(dynamic, 1)
   for (int32_t s = 0; s < kSlots; ++s) {
-    adapters[size_t(s)] = engine::LoraWeights::random(c, kRank, /*alpha=*/16.0f, kSevenTargets,
-                                                     /*seed=*/1000 + uint64_t(s), 0.02f, 0.02f);
+    adapters[size_t(s)] = engine::LoraWeights::random(c, kRank, /*alpha=*/16.0f, targets,
+                                                      /*seed=*/1000 + uint64_t(s), 0.02f, 0.02f);
   }
   for (int32_t s = 0; s < kSlots; ++s) pool.load(s, adapters[size_t(s)]);
   adapters.clear();
-  std::printf("adapter pool: %d slots, rank %lld, q,k,v,o,gate,up,down, %.3f GB (%.1f s to fill)\n",
-              kSlots, (long long)kRank, double(pool.bytes()) / 1e9, seconds_since(start));
+  std::string names;
+  for (LoraTarget t : targets)
+    names += std::string(names.empty() ? "" : ",") + engine::lora_target_name(t);
+  std::printf("adapter pool: %d slots, rank %lld, %s%s, %.3f GB (%.1f s to fill)\n", kSlots,
+              (long long)kRank, names.c_str(),
+              c.moe.n_experts > 0 ? " (+ every routed expert)" : "", double(pool.bytes()) / 1e9,
+              seconds_since(start));
 
   // ---- batch-1 decode: base vs one adapter (the decode half of lora/base) ----
   double b1_base = 0, b1_lora = 0, b1_context = 0;
@@ -320,6 +333,55 @@ void bench_model(const std::string& name, const ModelWeights& weights, const Pla
   }
 }
 
+// The KV cache per token, measured from allocated caches (KvCache::bytes over its capacity),
+// for the MLA model against the GQA cache of Qwen3-30B-A3B and the multi-head cache the same
+// MLA heads would need uncompressed.
+void print_kv_bytes(const ModelConfig& mla) {
+  auto measured = [](const ModelConfig& c) {
+    const KvCache cache(c, {.block_size = kBlockSize, .n_blocks = 64, .max_seqs = 1});
+    return double(cache.bytes()) / double(64 * kBlockSize) / double(c.n_layers);
+  };
+  ModelConfig mha = mla;  // the same heads, K and V cached per head (qk 192, v padded alike)
+  mha.arch = engine::Arch::qwen3;
+  mha.mla = {};
+  mha.moe = {};
+  mha.rope_scaling.reset();
+  const ModelConfig gqa = qwen3_30b_a3b_config(mla.n_layers);
+  const double m = measured(mla), h = measured(mha), g = measured(gqa);
+  std::printf(
+      "kv cache per token and layer (fp32, measured): MLA latent %.0f B (%lld + %lld "
+      "floats), Qwen3-30B-A3B GQA %.0f B (2 x %lld heads x %lld), uncompressed MHA of "
+      "these heads %.0f B\n",
+      m, (long long)mla.mla.kv_lora_rank, (long long)mla.mla.qk_rope_head_dim, g,
+      (long long)gqa.n_kv_heads, (long long)gqa.head_dim, h);
+  print_ratio("kv_bytes/gqa", m / g);
+  print_ratio("kv_bytes/mha", m / h);
+}
+
+// --arch: an MoE shape cut to a few layers (random weights), the same measurements as the
+// dense shapes: decode batch 1 vs the active-parameter bandwidth bound, batch 64 with 64
+// distinct adapters (rows grouped by (expert, slot)) vs one.
+void run_moe_engine_bench(const EngineBenchOptions& opts) {
+  SPINDLE_CHECK(opts.arch == "qwen3_moe" || opts.arch == "deepseek_v3", invalid_argument,
+                "spindle-bench engine --arch: '{}' is not one of qwen3_moe, deepseek_v3",
+                opts.arch);
+  const int64_t layers = 2;  // memory: 64 slots of expert LoRA are ~2.2 GB per sparse layer
+  const ModelConfig c =
+      opts.arch == "qwen3_moe" ? qwen3_30b_a3b_config(layers) : deepseek_v3_moe_config(layers);
+  const Clock::time_point start = Clock::now();
+  const ModelWeights w = fast_random_weights(c, /*seed=*/42);
+  std::printf("\n(generated %.2f GB of random weights in %.1f s)", double(w.bytes()) / 1e9,
+              seconds_since(start));
+  std::printf("\nrouted experts: %lld of %lld per token (%lld wide)%s\n", (long long)c.moe.top_k,
+              (long long)c.moe.n_experts, (long long)c.moe.expert_dim,
+              c.mla_attention() ? ", MLA (absorbed over the latent cache)" : "");
+  if (c.mla_attention()) print_kv_bytes(c);
+  Plan plan = qwen_plan(opts.quick);
+  bench_model(
+      fmt::format("{}, {} of {} layers", c.name, layers, opts.arch == "qwen3_moe" ? 48 : 61), w,
+      plan, opts);
+}
+
 }  // namespace
 
 void run_engine_bench(const EngineBenchOptions& opts) {
@@ -332,6 +394,10 @@ void run_engine_bench(const EngineBenchOptions& opts) {
     if (const char* v = std::getenv(var)) std::printf("  %s=%s\n", var, v);
   }
 
+  if (!opts.arch.empty()) {
+    run_moe_engine_bench(opts);
+    return;
+  }
   // (a) stories260K, or the model given with --model.
   const std::filesystem::path path =
       opts.model.empty() ? opts.shared_dir / "models/stories260K/stories260K.bin" : opts.model;

@@ -61,6 +61,11 @@ int main(int argc, char** argv) {
                      "model (a): llama2.c .bin or HF dir (default: stories260K under --shared)");
   engine->add_option("--shared", shared, "fixtures folder (default: $SPINDLE_SHARED_DIR or ../shared)");
   engine->add_flag("--quick", engine_opts.quick, "smoke run: 4-layer Qwen3 shape, fewer steps");
+  engine
+      ->add_option("--arch", engine_opts.arch,
+                   "qwen3_moe | deepseek_v3: a Qwen3-30B-A3B-shaped MoE (DeepSeek-V3's MLA and "
+                   "router at that width) cut to 2 layers instead")
+      ->check(CLI::IsMember({"qwen3_moe", "deepseek_v3"}));
   engine->add_option("--threads", engine_opts.threads,
                      "OpenBLAS and OpenMP threads (default: OpenBLAS's own default)")
       ->check(CLI::Range(1, 1024));

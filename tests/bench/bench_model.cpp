@@ -64,6 +64,55 @@ engine::ModelConfig qwen3_0_6b_config(int64_t n_layers) {
   return c;
 }
 
+engine::ModelConfig qwen3_30b_a3b_config(int64_t n_layers) {
+  engine::ModelConfig c = qwen3_0_6b_config(n_layers);
+  c.arch = engine::Arch::qwen3_moe;
+  c.dim = 2048;
+  c.hidden_dim = 6144;
+  c.n_heads = 32;
+  c.n_kv_heads = 4;
+  c.tie_embeddings = false;
+  c.moe = {.n_experts = 128, .top_k = 8, .expert_dim = 768, .norm_topk = true};
+  c.name = "random Qwen3-30B-A3B shape";
+  c.validate(c.name);
+  return c;
+}
+
+engine::ModelConfig deepseek_v3_moe_config(int64_t n_layers) {
+  engine::ModelConfig c = qwen3_30b_a3b_config(n_layers);
+  c.arch = engine::Arch::deepseek_v3;
+  c.n_heads = 16;
+  c.n_kv_heads = 16;
+  c.mla = {.q_lora_rank = 768,
+           .kv_lora_rank = 512,
+           .qk_nope_head_dim = 128,
+           .qk_rope_head_dim = 64,
+           .v_head_dim = 128,
+           .rope_interleave = true};
+  c.head_dim = c.mla.qk_head_dim();
+  c.rope_theta = 10000.0f;
+  c.rope_scaling = engine::RopeScaling{.type = engine::RopeScalingType::yarn,
+                                       .factor = 40.0f,
+                                       .original_max_position = 4096,
+                                       .mscale = 1.0f,
+                                       .mscale_all_dim = 1.0f};
+  c.max_seq_len = 163840;
+  c.moe = {.n_experts = 128,
+           .top_k = 8,
+           .expert_dim = 768,
+           .norm_topk = true,
+           .scoring = engine::RouterScoring::sigmoid,
+           .n_group = 8,
+           .topk_group = 4,
+           .routed_scaling = 2.5f,
+           .n_shared_experts = 1,
+           .first_dense = 1,
+           .correction_bias = true};
+  c.name = "random DeepSeek-V3 attention and routing at Qwen3-30B-A3B's width";
+  c.validate(c.name);
+  return c;
+}
+
 engine::ModelConfig qwen3_4b_config(int64_t n_layers) {
   engine::ModelConfig c = qwen3_0_6b_config(n_layers);
   c.dim = 2560;
@@ -85,26 +134,23 @@ engine::ModelWeights fast_random_weights(const engine::ModelConfig& c, uint64_t 
   };
   engine::ModelWeights w;
   w.config = c;
-  w.tok_emb = fill({c.vocab_size, c.dim}, -0.5f, 0.5f);
+  w.layers.resize(size_t(c.n_layers));
   for (int64_t l = 0; l < c.n_layers; ++l) {
-    engine::LayerWeights L;
-    L.attn_norm = fill({c.dim}, 0.9f, 1.1f);
-    L.wq = proj(c.q_dim(), c.dim);
-    L.wk = proj(c.kv_dim(), c.dim);
-    L.wv = proj(c.kv_dim(), c.dim);
-    L.wo = proj(c.dim, c.q_dim());
-    if (c.arch == engine::Arch::qwen3) {
-      L.q_norm = fill({c.head_dim}, 0.9f, 1.1f);
-      L.k_norm = fill({c.head_dim}, 0.9f, 1.1f);
-    }
-    L.ffn_norm = fill({c.dim}, 0.9f, 1.1f);
-    L.w_gate = proj(c.hidden_dim, c.dim);
-    L.w_up = proj(c.hidden_dim, c.dim);
-    L.w_down = proj(c.dim, c.hidden_dim);
-    w.layers.push_back(std::move(L));
+    if (c.sparse_layer(l)) w.layers[size_t(l)].experts.resize(size_t(c.moe.n_experts));
   }
-  w.final_norm = fill({c.dim}, 0.9f, 1.1f);
-  if (!c.tie_embeddings) w.lm_head = proj(c.vocab_size, c.dim);
+  // Every tensor of the architecture: norms near 1, projections U(±1/√in), the embedding
+  // U(±0.5), DeepSeek's correction bias small.
+  engine::for_each_hf_tensor_shape(w, [&](const std::string& name, Tensor& t, const Shape& s) {
+    if (name == "model.embed_tokens.weight") {
+      t = fill(s, -0.5f, 0.5f);
+    } else if (name.ends_with("e_score_correction_bias")) {
+      t = fill(s, -0.01f, 0.01f);
+    } else if (s.size() == 1) {
+      t = fill(s, 0.9f, 1.1f);
+    } else {
+      t = proj(s[0], s[1]);
+    }
+  });
   w.validate(c.name);
   return w;
 }

@@ -1,5 +1,5 @@
-"""A Qwen3-MoE base end to end through a real spindled and the SDK: `spindle make-base
---experts 4 --top-k 2` trains one from scratch (full-parameter, through the routed experts'
+"""A Qwen3-MoE and a DeepSeek-V3 (MLA) base end to end through a real spindled and the SDK:
+`spindle make-base --experts 4 --top-k 2 [--arch deepseek_v3]` trains one from scratch (full-parameter, through the routed experts'
 backward) and writes it as an HF directory; spindled serves it; sampling agrees with scoring;
 a LoRA session with Tinker's default targets (attention, every routed expert's gate/up/down,
 lm_head) learns a fixed completion, its saved revision (experts packed in the blob) scores it
@@ -25,22 +25,31 @@ from helpers import mean_token_loss, sft_datum
 BOS = 256  # the byte tokenizer's <|bos|>
 
 
-@pytest.fixture(scope="module")
-def moe_daemon():
+@pytest.fixture(scope="module", params=["qwen3_moe", "deepseek_v3"])
+def moe_daemon(request):
     binary, _ = spindled_and_model()
     cli = binary.parent / "spindle"
     if not cli.is_file():
         pytest.skip(f"spindle CLI not found beside spindled ({cli})")
     out = Path(tempfile.mkdtemp(prefix="spmoe")) / "base"
     env = dict(os.environ, OMP_NUM_THREADS="1")
+    arch = ["--arch", "deepseek_v3"] if request.param == "deepseek_v3" else []
     made = subprocess.run([str(cli), "make-base", "--out", str(out), "--experts", "4",
                            "--top-k", "2", "--steps", "150", "--target-accuracy", "1",
-                           "--seed", "5"], capture_output=True, text=True, env=env, timeout=600)
+                           "--seed", "5", *arch], capture_output=True, text=True, env=env,
+                          timeout=600)
     assert made.returncode == 0, made.stdout + made.stderr
-    assert "qwen3_moe dim 128, 4 experts (top 2)" in made.stdout, made.stdout
+    assert f"{request.param} dim 128, 4 experts (top 2)" in made.stdout, made.stdout
     config = json.loads((out / "config.json").read_text())
-    assert config["architectures"] == ["Qwen3MoeForCausalLM"]
-    assert (config["num_experts"], config["num_experts_per_tok"]) == (4, 2)
+    if request.param == "deepseek_v3":
+        # Latent attention, YaRN, the sigmoid group-limited router, a shared expert, layer 0
+        # dense: every DeepSeek-V3 path of the engine, through the daemon.
+        assert config["architectures"] == ["DeepseekV3ForCausalLM"]
+        assert (config["n_routed_experts"], config["n_group"]) == (4, 2)
+        assert config["kv_lora_rank"] > 0 and config["rope_scaling"]["rope_type"] == "yarn"
+    else:
+        assert config["architectures"] == ["Qwen3MoeForCausalLM"]
+        assert (config["num_experts"], config["num_experts_per_tok"]) == (4, 2)
     d = Daemon(binary, out)
     yield d
     code = d.stop()
@@ -116,7 +125,7 @@ def test_attention_only_lora_learns(moe_service):
     prompts = [prompt_of(p) for p in ("3+4=", "10+20=", "8+1=", "55+5=")]
     completion = list(b"zq#")
     data = [sft_datum(p, completion) for p in prompts]
-    losses = train(training, data, learning_rate=2e-2)
+    losses = train(training, data, learning_rate=5e-3, steps=60)
     assert losses[-1] < 0.3 * losses[0], losses
     trained = training.save_weights_and_get_sampling_client("moe-attn-final")
     greedy = types.SamplingParams(max_tokens=len(completion), temperature=0.0, seed=0)
