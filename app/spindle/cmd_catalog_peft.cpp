@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "spindle/adapters/optimizer_state.h"
@@ -182,15 +183,24 @@ void register_catalog_peft(CLI::App& cmd) {
   exp->add_option("--dtype", a->dtype, "tensor dtype written")
       ->check(CLI::IsMember({"f32", "f16", "bf16"}))
       ->capture_default_str();
+  exp->add_option("--base-path", a->base_path,
+                  "the base's HF directory: its config.json names a DeepSeek sparse layer's "
+                  "MLP LoRA as its shared experts (mlp.shared_experts.*), as PEFT does");
   exp->callback([a] {
     run_with_catalog([&](catalog::Catalog& cat, const std::string& tenant, bool as_json) {
       const catalog::Address addr = catalog::parse_address_or_name(a->address, tenant);
       const catalog::Resolved r = cat.get(tenant, addr);
       const adapters::DecodedRevision d =
           cat.read_revision(tenant, {addr.tenant, addr.policy, r.revision.id});
-      adapters::save_peft(
-          d.weights, a->dir,
-          {.base_model_name_or_path = d.meta.base_model_id, .dtype = parse_dtype(a->dtype)});
+      std::optional<engine::ModelConfig> base;
+      if (!a->base_path.empty()) {
+        const auto config = std::filesystem::path(a->base_path) / "config.json";
+        base = engine::parse_hf_config(read_file_to_string(config), config.string());
+      }
+      adapters::save_peft(d.weights, a->dir,
+                          {.base_model_name_or_path = d.meta.base_model_id,
+                           .dtype = parse_dtype(a->dtype),
+                           .base = base ? &*base : nullptr});
       const auto state = cat.read_optimizer_state(tenant, {addr.tenant, addr.policy, r.revision.id});
       if (state) adapters::save_optimizer_state(*state, a->dir);
       if (as_json) {

@@ -160,7 +160,8 @@ void run_sft(const SftArgs& args) {
     std::fflush(stdout);
   }
 
-  adapters::save_peft(trainer.weights(0), args.out, {.base_model_name_or_path = args.model});
+  adapters::save_peft(trainer.weights(0), args.out,
+                      {.base_model_name_or_path = args.model, .base = &config});
   adapters::save_optimizer_state(trainer.optimizer(0), args.out);
   const LoraWeights& w = trainer.weights(0);
   std::fprintf(stderr, "%s\n",

@@ -15,8 +15,16 @@ namespace spindle::adapters {
 using engine::LoraTarget;
 using json = nlohmann::json;
 
-std::string peft_module_key(int64_t layer, LoraTarget target) {
+std::string peft_module_key(int64_t layer, LoraTarget target, const engine::ModelConfig* base) {
+  if (base != nullptr && engine::expert_proj(target) >= 0 && base->sparse_layer(layer)) {
+    return peft_shared_expert_key(layer, target);
+  }
   return engine::lora_module_key(layer, target);
+}
+
+std::string peft_shared_expert_key(int64_t layer, LoraTarget target) {
+  return fmt::format("base_model.model.model.layers.{}.mlp.shared_experts.{}", layer,
+                     engine::lora_target_name(target));
 }
 
 std::string peft_expert_key(int64_t layer, int64_t expert, LoraTarget target) {
@@ -132,7 +140,7 @@ void save_peft(const engine::LoraWeights& adapter, const std::filesystem::path& 
     for (LoraTarget t : engine::kAllLoraTargets) {
       const engine::LoraPair& p = adapter.modules[l][size_t(t)];
       if (p.empty()) continue;
-      const std::string key = peft_module_key(int64_t(l), t);
+      const std::string key = peft_module_key(int64_t(l), t, options.base);
       tensors.push_back({key + ".lora_A.weight", options.dtype, p.A.shape(), p.A.data()});
       tensors.push_back({key + ".lora_B.weight", options.dtype, p.B.shape(), p.B.data()});
     }

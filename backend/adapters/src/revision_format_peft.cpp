@@ -100,10 +100,15 @@ PeftImport read_peft_dir(const std::filesystem::path& dir) {
   for (LoraTarget t : engine::kAllLoraTargets) {
     const int64_t layers = engine::lora_target_per_layer(t) ? n_layers : 1;
     for (int64_t l = 0; l < layers; ++l) {
-      const std::string k = peft_module_key(l, t);
-      for (const char* suffix : {"", ".default"}) {
-        keys[k + ".lora_A" + suffix + ".weight"] = {l, t, 'A'};
-        keys[k + ".lora_B" + suffix + ".weight"] = {l, t, 'B'};
+      // A DeepSeek sparse layer's shared experts (mlp.shared_experts.*) are the layer's dense
+      // MLP targets; a file holding both names for one layer is refused as a duplicate.
+      std::vector<std::string> names = {peft_module_key(l, t)};
+      if (engine::expert_proj(t) >= 0) names.push_back(peft_shared_expert_key(l, t));
+      for (const std::string& k : names) {
+        for (const char* suffix : {"", ".default"}) {
+          keys[k + ".lora_A" + suffix + ".weight"] = {l, t, 'A'};
+          keys[k + ".lora_B" + suffix + ".weight"] = {l, t, 'B'};
+        }
       }
     }
   }

@@ -142,7 +142,10 @@ void export_peft(Daemon& d, catalog::Catalog& cat, const Call& call, const Addre
   const adapters::DecodedRevision rev =
       cat.read_revision(call.tenant, {a.tenant, a.policy, r.revision.id});
   const ScratchDir dir(d.paths.data_dir);
-  adapters::save_peft(rev.weights, dir.path, {.base_model_name_or_path = rev.meta.base_model_id});
+  const ServedBase* base = d.find_base(rev.meta.base_model_id);
+  adapters::save_peft(rev.weights, dir.path,
+                      {.base_model_name_or_path = rev.meta.base_model_id,
+                       .base = base != nullptr ? &base->weights.config : nullptr});
   ExportPeftReply out;
   out.revision_id = r.revision.id;
   out.adapter_config_json = read_file_to_string(dir.path / "adapter_config.json");

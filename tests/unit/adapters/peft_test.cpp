@@ -112,6 +112,35 @@ TEST(Peft, RoutedExpertsUsePeftPerExpertNames) {
   std::filesystem::remove_all(dir);
 }
 
+// DeepSeek-V3: MLA's modules under self_attn, a sparse layer's MLP LoRA as its shared experts
+// (mlp.shared_experts.up_proj, the module PEFT adapts there) next to the routed experts; read
+// back bit for bit, and the dense names Spindle writes without a base read back the same.
+TEST(Peft, DeepseekSharedExpertsAndMlaModulesUsePeftNames) {
+  const engine::ModelConfig c = testing::tiny_config(engine::Arch::deepseek_v3);
+  const LoraTarget targets[] = {LoraTarget::q_a,  LoraTarget::q_b, LoraTarget::kv_a,
+                                LoraTarget::kv_b, LoraTarget::o,   LoraTarget::gate,
+                                LoraTarget::up,   LoraTarget::down};
+  const auto a = engine::LoraWeights::random(c, 2, 4.0f, targets, 6, 0.2f, 0.2f);
+  for (const engine::ModelConfig* base : {&c, static_cast<const engine::ModelConfig*>(nullptr)}) {
+    const auto dir = temp_dir("deepseek");
+    save_peft(a, dir, {.base_model_name_or_path = "tiny-deepseek", .base = base});
+    const engine::SafetensorsFile f(dir / "adapter_model.safetensors");
+    EXPECT_NE(f.find("base_model.model.model.layers.1.self_attn.kv_a_proj_with_mqa.lora_A.weight"),
+              nullptr);
+    EXPECT_NE(f.find("base_model.model.model.layers.2.self_attn.q_b_proj.lora_B.weight"), nullptr);
+    EXPECT_NE(f.find("base_model.model.model.layers.0.mlp.gate_proj.lora_A.weight"), nullptr);
+    EXPECT_NE(f.find("base_model.model.model.layers.1.mlp.experts.7.up_proj.lora_A.weight"),
+              nullptr);
+    const std::string shared =
+        "base_model.model.model.layers.1.mlp.shared_experts.up_proj.lora_A.weight";
+    const std::string dense = "base_model.model.model.layers.1.mlp.up_proj.lora_A.weight";
+    EXPECT_EQ(f.find(shared) != nullptr, base != nullptr);
+    EXPECT_EQ(f.find(dense) != nullptr, base == nullptr);
+    EXPECT_EQ(testing::max_abs_diff(a, load_peft(dir, c)), 0.0f);
+    std::filesystem::remove_all(dir);
+  }
+}
+
 TEST(Peft, AdapterForAnotherBaseIsRefusedNamingTheModule) {
   const LoraTarget q[] = {LoraTarget::q, LoraTarget::up};
   const auto a = engine::LoraWeights::random(kConfig, 4, 8.0f, q, 1, 0.1f, 0.1f);

@@ -32,6 +32,10 @@ engine::LoraWeights load_peft(const std::filesystem::path& dir, const engine::Mo
 struct PeftSaveOptions {
   std::string base_model_name_or_path;
   DType dtype = DType::f32;
+  // The base's config, when known: a DeepSeek sparse layer's gate/up/down are then named as
+  // its shared experts (mlp.shared_experts.gate_proj), the module PEFT adapts there. Without it
+  // they keep the dense names (mlp.gate_proj), which Spindle reads back either way.
+  const engine::ModelConfig* base = nullptr;
 };
 
 // Writes adapter_config.json and adapter_model.safetensors (each atomically).
@@ -42,8 +46,12 @@ void save_peft(const engine::LoraWeights& adapter, const std::filesystem::path& 
 std::vector<engine::LoraTarget> adapted_targets(const engine::LoraWeights& adapter);
 
 // PEFT tensor key of one module ("base_model.model.model.layers.3.mlp.up_proj"), without
-// the ".lora_A.weight" suffix.
-std::string peft_module_key(int64_t layer, engine::LoraTarget target);
+// the ".lora_A.weight" suffix. With a base whose layer is sparse, gate/up/down are its shared
+// experts ("...layers.3.mlp.shared_experts.up_proj").
+std::string peft_module_key(int64_t layer, engine::LoraTarget target,
+                            const engine::ModelConfig* base = nullptr);
+// The shared-experts key of an MLP target ("...layers.3.mlp.shared_experts.up_proj").
+std::string peft_shared_expert_key(int64_t layer, engine::LoraTarget target);
 // PEFT key of one routed expert's projection ("base_model.model.model.layers.3.mlp.experts.7.
 // up_proj"), as PEFT names them for Qwen3-MoE.
 std::string peft_expert_key(int64_t layer, int64_t expert, engine::LoraTarget target);
