@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -131,3 +132,26 @@ def test_attention_only_lora_learns(moe_service):
     greedy = types.SamplingParams(max_tokens=len(completion), temperature=0.0, seed=0)
     got = trained.sample(types.ModelInput.from_ints(prompts[0]), 1, greedy).result()
     assert got.sequences[0].tokens == completion, got.sequences[0].tokens
+
+
+def test_grpo_run_on_the_moe_base(moe_service):
+    """A GRPO run (two policies, a reward plugin loaded by the daemon) on the MoE base: every
+    step of every policy lands in the run's metrics and the run finishes."""
+    def policy(word):
+        return {"name": f"moe-grpo-{word}", "rank": 4, "alpha": 8, "learning_rate": 1e-2,
+                "dataset": {"name": "inline", "prompts": ["3+4=", "10+20=", "8+1="]},
+                "reward": {"terms": [{"name": word, "plugin": "keywords", "weight": 1,
+                                      "config": {"present": [word]}}]}}
+    steps = 4
+    config = {"seed": 1, "steps": steps, "group_size": 4, "prompts_per_step": 2,
+              "max_tokens": 4, "eval_every": 0, "save_every": 2, "eval_prompts": 0,
+              "policies": [policy(w) for w in ("1", "2")]}
+    started = moe_service.start_run(config)
+    deadline = time.monotonic() + 300
+    while not (st := moe_service.run_status(started.run_id)).run.finished:
+        assert time.monotonic() < deadline, "the run did not finish"
+        time.sleep(0.2)
+    assert st.run.status == "done", st.run.error
+    assert st.run.step == steps
+    assert {(m.policy, m.step) for m in st.metrics} == {
+        (p["name"], s) for p in config["policies"] for s in range(steps + 1)}
