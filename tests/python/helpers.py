@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from spindle import types
@@ -31,3 +33,13 @@ def sft_datum(prompt: list[int], completion: list[int]) -> types.Datum:
 
 def mean_token_loss(output) -> float:
     return output.metrics["loss:sum"] / output.metrics["n_tokens:sum"]
+
+
+def finished_run(client, run_id: str, timeout: float = 300.0):
+    """Polls run_status until the run finishes (a failed assertion after `timeout` seconds);
+    returns the final status."""
+    deadline = time.monotonic() + timeout
+    while not (status := client.run_status(run_id)).run.finished:
+        assert time.monotonic() < deadline, f"run {run_id} did not finish in {timeout:.0f} s"
+        time.sleep(0.2)
+    return status

@@ -24,7 +24,7 @@ import spindle
 from spindle import types
 
 from conftest import Daemon, spindled_and_model
-from helpers import BOS, sft_datum
+from helpers import BOS, finished_run, sft_datum
 
 
 def wait_for(predicate, timeout=30.0, what="condition"):
@@ -471,10 +471,7 @@ def test_grpo_run_spreads_over_workers_and_survives_a_kill():
         victim = workers[int(victim_name[1])]
         victim.proc.send_signal(signal.SIGKILL)
         victim.proc.wait()
-        deadline = time.monotonic() + 300
-        while not (st := client.run_status(started.run_id)).run.finished:
-            assert time.monotonic() < deadline, "the run did not finish"
-            time.sleep(0.2)
+        st = finished_run(client, started.run_id)
         assert st.run.status == "done", st.run.error
         assert st.run.step == steps
         assert {(m.policy, m.step) for m in st.metrics} == {

@@ -11,7 +11,6 @@ import json
 import os
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +20,7 @@ import spindle
 from spindle import types
 
 from conftest import Daemon, spindled_and_model
-from helpers import mean_token_loss, sft_datum
+from helpers import finished_run, mean_token_loss, sft_datum
 
 BOS = 256  # the byte tokenizer's <|bos|>
 
@@ -146,11 +145,7 @@ def test_grpo_run_on_the_moe_base(moe_service):
     config = {"seed": 1, "steps": steps, "group_size": 4, "prompts_per_step": 2,
               "max_tokens": 4, "eval_every": 0, "save_every": 2, "eval_prompts": 0,
               "policies": [policy(w) for w in ("1", "2")]}
-    started = moe_service.start_run(config)
-    deadline = time.monotonic() + 300
-    while not (st := moe_service.run_status(started.run_id)).run.finished:
-        assert time.monotonic() < deadline, "the run did not finish"
-        time.sleep(0.2)
+    st = finished_run(moe_service, moe_service.start_run(config).run_id)
     assert st.run.status == "done", st.run.error
     assert st.run.step == steps
     assert {(m.policy, m.step) for m in st.metrics} == {
