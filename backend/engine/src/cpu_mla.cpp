@@ -100,18 +100,20 @@ void CpuOps::mla_attention(int64_t l, LayerActivations& a) {
                                                      ? lora_->view(l, LoraTarget::kv_b)
                                                      : std::nullopt;
   // The LoRA of kv_b, absorbed: q̃[h][:R] += s·(q_nope[h]·B_K[h])·A, row by row per slot.
-  std::vector<double> u(size_t(view ? view->max_rank : 0));
+  const kernels::LoraSlots none{};
+  const kernels::LoraSlots& v = view ? *view : none;
+  const int64_t mr = view ? v.max_rank : 0;
+  std::vector<double> u(static_cast<size_t>(mr));
   auto for_adapted_rows = [&](auto&& fn) {
     for (const auto& seg : st_.segments) {
       if (seg.slot < 0) continue;
-      const int64_t r = view->rank[seg.slot];
+      const int64_t r = v.rank[seg.slot];
       if (r == 0) continue;
-      const float* A = view->A + int64_t(seg.slot) * view->max_rank * view->d_in;
-      const float* B = view->B + int64_t(seg.slot) * view->d_out * view->max_rank;
-      for (int64_t t = seg.row_begin; t < seg.row_end; ++t) fn(t, r, view->scale[seg.slot], A, B);
+      const float* A = v.A + int64_t(seg.slot) * v.max_rank * v.d_in;
+      const float* B = v.B + int64_t(seg.slot) * v.d_out * v.max_rank;
+      for (int64_t t = seg.row_begin; t < seg.row_end; ++t) fn(t, r, v.scale[seg.slot], A, B);
     }
   };
-  const int64_t mr = view ? view->max_rank : 0;
   if (view) {
     for_adapted_rows([&](int64_t t, int64_t r, float s, const float* A, const float* B) {
       for (int64_t h = 0; h < d.H; ++h) {
