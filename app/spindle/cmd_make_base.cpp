@@ -108,23 +108,26 @@ ModelConfig arith_config(const Recipe& r, const MakeBaseArgs& args) {
              .v_head_dim = r.dim / r.n_heads,
              .rope_interleave = true};
     c.head_dim = c.mla.qk_head_dim();
-    c.rope_scaling = RopeScaling{.type = RopeScalingType::yarn,
-                                 .factor = 2.0f,
-                                 .original_max_position = r.max_seq_len / 2,
-                                 .mscale = 1.0f,
-                                 .mscale_all_dim = 1.0f};
+    RopeScaling yarn;
+    yarn.type = RopeScalingType::yarn;
+    yarn.factor = 2.0f;
+    yarn.original_max_position = r.max_seq_len / 2;
+    yarn.mscale = yarn.mscale_all_dim = 1.0f;
+    c.rope_scaling = yarn;
     const int64_t E = args.experts > 0 ? args.experts : 8;
-    c.moe = {.n_experts = E,
-             .top_k = args.top_k,
-             .expert_dim = std::max<int64_t>(1, r.hidden_dim / 4),
-             .norm_topk = true,
-             .scoring = RouterScoring::sigmoid,
-             .n_group = E % 2 == 0 && E >= 4 ? 2 : 1,
-             .topk_group = 1 + int64_t(E % 2 == 0 && E >= 4 && args.top_k > E / 2),
-             .routed_scaling = 2.5f,
-             .n_shared_experts = 1,
-             .first_dense = 1,
-             .correction_bias = true};
+    const bool groups = E % 2 == 0 && E >= 4;  // two groups of E/2, the best one or both kept
+    MoeConfig& m = c.moe;
+    m.n_experts = E;
+    m.top_k = args.top_k;
+    m.expert_dim = std::max<int64_t>(1, r.hidden_dim / 4);
+    m.norm_topk = true;
+    m.scoring = RouterScoring::sigmoid;
+    m.n_group = groups ? 2 : 1;
+    m.topk_group = groups && args.top_k > E / 2 ? 2 : 1;
+    m.routed_scaling = 2.5f;
+    m.n_shared_experts = 1;
+    m.first_dense = 1;
+    m.correction_bias = true;
     c.tie_embeddings = false;
   } else {
     c.tie_embeddings = true;

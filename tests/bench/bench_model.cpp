@@ -72,7 +72,10 @@ engine::ModelConfig qwen3_30b_a3b_config(int64_t n_layers) {
   c.n_heads = 32;
   c.n_kv_heads = 4;
   c.tie_embeddings = false;
-  c.moe = {.n_experts = 128, .top_k = 8, .expert_dim = 768, .norm_topk = true};
+  c.moe.n_experts = 128;
+  c.moe.top_k = 8;
+  c.moe.expert_dim = 768;
+  c.moe.norm_topk = true;
   c.name = "random Qwen3-30B-A3B shape";
   c.validate(c.name);
   return c;
@@ -91,23 +94,21 @@ engine::ModelConfig deepseek_v3_moe_config(int64_t n_layers) {
            .rope_interleave = true};
   c.head_dim = c.mla.qk_head_dim();
   c.rope_theta = 10000.0f;
-  c.rope_scaling = engine::RopeScaling{.type = engine::RopeScalingType::yarn,
-                                       .factor = 40.0f,
-                                       .original_max_position = 4096,
-                                       .mscale = 1.0f,
-                                       .mscale_all_dim = 1.0f};
+  engine::RopeScaling yarn;
+  yarn.type = engine::RopeScalingType::yarn;
+  yarn.factor = 40.0f;
+  yarn.original_max_position = 4096;
+  yarn.mscale = yarn.mscale_all_dim = 1.0f;
+  c.rope_scaling = yarn;
   c.max_seq_len = 163840;
-  c.moe = {.n_experts = 128,
-           .top_k = 8,
-           .expert_dim = 768,
-           .norm_topk = true,
-           .scoring = engine::RouterScoring::sigmoid,
-           .n_group = 8,
-           .topk_group = 4,
-           .routed_scaling = 2.5f,
-           .n_shared_experts = 1,
-           .first_dense = 1,
-           .correction_bias = true};
+  engine::MoeConfig& m = c.moe;  // 128 experts of 768, top 8, from the Qwen3 shape
+  m.scoring = engine::RouterScoring::sigmoid;
+  m.n_group = 8;
+  m.topk_group = 4;
+  m.routed_scaling = 2.5f;
+  m.n_shared_experts = 1;
+  m.first_dense = 1;
+  m.correction_bias = true;
   c.name = "random DeepSeek-V3 attention and routing at Qwen3-30B-A3B's width";
   c.validate(c.name);
   return c;
