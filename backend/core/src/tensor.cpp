@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include <sys/mman.h>
+
 #include "spindle/core/error.h"
 
 namespace spindle {
@@ -30,11 +32,25 @@ int64_t shape_numel(const Shape& shape) {
 
 void Tensor::Free::operator()(float* p) const { std::free(p); }
 
+namespace {
+
+constexpr size_t kHugePage = size_t(2) << 20;
+constexpr size_t kHugeFrom = size_t(8) << 20;  // tensors this large go on transparent huge pages
+
+}  // namespace
+
 Tensor::Tensor(Shape shape) : shape_(std::move(shape)), numel_(shape_numel(shape_)) {
   const size_t bytes = std::max<size_t>(64, (size_t(numel_) * sizeof(float) + 63) / 64 * 64);
-  void* p = std::aligned_alloc(64, bytes);
+  // Large tensors (weights, slot pools, KV caches, decoded adapters) start on a 2 MiB boundary
+  // and ask for transparent huge pages over their whole huge pages: 512× fewer page faults
+  // when first touched (a cold adapter load writes ~1.6 GB into fresh memory) and fewer TLB
+  // misses when streamed. The kernel may still back them with small pages.
+  const bool huge = bytes >= kHugeFrom;
+  void* p = std::aligned_alloc(huge ? kHugePage : 64,
+                               huge ? (bytes + kHugePage - 1) / kHugePage * kHugePage : bytes);
   SPINDLE_CHECK(p != nullptr, resource, "out of memory allocating tensor {} ({} bytes)",
                 shape_str(shape_), bytes);
+  if (huge) ::madvise(p, (bytes + kHugePage - 1) / kHugePage * kHugePage, MADV_HUGEPAGE);
   data_.reset(static_cast<float*>(p));
 }
 
