@@ -1,5 +1,5 @@
 // spindle-bench residency: adapter residency tiers, as ratios measured in one run.
-//   1. packed vs per-expert load of a Qwen3-30B-A3B-shaped MoE adapter (64 experts, 48
+//   1. packed vs per-expert load of a Qwen3-30B-A3B-shaped MoE adapter (128 experts, 48
 //      layers, hidden 2048, moe_intermediate 768, rank 8) from disk to host, page cache
 //      dropped before each timing (posix_fadvise DONTNEED): packed_speedup = per/packed.
 //   1b. the same adapter shape LIVE: a Qwen3-30B-A3B-shaped LoRA (rank 8 on q, k, v, o and
@@ -38,7 +38,7 @@ using adapters::AdapterPtr;
 
 struct ResidencyBenchOptions {
   int64_t layers = 48;
-  int64_t experts = 64;
+  int64_t experts = 128;  // Qwen3-30B-A3B: 48 x 128 x 3 = 18 432 expert modules
   int64_t rank = 8;
   int repeats = 3;
   int storm = 100;
