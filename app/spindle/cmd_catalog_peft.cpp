@@ -155,7 +155,8 @@ void register_catalog_peft(CLI::App& cmd) {
                                           .targets = cfg.target_modules,
                                           .use_rslora = cfg.use_rslora},
                                  .description = a->description,
-                                 .tags = a->tags};
+                                 .tags = a->tags,
+                                 .user_metadata_json = {}};
         cat.create_policy(tenant, spec, actor());
       }
       catalog::CommitOptions opts;

@@ -2,6 +2,7 @@
 // model.safetensors.index.json. Every expected tensor is checked (present, floating dtype,
 // shape) before any tensor data is allocated or read.
 
+#include <algorithm>
 #include <deque>
 #include <filesystem>
 #include <map>
@@ -198,8 +199,18 @@ void check_unknown(const Checkpoint& ck, const std::vector<Expected>& want, cons
   for (const auto& e : want) known.insert(e.name);
   std::vector<std::string> unknown;
   bool has_qk_norm = false;
+  // DeepSeek's multi-token-prediction modules sit after the last layer (model.layers.61.* in
+  // DeepSeek-V3): not part of the causal LM, skipped as transformers skips them.
+  std::vector<std::string> mtp;
+  for (int64_t i = 0; i < c.mtp_layers; ++i) {
+    mtp.push_back(fmt::format("model.layers.{}.", c.n_layers + i));
+  }
   for (const auto& [name, at] : ck.tensors) {
     if (known.count(name) || name.ends_with(".rotary_emb.inv_freq")) continue;
+    if (std::any_of(mtp.begin(), mtp.end(),
+                    [&](const std::string& p) { return name.starts_with(p); })) {
+      continue;
+    }
     if (c.tie_embeddings && name == "lm_head.weight") continue;  // a stray copy of embed_tokens
     has_qk_norm = has_qk_norm || name.ends_with("q_norm.weight");
     unknown.push_back(name);

@@ -186,6 +186,9 @@ void parse_deepseek(const ConfigFields& f, const std::string& source, ModelConfi
   a.qk_rope_head_dim = f.opt_int("qk_rope_head_dim").value_or(64);
   a.v_head_dim = f.opt_int("v_head_dim").value_or(128);
   a.rope_interleave = f.opt_bool("rope_interleave").value_or(true);
+  c.mtp_layers = f.opt_int("num_nextn_predict_layers").value_or(0);
+  SPINDLE_CHECK(c.mtp_layers >= 0 && c.mtp_layers <= 16, invalid_argument,
+                "{}: num_nextn_predict_layers must be in [0, 16], got {}", source, c.mtp_layers);
   c.head_dim = a.qk_head_dim();
   c.n_kv_heads = c.n_heads;  // MLA: every head has its own expanded key and value
 
@@ -389,6 +392,7 @@ json hf_config_object(const ModelConfig& c) {
       j["scoring_func"] = "sigmoid";
       j["topk_method"] = "noaux_tc";
       j["moe_layer_freq"] = 1;
+      j["num_nextn_predict_layers"] = 0;  // MTP modules are not loaded, so never written
     }
   }
   if (c.rope_scaling && c.rope_scaling->type == RopeScalingType::yarn) {

@@ -195,6 +195,7 @@ TEST(HfConfig, ParsesDeepseekV3) {
   EXPECT_TRUE(c.sparse_layer(3));
   EXPECT_EQ(c.dense_mlp_dim(3), 2048);  // the shared expert
   EXPECT_FALSE(c.moe.router_aux_loss);
+  EXPECT_EQ(c.mtp_layers, 1);  // num_nextn_predict_layers: layer 61's tensors are skipped
   // The latent cache: 61 layers × (512 + 64) per token, against 2 × 128 heads × 192 for
   // the same model with full multi-head K and V (the GQA-shaped cache it replaces).
   EXPECT_EQ(c.kv_bytes_per_token(2), 61 * 576 * 2);

@@ -212,6 +212,32 @@ INSTANTIATE_TEST_SUITE_P(Arch, HfLoader,
                            return std::string(engine::arch_name(info.param));
                          });
 
+// DeepSeek-V3 checkpoints hold the multi-token-prediction module as one more layer
+// (model.layers.61.* for 61 layers): skipped when num_nextn_predict_layers says so, refused as
+// unexpected when it does not.
+TEST(HfLoaderMtp, MultiTokenPredictionLayersAreSkipped) {
+  engine::ModelConfig c = tiny_deepseek_v3();
+  const ModelWeights w = random_model(c, 9);
+  TempDir dir("hf");
+  auto ts = tensors_of(w);
+  std::vector<float> extra(size_t(c.dim * c.dim), 0.25f);
+  const std::string mtp = fmt::format("model.layers.{}.", c.n_layers);
+  ts.push_back({mtp + "eh_proj.weight", DType::f32, {c.dim, c.dim}, extra.data()});
+  ts.push_back({mtp + "enorm.weight", DType::f32, {c.dim}, extra.data()});
+  c.mtp_layers = 1;
+  write_dir(dir.path(), c, ts);
+  // The writer says 0 (it never saves them): set the field as DeepSeek's config.json has it.
+  auto cfg = nlohmann::json::parse(read_bytes(dir / "config.json"));
+  cfg["num_nextn_predict_layers"] = 1;
+  write_file_atomic(dir / "config.json", cfg.dump());
+  const ModelWeights got = engine::load_hf_dir(dir.path());
+  expect_same_weights(w, got);
+  EXPECT_EQ(got.config.mtp_layers, 1);
+  cfg["num_nextn_predict_layers"] = 0;
+  write_file_atomic(dir / "config.json", cfg.dump());
+  EXPECT_SPINDLE_ERROR(engine::load_hf_dir(dir.path()), "2 unexpected", mtp + "eh_proj.weight");
+}
+
 TEST(HfLoaderTies, StrayLmHeadIgnoredWhenTiedRequiredWhenUntied) {
   TempDir dir("hf");
   const ModelWeights tied = random_model(tiny_llama(), 5);

@@ -113,6 +113,10 @@ struct ModelConfig {
   int32_t eos_id = 2;
   MoeConfig moe;     // n_experts > 0 only for Arch::qwen3_moe and Arch::deepseek_v3
   MlaConfig mla;     // kv_lora_rank > 0 only for Arch::deepseek_v3
+  // num_nextn_predict_layers (DeepSeek-V3's multi-token-prediction modules): checkpoints hold
+  // them as layers n_layers .. n_layers + mtp_layers − 1; the loader skips those tensors, as
+  // transformers does (they are not part of the causal LM).
+  int64_t mtp_layers = 0;
   std::string name;  // informational (e.g. path or HF name_or_path)
 
   // For MLA, head_dim is the query/key head (qk_nope + qk_rope) and n_kv_heads == n_heads.
