@@ -186,7 +186,8 @@ class RestClient:
         def run() -> WeightsInfoResponse:
             policy = self._details(tinker_path).policy
             targets = set(policy.targets)
-            attn = bool(targets & {"q_proj", "k_proj", "v_proj", "o_proj", "wq", "wk", "wv", "wo"})
+            attn = bool(targets & {"q_proj", "k_proj", "v_proj", "o_proj", "q_a_proj", "q_b_proj",
+                                    "kv_a_proj_with_mqa", "kv_b_proj", "wq", "wk", "wv", "wo"})
             mlp = bool(targets & {"gate_proj", "up_proj", "down_proj", "w1", "w2", "w3"})
             return WeightsInfoResponse(base_model=policy.base_id, is_lora=True,
                                        lora_rank=int(policy.rank),
