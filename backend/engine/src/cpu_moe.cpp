@@ -28,6 +28,7 @@ void CpuOps::moe_route(int64_t l, const Tensor& xn, MoeActivations& m) {
   const int64_t G = mc.n_group, per_group = E / G;
   std::vector<int32_t> idx(static_cast<size_t>(E)), gidx(static_cast<size_t>(G));
   std::vector<float> choice(static_cast<size_t>(E)), gscore(static_cast<size_t>(G));
+  std::vector<char> keep(static_cast<size_t>(G));
   for (int64_t t = 0; t < T; ++t) {
     const float* z = m.logits.row(t);
     float* p = m.probs.row(t);
@@ -63,8 +64,8 @@ void CpuOps::moe_route(int64_t l, const Tensor& xn, MoeActivations& m) {
                           return gscore[size_t(a)] > gscore[size_t(b)] ||
                                  (gscore[size_t(a)] == gscore[size_t(b)] && a < b);
                         });
-      std::vector<bool> keep(size_t(G), false);
-      for (int64_t g = 0; g < mc.topk_group; ++g) keep[size_t(gidx[size_t(g)])] = true;
+      std::fill(keep.begin(), keep.end(), char(0));
+      for (int64_t g = 0; g < mc.topk_group; ++g) keep[size_t(gidx[size_t(g)])] = 1;
       for (int64_t e = 0; e < E; ++e) {
         if (!keep[size_t(e / per_group)]) choice[size_t(e)] = 0.0f;
       }
