@@ -1,41 +1,33 @@
 // Training sessions: create (fresh or from a saved state), forward/forward_backward,
-// optim_step, save_weights/save_state (commit, then reply), load_state, close.
+// optim_step, save_weights/save_state (commit, then reply), load_state, close; the ops'
+// dispatch. A coordinator's sessions on workers are training_remote.cpp's.
 
 #include <nlohmann/json.hpp>
 
 #include <random>
 
-#include "catalog_ops.h"
-#include "engine_ops.h"
-#include "spindle/core/error.h"
 #include "spindle/adapters/revision_format.h"
-#include "spindle/engine/trainer.h"
+#include "spindle/core/error.h"
+#include "training_internal.h"
 
 namespace spindle::service {
 
 using namespace protocol;
 
-namespace {
+namespace training {
 
-std::string actor(const Call& call) { return "tenant:" + call.tenant; }
-
-int64_t unix_ms() {
+static int64_t unix_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
 
-std::vector<engine::LoraTarget> targets_of(const CreateTrainingRequest& r) {
-  using T = engine::LoraTarget;
-  std::vector<T> t;
-  // Attention's projections of either family: init_lora skips those the base lacks (k / v on
-  // latent attention, q_a .. kv_b on the others).
-  if (r.train_attn) t.insert(t.end(), {T::q, T::k, T::v, T::o, T::q_a, T::q_b, T::kv_a, T::kv_b});
-  if (r.train_mlp) t.insert(t.end(), {T::gate, T::up, T::down});
-  if (r.train_unembed) t.push_back(T::lm_head);
-  SPINDLE_CHECK(!t.empty(), invalid_argument,
-                "train_attn, train_mlp and train_unembed are all false: nothing to train");
-  return t;
+std::string actor(const Call& call) {
+  return "tenant:" + call.tenant;
+}
+
+uint32_t lease_ms(const Daemon& d) {
+  return uint32_t(d.config.session_lease_s * 1000.0);
 }
 
 void check_session_room(Daemon& d, const std::string& tenant) {
@@ -49,17 +41,6 @@ void check_session_room(Daemon& d, const std::string& tenant) {
                 "close one first",
                 tenant, held, quota);
 }
-
-// "" or a JSON object (what the policy stores); throws invalid_argument otherwise.
-std::string checked_user_metadata(const std::string& text) {
-  if (text.empty()) return text;
-  const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
-  SPINDLE_CHECK(!j.is_discarded() && j.is_object(), invalid_argument,
-                "user_metadata_json must be a JSON object");
-  return text;
-}
-
-uint32_t lease_ms(const Daemon& d) { return uint32_t(d.config.session_lease_s * 1000.0); }
 
 TrainingSessionReply session_reply(const Daemon& d, const Call& call, const Session& s,
                                    int64_t step, std::string revision_id,
@@ -77,21 +58,7 @@ TrainingSessionReply session_reply(const Daemon& d, const Call& call, const Sess
   return out;
 }
 
-// What a new session starts from.
-struct SessionStart {
-  ServedBase* base = nullptr;
-  std::string policy;
-  engine::LoraWeights weights;
-  engine::AdamW adam;
-  int64_t step = 0;  // the revision's (a fresh optimizer still reports it)
-  std::string revision_id;
-  std::string user_metadata;
-};
-
-// Opens a scheduler session on the start's weights and replies with the new session (under
-// `id`, a coordinator's, when not "").
-void open_session(Daemon& d, const Call& call, SessionStart start, std::string id = "",
-                  uint32_t lease = 0) {
+void open_session(Daemon& d, const Call& call, SessionStart start, std::string id, uint32_t lease) {
   Session proto{.id = std::move(id), .tenant = call.tenant, .policy = start.policy,
                 .base = start.base, .sid = 0, .rank = start.weights.rank,
                 .alpha = start.weights.alpha};
@@ -114,93 +81,68 @@ void open_session(Daemon& d, const Call& call, SessionStart start, std::string i
       });
 }
 
-
-// ---- the coordinator's sessions on workers (issue 17, docs/cluster.md) ----------------------
-
-// Whether new sessions and sampling of `base` go to workers (a coordinator with a live worker
-// holding it); otherwise this process's engine serves them.
-bool served_remotely(const Daemon& d, const ServedBase& base) {
-  return d.cluster->coordinator() && d.cluster->serves(base.id);
-}
-
-template <class Body>
-Request request_of(const Call& call, Body body) {
-  Request r;
-  r.encoding = call.encoding;
-  r.request_id = call.request_id;
-  r.op = call.op;
-  r.body = std::move(body);
-  return r;
-}
-
-std::string placement_key(const std::string& tenant, const std::string& policy) {
-  return tenant + "/" + policy;
-}
-
-cluster_wire::ForwardHeader open_header(const Daemon& d, const Session& s) {
-  cluster_wire::ForwardHeader h;
-  h.kind = cluster_wire::ForwardKind::open_session;
-  h.tenant = s.tenant;
-  h.base = s.base->id;
-  h.session_id = s.id;
-  h.policy = s.policy;
-  h.rank = s.rank;
-  h.alpha = s.alpha;
-  for (engine::LoraTarget t : s.targets) h.targets.push_back(uint8_t(t));
-  h.seed = s.seed;
-  h.user_metadata = s.user_metadata;
-  h.lease_ms = lease_ms(d);
-  return h;
-}
-
-// The revision's blob bytes (and its optimizer state's) into `h`, as a worker opens or loads
-// them. Catalog thread (the blob store is thread-safe; reads verify the checksum).
-void read_start(const Daemon& d, const catalog::Revision& rev, bool with_optimizer,
-                cluster_wire::ForwardHeader& h) {
-  h.weights = d.blobs->get(rev.blob);
-  if (with_optimizer && rev.state_blob) h.optimizer = d.blobs->get(*rev.state_blob);
-  h.step = rev.step;
-  h.revision_id = rev.id;
-}
-
-Forward pinned_forward(const Call& call, const Session& s, cluster_wire::ForwardHeader h,
-                       Request request, ForwardDone done = {}) {
-  Forward f;
-  f.call = call;
-  f.base = s.base->id;
-  f.policy_key = placement_key(s.tenant, s.policy);
-  f.worker = s.worker;
-  f.header = std::move(h);
-  f.request = encode_forwarded(std::move(request));
-  f.done = std::move(done);
-  return f;
-}
-
-// Places a new session (the policy's primary worker) and opens it there; the worker's reply is
-// relayed, and on success the session joins this coordinator's table pinned to that worker.
-void open_remote_session(Daemon& d, const Call& call, Request request, Session proto,
-                         cluster_wire::ForwardHeader h) {
-  d.sessions.reserve(call.tenant);  // check_session_room counts it until add() or unreserve()
-  Forward f;
-  f.call = call;
-  f.base = proto.base->id;
-  f.policy_key = placement_key(proto.tenant, proto.policy);
-  f.session = true;
-  f.header = std::move(h);
-  f.request = encode_forwarded(std::move(request));
-  f.done = [&d, proto](ForwardOutcome& o) mutable {
-    if (!o.ok) {
-      d.sessions.unreserve(proto.tenant);
-      return true;
+std::string save_metrics(const SaveRequest& req) {
+  nlohmann::json metrics = nlohmann::json::object();
+  if (!req.metrics_json.empty()) {
+    try {
+      metrics = nlohmann::json::parse(req.metrics_json);
+    } catch (const nlohmann::json::exception& e) {
+      SPINDLE_THROW(invalid_argument, "metrics_json is not JSON: {}", e.what());
     }
-    proto.worker = o.worker;
-    d.sessions.add(proto);
-    d.log->info("tenant {}: session {} on spindle://{}/{} (base '{}', rank {}) on worker {}",
-                proto.tenant, proto.id, proto.tenant, proto.policy, proto.base->id, proto.rank,
-                o.worker);
-    return true;
-  };
-  d.cluster->post(std::move(f), *d.replies);
+    SPINDLE_CHECK(metrics.is_object(), invalid_argument, "metrics_json must be a JSON object");
+  }
+  if (!req.name.empty()) metrics["name"] = req.name;
+  return metrics.dump();
+}
+
+catalog::Revision commit_snapshot(catalog::Catalog& cat, const Call& call, const Session& s,
+                                  const engine::LoraWeights& weights,
+                                  const engine::AdamW* optimizer, int64_t step, int64_t ttl_ms,
+                                  const std::string& metrics) {
+  catalog::CommitOptions opts;
+  opts.actor = actor(call);
+  opts.step = step;
+  opts.metrics_json = metrics;
+  opts.optimizer_state = optimizer;
+  if (ttl_ms > 0) opts.expires_ms = unix_ms() + ttl_ms;
+  return cat.commit_revision(call.tenant, s.policy, weights, opts);
+}
+
+SaveReply save_reply(const Call& call, const Session& s, const catalog::Revision& rev) {
+  SaveReply out;
+  out.revision_id = rev.id;
+  out.address = fmt::format("spindle://{}/{}@{}", call.tenant, s.policy, rev.id);
+  out.bytes = rev.bytes;
+  out.expires_ms = rev.expires_ms;
+  return out;
+}
+
+}  // namespace training
+
+namespace {
+
+using namespace training;
+
+std::vector<engine::LoraTarget> targets_of(const CreateTrainingRequest& r) {
+  using T = engine::LoraTarget;
+  std::vector<T> t;
+  // Attention's projections of either family: init_lora skips those the base lacks (k / v on
+  // latent attention, q_a .. kv_b on the others).
+  if (r.train_attn) t.insert(t.end(), {T::q, T::k, T::v, T::o, T::q_a, T::q_b, T::kv_a, T::kv_b});
+  if (r.train_mlp) t.insert(t.end(), {T::gate, T::up, T::down});
+  if (r.train_unembed) t.push_back(T::lm_head);
+  SPINDLE_CHECK(!t.empty(), invalid_argument,
+                "train_attn, train_mlp and train_unembed are all false: nothing to train");
+  return t;
+}
+
+// "" or a JSON object (what the policy stores); throws invalid_argument otherwise.
+std::string checked_user_metadata(const std::string& text) {
+  if (text.empty()) return text;
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  SPINDLE_CHECK(!j.is_discarded() && j.is_object(), invalid_argument,
+                "user_metadata_json must be a JSON object");
+  return text;
 }
 
 void create_training(Daemon& d, catalog::Catalog& cat, const Call& call,
@@ -370,44 +312,6 @@ void optim_step(Daemon& d, const Call& call, const Session& s, const OptimStepRe
   if (!queued) reply_scheduler_full(d, call, *s.base);
 }
 
-// A save request's metrics (its metrics_json object, plus "name") as JSON text.
-std::string save_metrics(const SaveRequest& req) {
-  nlohmann::json metrics = nlohmann::json::object();
-  if (!req.metrics_json.empty()) {
-    try {
-      metrics = nlohmann::json::parse(req.metrics_json);
-    } catch (const nlohmann::json::exception& e) {
-      SPINDLE_THROW(invalid_argument, "metrics_json is not JSON: {}", e.what());
-    }
-    SPINDLE_CHECK(metrics.is_object(), invalid_argument, "metrics_json must be a JSON object");
-  }
-  if (!req.name.empty()) metrics["name"] = req.name;
-  return metrics.dump();
-}
-
-// Commits a snapshot (catalog thread): durable when it returns.
-catalog::Revision commit_snapshot(catalog::Catalog& cat, const Call& call,
-                                  const Session& s, const engine::LoraWeights& weights,
-                                  const engine::AdamW* optimizer, int64_t step, int64_t ttl_ms,
-                                  const std::string& metrics) {
-  catalog::CommitOptions opts;
-  opts.actor = actor(call);
-  opts.step = step;
-  opts.metrics_json = metrics;
-  opts.optimizer_state = optimizer;
-  if (ttl_ms > 0) opts.expires_ms = unix_ms() + ttl_ms;
-  return cat.commit_revision(call.tenant, s.policy, weights, opts);
-}
-
-SaveReply save_reply(const Call& call, const Session& s, const catalog::Revision& rev) {
-  SaveReply out;
-  out.revision_id = rev.id;
-  out.address = fmt::format("spindle://{}/{}@{}", call.tenant, s.policy, rev.id);
-  out.bytes = rev.bytes;
-  out.expires_ms = rev.expires_ms;
-  return out;
-}
-
 // Snapshot (engine thread, in session order) -> commit (catalog thread, durable) -> host cache
 // (the new revision's first sample is a host hit) -> reply.
 void save(Daemon& d, const Call& call, const Session& s, const SaveRequest& req) {
@@ -494,168 +398,9 @@ const std::string& session_id_of(const Request& req) {
       req.body);
 }
 
+}  // namespace
 
-// ---- a coordinator's session on a worker ------------------------------------------------------
-
-void run_session_op(Daemon& d, const Call& call, const Session& s, const Request& request);
-
-cluster_wire::ForwardHeader session_header(const Session& s, cluster_wire::ForwardKind kind) {
-  cluster_wire::ForwardHeader h;
-  h.kind = kind;
-  h.tenant = s.tenant;
-  h.base = s.base->id;
-  h.session_id = s.id;
-  return h;
-}
-
-// save_*: the worker snapshots the session and sends the weights back; this process commits
-// them (catalog thread) and replies after the commit, as a standalone daemon does.
-void remote_save(Daemon& d, const Call& call, const Session& s, const Request& request) {
-  const auto& req = std::get<SaveRequest>(request.body);
-  const std::string metrics = save_metrics(req);
-  const bool with_state = call.op == Op::save_state;
-  const int64_t ttl_ms = req.ttl_seconds * 1000;
-  auto done = [&d, call, s, with_state, ttl_ms, metrics](ForwardOutcome& o) {
-    if (!o.ok) return true;  // the worker's error, or its loss: relayed
-    if (o.parts.size() != 1 + cluster_wire::kSnapshotFrames) {
-      d.replies->error(call, errc::internal,
-                       fmt::format("a worker's snapshot reply has {} frames, expected {}",
-                                   o.parts.size(), 1 + cluster_wire::kSnapshotFrames));
-      return false;
-    }
-    d.catalog.post([&d, call, s, with_state, ttl_ms, metrics,
-                    parts = std::move(o.parts)](catalog::Catalog& cat) {
-      try {
-        const std::string source = fmt::format("the snapshot of session {}", s.id);
-        const adapters::DecodedRevision rev = adapters::decode_revision(parts[1], source);
-        std::optional<engine::AdamW> adam;
-        if (with_state && !parts[2].empty()) {
-          adam = engine::AdamW::deserialize(parts[2], source + " (optimizer state)");
-        }
-        const int64_t step = std::stoll(parts[3]);
-        const catalog::Revision committed = commit_snapshot(
-            cat, call, s, rev.weights, adam ? &*adam : nullptr, step, ttl_ms, metrics);
-        if (with_state) d.sessions.set_restore(s.id, committed.id, true);
-        d.replies->ok(call, save_reply(call, s, committed));
-      } catch (const std::exception& e) {
-        reply_exception(d, call, e);
-      }
-    });
-    return false;
-  };
-  d.cluster->post(pinned_forward(call, s, session_header(s, cluster_wire::ForwardKind::snapshot),
-                                 request, std::move(done)),
-                  *d.replies);
-}
-
-// load_state: resolve and read here (catalog thread), load there. The session's later requests
-// wait behind the read (the gate) and are posted after this forward, so they reach the worker
-// after it.
-void remote_load(Daemon& d, const Call& call, const Session& s, const Request& request) {
-  const auto& req = std::get<LoadStateRequest>(request.body);
-  d.sessions.block(s.id);
-  d.catalog.post([&d, call, s, request, with_optimizer = req.with_optimizer,
-                  address = req.address](catalog::Catalog& cat) {
-    try {
-      const catalog::Address a = client_address(d, cat, call, address);
-      const catalog::Resolved r = cat.get(call.tenant, a);
-      ServedBase& base = served_base_of(d, r.policy);
-      if (&base != s.base) {
-        SPINDLE_THROW(failed_precondition, "{} is on base '{}'; session {} trains on '{}'",
-                      r.policy.address(), base.id, s.id, s.base->id);
-      }
-      cluster_wire::ForwardHeader h = session_header(s, cluster_wire::ForwardKind::load_session);
-      read_start(d, r.revision, with_optimizer, h);
-      h.user_metadata = r.policy.user_metadata_json;
-      auto done = [&d, id = s.id, rev = r.revision.id, with_optimizer](ForwardOutcome& o) {
-        if (o.ok) d.sessions.set_restore(id, rev, with_optimizer);
-        return true;
-      };
-      d.cluster->post(pinned_forward(call, s, std::move(h), request, std::move(done)), *d.replies);
-    } catch (const std::exception& e) {
-      reply_exception(d, call, e);
-    }
-    d.sessions.unblock(s.id);
-  });
-}
-
-// The session's worker was lost: open it on the worker placement picks now, from its restore
-// point (the last save_state, else what it started from, else the same fresh init), then run
-// the request that found it lost. Its requests that arrive meanwhile wait behind it (the gate).
-// What is lost: gradients accumulated since the last optim_step, and steps since the restore
-// point; optim_step then reports steps from the restore point's step on (docs/cluster.md).
-void restore_session(Daemon& d, const Call& call, const Session& s, const Request& request) {
-  d.sessions.block(s.id);
-  d.catalog.post([&d, call, s, request = std::make_shared<Request>(request)](catalog::Catalog& cat) {
-    try {
-      cluster_wire::ForwardHeader h = open_header(d, s);
-      if (s.restore_revision.empty()) {
-        h.fresh = true;
-      } else {
-        const catalog::Resolved r = cat.get(s.tenant, {s.tenant, s.policy, s.restore_revision});
-        read_start(d, r.revision, s.restore_optimizer, h);
-      }
-      Forward f;
-      f.call = call;
-      f.base = s.base->id;
-      f.policy_key = placement_key(s.tenant, s.policy);
-      f.session = true;
-      f.header = std::move(h);
-      Call open = call;  // the worker reads an open as a create_training (never relayed)
-      open.op = Op::create_training;
-      f.request = encode_forwarded(request_of(open, CreateTrainingRequest{}));
-      const uint32_t lost = s.worker;
-      f.done = [&d, call, s, request, lost](ForwardOutcome& o) {
-        if (o.ok) {
-          Session now = s;
-          now.worker = o.worker;
-          d.sessions.set_worker(s.id, o.worker);
-          d.log->warn("tenant {}: session {} on spindle://{}/{} was on lost worker {}: restored "
-                      "on worker {} from {}",
-                      s.tenant, s.id, s.tenant, s.policy, lost, o.worker,
-                      s.restore_revision.empty() ? std::string("a fresh init")
-                                                 : "revision " + s.restore_revision);
-          try {
-            run_session_op(d, call, now, *request);
-          } catch (const std::exception& e) {
-            reply_exception(d, call, e);
-          }
-        } else {
-          d.replies->error(call, errc::unavailable,
-                           fmt::format("training session {} was on worker {}, which was lost, "
-                                       "and could not be restored: {}",
-                                       s.id, lost, o.message));
-        }
-        d.sessions.unblock(s.id);
-        return false;
-      };
-      d.cluster->post(std::move(f), *d.replies);
-    } catch (const std::exception& e) {
-      reply_exception(d, call, e);
-      d.sessions.unblock(s.id);
-    }
-  });
-}
-
-void run_remote_session_op(Daemon& d, const Call& call, const Session& s, const Request& request) {
-  if (!d.cluster->alive(s.worker)) {
-    if (call.op == Op::close_training) {  // nothing to close there: it died with the worker
-      d.sessions.erase(s.id);
-      return d.replies->ok(call, Empty{});
-    }
-    return restore_session(d, call, s, request);
-  }
-  switch (call.op) {
-    case Op::save_weights:
-    case Op::save_state: return remote_save(d, call, s, request);
-    case Op::load_state: return remote_load(d, call, s, request);
-    case Op::close_training: d.sessions.erase(s.id); break;
-    default: break;
-  }
-  d.cluster->post(pinned_forward(call, s, session_header(s, cluster_wire::ForwardKind::request),
-                                 request),
-                  *d.replies);
-}
+namespace training {
 
 void run_session_op(Daemon& d, const Call& call, const Session& s, const Request& request) {
   if (s.worker != kLocalWorker) return run_remote_session_op(d, call, s, request);
@@ -671,78 +416,9 @@ void run_session_op(Daemon& d, const Call& call, const Session& s, const Request
   }
 }
 
+}  // namespace training
 
-// ---- a worker's side of forwarded session ops ------------------------------------------------
-
-void open_forwarded_session(Daemon& d, const Call& call, const cluster_wire::ForwardHeader& h) {
-  ServedBase& base = d.base(h.base);
-  check_session_room(d, call.tenant);
-  SessionStart start{.base = &base, .policy = h.policy, .weights = {}, .adam = {},
-                     .step = h.step, .revision_id = h.revision_id,
-                     .user_metadata = h.user_metadata};
-  if (h.fresh) {
-    std::vector<engine::LoraTarget> targets;
-    for (uint8_t t : h.targets) {
-      SPINDLE_CHECK(t < engine::kLoraTargetCount, invalid_argument, "LoRA target {} unknown", t);
-      targets.push_back(engine::LoraTarget(t));
-    }
-    start.weights = engine::init_lora(base.weights.config, h.rank, h.alpha, targets, h.seed);
-  } else {
-    const std::string source = fmt::format("revision {}", h.revision_id);
-    adapters::DecodedRevision rev = adapters::decode_revision(h.weights, source);
-    rev.weights.validate(base.weights.config, source);
-    start.weights = std::move(rev.weights);
-    if (!h.optimizer.empty()) {
-      start.adam = engine::AdamW::deserialize(h.optimizer, source + " optimizer state");
-    }
-  }
-  open_session(d, call, std::move(start), h.session_id, h.lease_ms);
-}
-
-void load_forwarded_state(Daemon& d, const Call& call, const cluster_wire::ForwardHeader& h) {
-  const std::optional<Session> s = d.sessions.find(call.tenant, h.session_id);
-  SPINDLE_CHECK(s.has_value(), not_found, "training session '{}' not found on this worker",
-                h.session_id);
-  const std::string source = fmt::format("revision {}", h.revision_id);
-  adapters::DecodedRevision rev = adapters::decode_revision(h.weights, source);
-  rev.weights.validate(s->base->weights.config, source);
-  engine::AdamW adam;
-  if (!h.optimizer.empty()) adam = engine::AdamW::deserialize(h.optimizer, source + " optimizer state");
-  const bool queued = s->base->scheduler->submit_load(
-      s->sid, std::move(rev.weights), std::move(adam),
-      [&d, call, s = *s, step = h.step, id = h.revision_id,
-       meta = h.user_metadata](scheduler::Outcome<int64_t> out) {
-        if (!out.ok()) return d.replies->error(call, wire_code(out.error.code), out.error.message);
-        d.replies->ok(call, session_reply(d, call, s, step, id, meta));
-      });
-  if (!queued) reply_scheduler_full(d, call, *s->base);
-}
-
-void snapshot_forwarded(Daemon& d, const Call& call, const cluster_wire::ForwardHeader& h) {
-  const std::optional<Session> s = d.sessions.find(call.tenant, h.session_id);
-  SPINDLE_CHECK(s.has_value(), not_found, "training session '{}' not found on this worker",
-                h.session_id);
-  const bool with_state = call.op == Op::save_state;
-  const bool queued = s->base->scheduler->submit_snapshot(
-      s->sid, with_state,
-      [&d, call, base = s->base->id, with_state](scheduler::Outcome<scheduler::SessionSnapshot> r) {
-        if (!r.ok()) return d.replies->error(call, wire_code(r.error.code), r.error.message);
-        try {
-          const scheduler::SessionSnapshot& snap = *r.value;
-          Frames frames(cluster_wire::kSnapshotFrames);
-          frames[0] = adapters::encode_revision(
-              *snap.weights, adapters::revision_meta_for(*snap.weights, {base, "", DType::f32}));
-          if (with_state && snap.optimizer) frames[1] = snap.optimizer->serialize();
-          frames[2] = std::to_string(snap.step);
-          d.replies->ok(call, SaveReply{}, std::move(frames));  // the body save_* replies hold
-        } catch (const std::exception& e) {
-          reply_exception(d, call, e);
-        }
-      });
-  if (!queued) reply_scheduler_full(d, call, *s->base);
-}
-
-}  // namespace
+using namespace training;
 
 void dispatch_training_op(Daemon& d, Call call, protocol::Request request) {
   try {
@@ -790,18 +466,6 @@ void dispatch_training_op(Daemon& d, Call call, protocol::Request request) {
   } catch (const std::exception& e) {
     reply_exception(d, call, e);
   }
-}
-
-void dispatch_forwarded_session(Daemon& d, const Call& call,
-                                const cluster_wire::ForwardHeader& header) {
-  switch (header.kind) {
-    case cluster_wire::ForwardKind::open_session: return open_forwarded_session(d, call, header);
-    case cluster_wire::ForwardKind::load_session: return load_forwarded_state(d, call, header);
-    case cluster_wire::ForwardKind::snapshot: return snapshot_forwarded(d, call, header);
-    case cluster_wire::ForwardKind::request:
-    case cluster_wire::ForwardKind::session_sample: break;  // dispatch_forwarded's
-  }
-  SPINDLE_THROW(internal, "forward kind {} is not a session forward", int(header.kind));
 }
 
 void close_expired_sessions(Daemon& d) {
