@@ -18,7 +18,7 @@ bool served_remotely(const Daemon& d, const ServedBase& base) {
   return d.cluster->coordinator() && d.cluster->serves(base.id);
 }
 
-std::string placement_key(const std::string& tenant, const std::string& policy) {
+static std::string placement_key(const std::string& tenant, const std::string& policy) {
   return tenant + "/" + policy;
 }
 
