@@ -86,9 +86,6 @@ class CpuOps {
   void rope(Tensor& x, int64_t heads, bool inverse) {
     kernels::rope(x.data(), x.dim(1), x.dim(0), heads, c_.head_dim, st_.positions.data(),
                   inv_freq_.data(), kernels::RopeStyle::half, inverse);
-    if (rope_factor_ != 1.0f) {  // YaRN's attention factor scales cos and sin
-      for (float& v : x.span()) v *= rope_factor_;
-    }
   }
   template <class A>
   bool fuse_qk_norm_rope_kv(int64_t, A&) {
@@ -275,7 +272,7 @@ class CpuOps {
   const ModelConfig& c_;
   const std::vector<float>& inv_freq_;
   float attn_scale_;   // attention_softmax_scale
-  float rope_factor_;  // rope_attention_factor
+  float rope_factor_;  // rope_attention_factor: MLA's rope columns (dense: in attn_scale_)
   KvCache* cache_;
   const LoraSlotPool* lora_;
   ForwardState& st_;

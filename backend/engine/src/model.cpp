@@ -19,10 +19,6 @@ namespace {
 using internal::chunk_segments;
 using internal::ensure;
 
-}  // namespace
-
-namespace {
-
 // transformers' _compute_yarn_parameters (find_correction_range, linear_ramp_factor): each
 // frequency blends interpolation (f / factor) and extrapolation (f) by a ramp over the dims
 // whose wavelength lies between beta_fast and beta_slow rotations of the original context.
@@ -89,7 +85,12 @@ float rope_attention_factor(const ModelConfig& c) {
 }
 
 float attention_softmax_scale(const ModelConfig& c) {
-  if (!c.mla_attention()) return 1.0f / std::sqrt(float(c.head_dim));
+  if (!c.mla_attention()) {
+    // YaRN's factor f on the rotated q and k multiplies every score by f²: taken here, so the
+    // rope needs no extra pass.
+    const float f = rope_attention_factor(c);
+    return f * f / std::sqrt(float(c.head_dim));
+  }
   float scale = 1.0f / std::sqrt(float(c.mla.qk_head_dim()));
   if (c.rope_scaling && c.rope_scaling->type == RopeScalingType::yarn &&
       c.rope_scaling->mscale_all_dim > 0) {

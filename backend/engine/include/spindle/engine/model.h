@@ -241,8 +241,10 @@ class Model {
 std::vector<float> rope_inv_freq(const ModelConfig& config);
 // YaRN's attention factor, which multiplies cos and sin (the rotated q and k); 1 otherwise.
 float rope_attention_factor(const ModelConfig& config);
-// The attention softmax scale: 1/√head_dim; for MLA 1/√qk_head_dim, times
-// yarn_mscale(factor, mscale_all_dim)² under YaRN with mscale_all_dim (HF DeepseekV3Attention).
+// The attention softmax scale: 1/√head_dim times rope_attention_factor² (YaRN's factor on the
+// rotated q and k, folded into the scores); for MLA, whose scores are only partly rotated,
+// 1/√qk_head_dim times yarn_mscale(factor, mscale_all_dim)² under YaRN with mscale_all_dim (HF
+// DeepseekV3Attention), the factor itself applied on the rope columns (mla_rope).
 float attention_softmax_scale(const ModelConfig& config);
 
 }  // namespace spindle::engine
