@@ -288,38 +288,12 @@ FullTrainer::FullTrainer(const Model& model, ModelWeights& weights)
                 "FullTrainer: the model must be built on the weights being trained");
   grads_.config = weights.config;
   grads_.layers.resize(weights.layers.size());
-  grads_.tok_emb = Tensor::zeros(weights.tok_emb.shape());
-  grads_.final_norm = Tensor::zeros(weights.final_norm.shape());
-  if (!weights.config.tie_embeddings) grads_.lm_head = Tensor::zeros(weights.lm_head.shape());
   for (size_t l = 0; l < weights.layers.size(); ++l) {
-    const LayerWeights& w = weights.layers[l];
-    LayerWeights& g = grads_.layers[l];
-    for (auto [src, out] : {std::pair{&w.attn_norm, &g.attn_norm},
-                            {&w.wq, &g.wq},
-                            {&w.wk, &g.wk},
-                            {&w.wv, &g.wv},
-                            {&w.wo, &g.wo},
-                            {&w.q_norm, &g.q_norm},
-                            {&w.k_norm, &g.k_norm},
-                            {&w.ffn_norm, &g.ffn_norm},
-                            {&w.w_gate, &g.w_gate},
-                            {&w.w_up, &g.w_up},
-                            {&w.w_down, &g.w_down},
-                            {&w.wq_a, &g.wq_a},
-                            {&w.q_a_norm, &g.q_a_norm},
-                            {&w.wq_b, &g.wq_b},
-                            {&w.wkv_a, &g.wkv_a},
-                            {&w.kv_a_norm, &g.kv_a_norm},
-                            {&w.wkv_b, &g.wkv_b},
-                            {&w.router_bias, &g.router_bias}}) {
-      if (!src->empty()) *out = Tensor::zeros(src->shape());
-    }
-    if (!w.router.empty()) g.router = Tensor::zeros(w.router.shape());
-    for (const ExpertWeights& e : w.experts) {
-      g.experts.push_back({Tensor::zeros(e.w_gate.shape()), Tensor::zeros(e.w_up.shape()),
-                           Tensor::zeros(e.w_down.shape())});
-    }
+    grads_.layers[l].experts.resize(weights.layers[l].experts.size());
   }
+  // A zero gradient for every tensor of the architecture (weights.h's one list).
+  for_each_hf_tensor_shape(
+      grads_, [](const std::string&, Tensor& g, const Shape& shape) { g = Tensor::zeros(shape); });
 }
 
 ForwardBackwardOutput FullTrainer::forward_backward(std::span<const TrainDatum> batch, LossFn fn,
