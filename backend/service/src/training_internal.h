@@ -46,6 +46,11 @@ catalog::Revision commit_snapshot(catalog::Catalog& cat, const Call& call, const
                                   const std::string& metrics);
 protocol::SaveReply save_reply(const Call& call, const Session& s, const catalog::Revision& rev);
 
+// load_state's address resolved (catalog thread); throws failed_precondition when its policy
+// trains on another base than session `s`.
+catalog::Resolved resolve_for_session(const Daemon& d, catalog::Catalog& cat, const Call& call,
+                                      const Session& s, const catalog::Address& a);
+
 // Runs one op of a known session: here, or on its worker (run_remote_session_op).
 void run_session_op(Daemon& d, const Call& call, const Session& s, const Request& request);
 

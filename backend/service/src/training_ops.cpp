@@ -117,6 +117,17 @@ SaveReply save_reply(const Call& call, const Session& s, const catalog::Revision
   return out;
 }
 
+catalog::Resolved resolve_for_session(const Daemon& d, catalog::Catalog& cat, const Call& call,
+                                      const Session& s, const catalog::Address& a) {
+  catalog::Resolved r = cat.get(call.tenant, a);
+  const ServedBase& base = served_base_of(d, r.policy);
+  if (&base != s.base) {
+    SPINDLE_THROW(failed_precondition, "{} is on base '{}'; session {} trains on '{}'",
+                  r.policy.address(), base.id, s.id, s.base->id);
+  }
+  return r;
+}
+
 }  // namespace training
 
 namespace {
@@ -350,12 +361,7 @@ void load_state(Daemon& d, const Call& call, const Session& s, const LoadStateRe
                   with_optimizer = req.with_optimizer](catalog::Catalog& cat) {
     try {
       const catalog::Address a = client_address(d, cat, call, address);
-      const catalog::Resolved r = cat.get(call.tenant, a);
-      ServedBase& base = served_base_of(d, r.policy);
-      if (&base != s.base) {
-        SPINDLE_THROW(failed_precondition, "{} is on base '{}'; session {} trains on '{}'",
-                      r.policy.address(), base.id, s.id, s.base->id);
-      }
+      const catalog::Resolved r = resolve_for_session(d, cat, call, s, a);
       const catalog::Address exact{a.tenant, a.policy, r.revision.id};
       engine::LoraWeights w = cat.read_revision(call.tenant, exact).weights;
       std::optional<engine::AdamW> adam;

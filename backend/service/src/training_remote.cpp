@@ -147,12 +147,7 @@ void remote_load(Daemon& d, const Call& call, const Session& s, const Request& r
                   address = req.address](catalog::Catalog& cat) {
     try {
       const catalog::Address a = client_address(d, cat, call, address);
-      const catalog::Resolved r = cat.get(call.tenant, a);
-      ServedBase& base = served_base_of(d, r.policy);
-      if (&base != s.base) {
-        SPINDLE_THROW(failed_precondition, "{} is on base '{}'; session {} trains on '{}'",
-                      r.policy.address(), base.id, s.id, s.base->id);
-      }
+      const catalog::Resolved r = resolve_for_session(d, cat, call, s, a);
       cluster_wire::ForwardHeader h = session_header(s, cluster_wire::ForwardKind::load_session);
       read_start(d, r.revision, with_optimizer, h);
       h.user_metadata = r.policy.user_metadata_json;
