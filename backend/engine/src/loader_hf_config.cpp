@@ -378,6 +378,7 @@ json hf_config_object(const ModelConfig& c) {
     j["qk_rope_head_dim"] = a.qk_rope_head_dim;
     j["v_head_dim"] = a.v_head_dim;
     j["rope_interleave"] = a.rope_interleave;
+    j["num_nextn_predict_layers"] = 0;  // MTP modules are not loaded, so never written
     const MoeConfig& m = c.moe;
     j["n_routed_experts"] = m.n_experts > 0 ? json(m.n_experts) : json(nullptr);
     if (m.n_experts > 0) {
@@ -392,7 +393,6 @@ json hf_config_object(const ModelConfig& c) {
       j["scoring_func"] = "sigmoid";
       j["topk_method"] = "noaux_tc";
       j["moe_layer_freq"] = 1;
-      j["num_nextn_predict_layers"] = 0;  // MTP modules are not loaded, so never written
     }
   }
   if (c.rope_scaling && c.rope_scaling->type == RopeScalingType::yarn) {

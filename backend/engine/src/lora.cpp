@@ -71,9 +71,8 @@ bool lora_target_per_layer(LoraTarget target) { return target != LoraTarget::lm_
 
 std::string lora_module_key(int64_t layer, LoraTarget target) {
   if (target == LoraTarget::lm_head) return "base_model.model.lm_head";
-  const bool attn =
-      !(target == LoraTarget::gate || target == LoraTarget::up || target == LoraTarget::down);
-  return fmt::format("base_model.model.model.layers.{}.{}.{}", layer, attn ? "self_attn" : "mlp",
+  const bool mlp = expert_proj(target) >= 0;  // gate, up, down
+  return fmt::format("base_model.model.model.layers.{}.{}.{}", layer, mlp ? "mlp" : "self_attn",
                      lora_target_name(target));
 }
 
