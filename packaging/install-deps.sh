@@ -8,6 +8,8 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-openmp-dev libpcre2-dev libicu-dev nlohmann-json3-dev libspdlog-dev libcli11-dev
   libsqlite3-dev libssl-dev libzmq3-dev cppzmq-dev libcereal-dev libcpp-httplib-dev
+  # Data-parallel training of one policy across CPU workers (Gloo ring all-reduce over TCP).
+  libgloo-dev
   python3 python3-numpy python3-zmq python3-pytest
   # The Tinker drop-in tests: TensorData.from_torch, forward_backward_custom (autograd) and chat
   # templates rendered as transformers does (jinja2's sandbox). The SDK itself needs neither.

@@ -63,6 +63,20 @@ void Communicator::all_reduce(float* data, int64_t count, bool average, cudaStre
              "ncclAllReduce");
 }
 
+void Communicator::all_reduce_many(std::span<float* const> buffers, std::span<const int64_t> counts,
+                                   bool average, cudaStream_t stream) {
+  SPINDLE_KERNEL_REQUIRE(buffers.size() == counts.size(), "cuda::Communicator::all_reduce_many",
+                         "one count per buffer");
+  check_nccl(ncclGroupStart(), "ncclGroupStart");
+  try {
+    for (size_t i = 0; i < buffers.size(); ++i) all_reduce(buffers[i], counts[i], average, stream);
+  } catch (...) {
+    ncclGroupEnd();
+    throw;
+  }
+  check_nccl(ncclGroupEnd(), "ncclGroupEnd");
+}
+
 void Communicator::broadcast(void* data, int64_t bytes, int root, cudaStream_t stream) {
   SPINDLE_KERNEL_REQUIRE(bytes >= 0, "cuda::Communicator::broadcast", "bytes >= 0");
   SPINDLE_KERNEL_REQUIRE(root >= 0 && root < n_ranks_, "cuda::Communicator::broadcast",

@@ -80,6 +80,9 @@ class CpuTrainer final : public Trainer {
   OptimStepResult optim_step(int32_t slot, const AdamParams& params) override {
     return trainer_.optim_step(slot, params);
   }
+  void reduce_gradients(int32_t slot, AllReduce& group) override {
+    trainer_.reduce_gradients(slot, group);
+  }
   LoraWeights weights(int32_t slot) const override { return trainer_.weights(slot).clone(); }
   AdamW optimizer(int32_t slot) const override { return trainer_.optimizer(slot).clone(); }
   int64_t step_count(int32_t slot) const override {

@@ -282,6 +282,19 @@ OptimStepResult LoraTrainer::optim_step(int32_t slot, const AdamParams& params) 
   return r;
 }
 
+void LoraTrainer::reduce_gradients(int32_t slot, AllReduce& group) {
+  State& s = state(slot);
+  SPINDLE_CHECK(group.memory() == AllReduce::Memory::host, unsupported,
+                "data-parallel group '{}' sums device memory; the CPU engine's gradients are in "
+                "host memory",
+                group.group());
+  std::vector<std::span<float>> buffers;
+  for_each_lora_tensor(s.grads, [&](const std::string&, Tensor& g) {
+    buffers.emplace_back(g.data(), size_t(g.numel()));
+  });
+  group.sum(buffers);
+}
+
 FullTrainer::FullTrainer(const Model& model, ModelWeights& weights)
     : model_(model), weights_(weights) {
   SPINDLE_CHECK(&model.weights() == &weights, invalid_argument,

@@ -91,6 +91,11 @@ class CudaTrainer final : public engine::Trainer {
         device_, [&] { return fmt::format("optim_step of slot {}", slot); },
         [&] { return trainer_->optim_step(slot, params); });
   }
+  void reduce_gradients(int32_t slot, AllReduce& group) override {
+    device_call(
+        device_, [&] { return fmt::format("the data-parallel gradient sum of slot {}", slot); },
+        [&] { trainer_->reduce_gradients(slot, group); });
+  }
   engine::LoraWeights weights(int32_t slot) const override {
     return device_call(
         device_, [&] { return fmt::format("downloading the weights of slot {}", slot); },

@@ -319,6 +319,36 @@ engine::OptimStepResult DeviceTrainer::optim_step(int32_t slot, const engine::Ad
   return r;
 }
 
+void DeviceTrainer::reduce_gradients(int32_t slot, AllReduce& group) {
+  State& st = state(slot);
+  const cudaStream_t s = model_.stream();
+  std::vector<std::span<float>> device;  // the slot's gradient regions, one per A and B
+  for (const cuda::AdamWTensor& t : st.tensors) {
+    device.emplace_back(const_cast<float*>(t.grad), size_t(t.count));
+  }
+  if (group.memory() == AllReduce::Memory::cuda) {
+    group.sum(device, s);
+    model_.synchronize();
+    return;
+  }
+  std::vector<std::vector<float>> host(device.size());
+  for (size_t i = 0; i < device.size(); ++i) {
+    host[i].resize(device[i].size());
+    cuda::check(cudaMemcpyAsync(host[i].data(), device[i].data(), device[i].size_bytes(),
+                                cudaMemcpyDeviceToHost, s),
+                "cudaMemcpyAsync D2H (gradients for a data-parallel sum)");
+  }
+  model_.synchronize();
+  std::vector<std::span<float>> spans(host.begin(), host.end());
+  group.sum(spans);
+  for (size_t i = 0; i < device.size(); ++i) {
+    cuda::check(cudaMemcpyAsync(device[i].data(), host[i].data(), device[i].size_bytes(),
+                                cudaMemcpyHostToDevice, s),
+                "cudaMemcpyAsync H2D (summed gradients)");
+  }
+  model_.synchronize();
+}
+
 engine::LoraWeights DeviceTrainer::download(int32_t slot, bool gradients) const {
   const State& st = state(slot);
   engine::LoraWeights w;

@@ -237,10 +237,12 @@ bool Scheduler::submit_logprobs(LogprobsJob job) {
 }
 
 void Scheduler::open_session(engine::LoraWeights weights, engine::AdamW optimizer,
-                             std::function<void(Outcome<SessionId>)> done) {
+                             std::function<void(Outcome<SessionId>)> done,
+                             std::shared_ptr<AllReduce> group) {
   auto r = std::make_unique<OpenRequest>();
   r->weights = std::move(weights);
   r->optimizer = std::move(optimizer);
+  r->group = std::move(group);
   const auto refused = done;  // a copy: the job (and its callback) is dropped if refused
   r->done = std::move(done);
   if (!impl_->push(std::move(r), /*counted=*/false) && refused) {

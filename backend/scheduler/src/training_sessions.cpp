@@ -98,6 +98,7 @@ void TrainingSessions::open(OpenRequest r) {
   slot_used_[size_t(slot)] = true;
   const SessionId id = next_id_++;
   sessions_[id].slot = slot;
+  sessions_[id].group = std::move(r.group);
   finish_ok(r.done, id, counters_);
 }
 
@@ -140,6 +141,7 @@ bool TrainingSessions::run_single(Session& s, TrainRequest& r) {
   try {
     switch (r.kind) {
       case TrainRequest::Kind::optim_step:
+        if (s.group) trainer_->reduce_gradients(s.slot, *s.group);
         finish_ok(r.step_done, trainer_->optim_step(s.slot, r.adam), counters_);
         break;
       case TrainRequest::Kind::snapshot: {
@@ -177,6 +179,14 @@ bool TrainingSessions::run_single(Session& s, TrainRequest& r) {
   return true;
 }
 
+uint64_t TrainingSessions::oldest_group_job() const {
+  uint64_t oldest = UINT64_MAX;
+  for (const auto& [id, s] : sessions_) {
+    if (s.group && !s.jobs.empty()) oldest = std::min(oldest, s.jobs.front()->order);
+  }
+  return oldest;
+}
+
 bool TrainingSessions::pass() {
   bool progress = false;
   for (auto it = sessions_.begin(); it != sessions_.end();) {
@@ -189,6 +199,10 @@ bool TrainingSessions::pass() {
                                 kind == TrainRequest::Kind::load ||
                                 kind == TrainRequest::Kind::close;
       if (changes_slot && s.in_flight > 0) break;  // resumes after sample_done
+      if (kind == TrainRequest::Kind::optim_step && s.group &&
+          s.jobs.front()->order != oldest_group_job()) {
+        break;  // an older job of a group session runs first (its own pass, or a merged one)
+      }
       TrainRequestPtr r = std::move(s.jobs.front());
       s.jobs.pop_front();
       progress = true;

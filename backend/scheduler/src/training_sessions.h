@@ -11,6 +11,11 @@
 // until the session has no job in flight, so sampling never sees weights change mid-sequence;
 // forward_backward and snapshot do not change the slot and need not wait.
 //
+// Data-parallel sessions (a group: scheduler.h's open_session): their optim_step sums the
+// gradients across the group's ranks first, which blocks until every rank arrives; such a step
+// runs only when it is the oldest queued job of every group session, so group steps run in
+// submission order.
+//
 // Threading: engine thread only.
 
 #include <cstdint>
@@ -57,6 +62,7 @@ using TrainRequestPtr = std::unique_ptr<TrainRequest>;
 struct OpenRequest {
   engine::LoraWeights weights;
   engine::AdamW optimizer;
+  std::shared_ptr<AllReduce> group;  // data-parallel rank (Scheduler::open_session)
   std::function<void(Outcome<SessionId>)> done;
 };
 
@@ -90,7 +96,11 @@ class TrainingSessions {
     bool closing = false;  // a close is queued: later jobs are refused
     int64_t in_flight = 0;  // dispatched sample jobs not yet ended
     std::deque<TrainRequestPtr> jobs;
+    std::shared_ptr<AllReduce> group;  // data-parallel: optim_step sums gradients over it
   };
+  // The submission order of the oldest queued job of any data-parallel session (UINT64_MAX =
+  // none): a group session's optim_step runs only when it is that job.
+  uint64_t oldest_group_job() const;
   void fail(TrainRequest& request, const JobError& error);
   // Runs a non-merging job at a session's head; returns false when the session was closed.
   bool run_single(Session& session, TrainRequest& request);

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "spindle/core/all_reduce.h"
 #include "spindle/engine/device.h"
 #include "spindle/engine/lora.h"
 #include "spindle/engine/loss.h"
@@ -79,6 +80,14 @@ class Trainer {
   virtual ForwardBackwardOutput forward(std::span<const TrainDatum> batch, LossFn fn,
                                         const LossConfig& config) = 0;
   virtual OptimStepResult optim_step(int32_t slot, const AdamParams& params) = 0;
+  // Data-parallel training (issue 17): sums the slot's gradients accumulated since its last
+  // step across `group`'s ranks, in place (core/all_reduce.h states the sum), so the
+  // optim_step that follows applies the gradient of the whole batch on every rank. Every rank
+  // calls it exactly once before each optim_step, a rank without data since the last step
+  // too (its gradients are zero). A group whose memory() is not this backend's is
+  // unsupported; the group's failures propagate (Error(io)) and leave the gradients as they
+  // were or summed, never half of one tensor.
+  virtual void reduce_gradients(int32_t slot, AllReduce& group) = 0;
   // Copies to the host: the weights as trained so far (adapter-shaped f32), the AdamW state
   // (the same safetensors layout on every device, so a state saved on one device resumes on
   // another), the step count.

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "spindle/core/all_reduce.h"
 #include "spindle/engine/loss.h"
 #include "spindle/engine/model.h"
 #include "spindle/engine/optimizer.h"
@@ -80,6 +81,9 @@ class LoraTrainer {
   ForwardBackwardOutput forward(std::span<const TrainDatum> batch, LossFn fn,
                                 const LossConfig& config = {});
   OptimStepResult optim_step(int32_t slot, const AdamParams& params);
+  // Sums the slot's gradients across a data-parallel group (host memory) in place: one sum over
+  // every gradient tensor, in for_each_lora_tensor order (engine/backend.h states the call).
+  void reduce_gradients(int32_t slot, AllReduce& group);
 
  private:
   struct State {

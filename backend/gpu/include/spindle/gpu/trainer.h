@@ -74,6 +74,10 @@ class DeviceTrainer {
   // AdamW over the slot's tensors (the optional clip over their global norm), then zeroes the
   // slot's gradients. grad_norm is the norm before clipping, as engine::AdamW reports it.
   engine::OptimStepResult optim_step(int32_t slot, const engine::AdamParams& params);
+  // Sums the slot's gradient regions across a data-parallel group (engine/backend.h): in place
+  // on the device for an NCCL group (one NCCL group call, on the model's stream), staged
+  // through host memory for a Gloo one.
+  void reduce_gradients(int32_t slot, AllReduce& group);
 
   // The adapter as trained so far, downloaded from its slot (adapter-shaped, fp32).
   engine::LoraWeights weights(int32_t slot) const;

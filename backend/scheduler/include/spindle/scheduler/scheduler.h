@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "spindle/adapters/residency.h"
+#include "spindle/core/all_reduce.h"
 #include "spindle/core/error.h"
 #include "spindle/engine/backend.h"
 #include "spindle/engine/generator.h"
@@ -194,8 +195,17 @@ class Scheduler {
 
   // Training sessions. open_session attaches `weights` (+ optimizer state) to a free training
   // slot; it fails with ErrorCode::resource when all training_slots are taken.
+  //
+  // With a data-parallel `group` (core/all_reduce.h; this rank of a policy trained on several
+  // workers), every optim_step of the session first sums its gradients across the group
+  // (Trainer::reduce_gradients). The sum blocks the engine thread until every rank arrives, so
+  // the engine thread runs the optim_steps of its group sessions strictly in submission order,
+  // each only after every older job of every group session here has run: when every rank's
+  // jobs are submitted in one global order (the coordinator posts each step's forwards to all
+  // ranks at once), no two workers ever wait on each other's steps in a cycle.
   void open_session(engine::LoraWeights weights, engine::AdamW optimizer,
-                    std::function<void(Outcome<SessionId>)> done);
+                    std::function<void(Outcome<SessionId>)> done,
+                    std::shared_ptr<AllReduce> group = {});
   void close_session(SessionId id, std::function<void(Outcome<bool>)> done);
   bool submit_forward_backward(SessionId id, std::vector<engine::TrainDatum> data,
                                engine::LossFn fn, engine::LossConfig config, bool backward,

@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstdint>
+#include <span>
 
 #include "spindle/kernels/cuda/runtime.h"
 
@@ -29,6 +30,10 @@ class Communicator {
   // In-place sum (average = true divides by size()) of `count` fp32 elements: one policy's
   // LoRA gradients across data-parallel ranks.
   void all_reduce(float* data, int64_t count, bool average, cudaStream_t stream);
+  // The same over several buffers in one NCCL group (one launch for a whole adapter's
+  // gradients): buffers[i] holds counts[i] elements.
+  void all_reduce_many(std::span<float* const> buffers, std::span<const int64_t> counts,
+                       bool average, cudaStream_t stream);
   // In-place broadcast of `bytes` bytes from `root`: a fresh revision to serving GPUs.
   void broadcast(void* data, int64_t bytes, int root, cudaStream_t stream);
 
