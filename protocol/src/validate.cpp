@@ -20,6 +20,7 @@ constexpr uint32_t kMaxHistogramBins = 1000;
 constexpr int32_t kMaxTopkPromptLogprobs = 20;
 constexpr int64_t kMaxTtlSeconds = 30ll * 24 * 3600;  // 30 days
 constexpr size_t kMaxUserMetadataBytes = 16384;
+constexpr int64_t kMaxDataParallel = 64;  // create_training*'s data_parallel
 constexpr const char* kLossFns[] = {"cross_entropy", "importance_sampling", "ppo", "cispo", "dro"};
 constexpr const char* kLossConfigNames[] = {"clip_low_threshold", "clip_high_threshold", "beta"};
 
@@ -256,6 +257,7 @@ void check_user_metadata(Checker& c, const std::string& json) {
 
 void check(Checker& c, const CreateTrainingRequest& b) {
   check_user_metadata(c, b.user_metadata_json);
+  c.bounded(b.data_parallel, 1, kMaxDataParallel, "data_parallel");
   c.bounded(b.rank, 1, c.l_.max_rank, "rank");
   c.require(b.alpha >= 0.0f, "alpha", "must be >= 0 (0 = rank)");
   c.require(b.train_attn || b.train_mlp || b.train_unembed, "train_attn",
@@ -277,6 +279,7 @@ void check(Checker& c, const CreateTrainingFromStateRequest& b) {
   c.non_empty(b.address, "address");
   c.require(b.fork || b.policy.empty(), "policy", "names a fork: needs fork = true");
   check_user_metadata(c, b.user_metadata_json);
+  c.bounded(b.data_parallel, 1, kMaxDataParallel, "data_parallel");
 }
 void check(Checker& c, const SaveRequest& b) {
   c.non_empty(b.session_id, "session_id");

@@ -88,6 +88,82 @@ def test_status_lists_the_workers(cluster):
         assert w["alive"] and w["device"].startswith("cpu") and w["serving_slots"] > 0
 
 
+def dp_data() -> list[types.Datum]:
+    """Seven SFT data of different lengths (shards of unequal token counts)."""
+    out = []
+    for i in range(7):
+        prompt = [BOS] + [20 + (3 * i + k) % 40 for k in range(4 + i)]
+        completion = [60 + (5 * i + k) % 50 for k in range(6 + (2 * i) % 5)]
+        out.append(sft_datum(prompt, completion))
+    return out
+
+
+def test_data_parallel_training_equals_one_worker_with_the_whole_batch(cluster):
+    """data_parallel=3: every forward_backward is cut into three shards, one per worker, and
+    the gradients are summed (Gloo, loopback TCP) before each optim_step. Losses, logprobs,
+    grad norms and the saved weights equal a one-worker session's on the whole batch."""
+    coord, workers, client = cluster
+    base_model = client.get_server_capabilities().bases[0].id
+    data = dp_data()
+    adam = types.AdamParams(learning_rate=1e-2, grad_clip_norm=1.0)
+    one = client.create_lora_training_client(base_model, rank=8, seed=11, policy="dp-one")
+    before = {n: w["forwarded"] for n, w in by_name(client).items()}
+    dp = client.create_lora_training_client(base_model, rank=8, seed=11, policy="dp-three",
+                                            data_parallel=3)
+    assert dp.info.data_parallel == 3 and one.info.data_parallel == 1
+    for step in range(4):
+        batch = data if step != 2 else data[:2]  # two data for three ranks: one gets none
+        a = one.forward_backward(batch, "cross_entropy").result()
+        b = dp.forward_backward(batch, "cross_entropy").result()
+        assert b.metrics["n_tokens:sum"] == a.metrics["n_tokens:sum"]
+        assert b.metrics["loss:sum"] == pytest.approx(a.metrics["loss:sum"], rel=1e-4)
+        assert len(b.loss_fn_outputs) == len(batch)  # in data order
+        for x, y in zip(a.loss_fn_outputs, b.loss_fn_outputs):
+            np.testing.assert_allclose(y["logprobs"].to_numpy(), x["logprobs"].to_numpy(),
+                                       atol=2e-4)
+        sa = one.optim_step(adam).result()
+        sb = dp.optim_step(adam).result()
+        assert sb.step == sa.step == step + 1
+        assert sb.grad_norm == pytest.approx(sa.grad_norm, rel=1e-4)
+    after = {n: w["forwarded"] for n, w in by_name(client).items()}
+    assert all(after[n] > before.get(n, 0) for n in after), (before, after)  # all three ranks
+
+    probe = types.ModelInput.from_ints([BOS] + list(range(30, 50)))
+    lp_one = np.array(one.save_weights_and_get_sampling_client("dp-one-4")
+                      .compute_logprobs(probe).result()[1:])
+    lp_dp = np.array(dp.save_weights_and_get_sampling_client("dp-three-4")
+                     .compute_logprobs(probe).result()[1:])
+    initial = np.array(client.create_sampling_client(base_model=base_model)
+                       .compute_logprobs(probe).result()[1:])
+    assert np.max(np.abs(lp_one - initial)) > 1e-2  # it trained
+    np.testing.assert_allclose(lp_dp, lp_one, atol=1e-4)
+
+    # load_state reaches every rank: back to step 0's weights (a fresh session's save_state).
+    fresh = client.create_lora_training_client(base_model, rank=8, seed=11, policy="dp-three-0")
+    zero = fresh.save_state("zero").result()
+    fresh.close()
+    dp.load_state(zero.path).result()
+    b = dp.forward_backward(data, "cross_entropy").result()
+    c = one.forward_backward(data, "cross_entropy").result()  # trained: differs
+    assert b.metrics["loss:sum"] != pytest.approx(c.metrics["loss:sum"], rel=1e-3)
+    dp.close()
+    one.close()
+
+
+def test_data_parallel_needs_enough_workers_and_a_coordinator(cluster, service):
+    coord, workers, client = cluster
+    base_model = client.get_server_capabilities().bases[0].id
+    with pytest.raises(spindle.SpindleError) as e:
+        client.create_lora_training_client(base_model, rank=4, data_parallel=4)
+    assert e.value.code == "unavailable" and "needs 4 live workers" in str(e.value)
+    with pytest.raises(spindle.SpindleError) as e:
+        service.create_lora_training_client(base_model, rank=4, data_parallel=2)
+    assert e.value.code == "failed_precondition" and "standalone" in str(e.value)
+    with pytest.raises(spindle.SpindleError) as e:
+        client.create_lora_training_client(base_model, rank=4, data_parallel=65)
+    assert "data_parallel" in str(e.value)
+
+
 def forwarded(client):
     return {n: w["forwarded"] for n, w in by_name(client).items()}
 
@@ -499,3 +575,63 @@ def test_grpo_run_spreads_over_workers_and_survives_a_kill():
             w.stop()
         code = coord.stop()
     assert all(c == 0 for c in codes) and code == 0, "".join(coord.log[-40:])
+
+
+def test_data_parallel_session_survives_a_worker_killed_mid_step():
+    """A data-parallel session (2 ranks of 3 workers) whose rank is SIGKILLed: the call in flight
+    fails `unavailable`, the next call reopens both ranks on the live workers from the last
+    save_state, and training goes on exactly as a one-worker session resumed from that state."""
+    binary, model = spindled_and_model()
+    coord = Daemon(binary, model, ["--role", "coordinator", "--worker-timeout-s", "2",
+                                   "--dp-timeout-s", "5"])
+    names = ["d0", "d1", "d2"]
+    workers = start_workers(binary, model, coord, names)
+    try:
+        client = spindle.ServiceClient(coord.endpoint, token=coord.token)
+        wait_for(lambda: alive(client) == names, what="three workers to join")
+        base_model = client.get_server_capabilities().bases[0].id
+        data = dp_data()
+        adam = types.AdamParams(learning_rate=1e-2)
+        before = forwarded(client)
+        dp = client.create_lora_training_client(base_model, rank=8, seed=5, policy="dp-kill",
+                                                data_parallel=2)
+        for _ in range(2):
+            dp.forward_backward(data, "cross_entropy")
+            dp.optim_step(adam).result()
+        state = dp.save_state("two").result()
+        now = forwarded(client)
+        ranks = [n for n in names if now[n] > before.get(n, 0)]
+        assert len(ranks) == 2, (before, now)
+
+        # Kill one rank while the other waits in the step's gradient sum.
+        dp.forward_backward(data, "cross_entropy").result()
+        victim = workers[names.index(ranks[1])]
+        victim.proc.send_signal(signal.SIGKILL)
+        victim.proc.wait()
+        with pytest.raises(spindle.SpindleError) as e:
+            dp.optim_step(adam).result(timeout=60)
+        assert e.value.code == "unavailable", e.value
+        wait_for(lambda: not by_name(client)[ranks[1]]["alive"], what="the rank's worker lost")
+
+        # The next calls reopen both ranks on d-live workers from `state` and train on.
+        for _ in range(2):
+            dp.forward_backward(data, "cross_entropy").result()
+            assert dp.optim_step(adam).result().step in (3, 4)
+        ref = client.create_training_client_from_state_with_optimizer(state.path)
+        for _ in range(2):
+            ref.forward_backward(data, "cross_entropy").result()
+            ref.optim_step(adam).result()
+        probe = types.ModelInput.from_ints([BOS] + list(range(30, 50)))
+        lp_dp = np.array(dp.save_weights_and_get_sampling_client("dp-after")
+                         .compute_logprobs(probe).result()[1:])
+        lp_ref = np.array(ref.save_weights_and_get_sampling_client("ref-after")
+                          .compute_logprobs(probe).result()[1:])
+        np.testing.assert_allclose(lp_dp, lp_ref, atol=1e-4)
+        assert any("data-parallel session" in line and "reopened" in line for line in coord.log)
+        dp.close()
+        ref.close()
+        client.close()
+    finally:
+        for w in workers:
+            w.stop()
+        coord.stop()

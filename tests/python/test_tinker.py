@@ -225,7 +225,8 @@ def test_wire_bodies_of_the_new_calls(fake):
     for header, _ in server.received:
         bodies.setdefault(header["op"], []).append(header["body"])
     create = bodies["create_training"][0]
-    assert create["cereal_class_version"] == 2 and create["train_unembed"] is True
+    assert create["cereal_class_version"] == 3 and create["train_unembed"] is True
+    assert create["data_parallel"] == 1
     assert json.loads(create["user_metadata_json"]) == {"team": "a", "run": "y"}
     assert [b["ttl_seconds"] for b in bodies["save_state"] + bodies["save_weights"]] == [60, 0]
     assert all(b["cereal_class_version"] == 2 for b in bodies["save_state"] + bodies["save_weights"])
@@ -235,6 +236,7 @@ def test_wire_bodies_of_the_new_calls(fake):
     assert (weights_only["fork"], weights_only["with_optimizer"], weights_only["policy"]) == (True, False, "fork-1")
     assert json.loads(weights_only["user_metadata_json"]) == {"team": "a", "run": "x"}
     assert (exact["fork"], exact["with_optimizer"], exact["user_metadata_json"]) == (False, True, "")
+    assert exact["cereal_class_version"] == 3 and exact["data_parallel"] == 1
     assert step.metrics == {"optim/step": 7.0, "optim/grad_norm": 0.5, "optim/clipped": 1.0}
     assert (step.step, step.grad_norm, step.clipped) == (7, 0.5, True)
     sample = bodies["sample"][0]

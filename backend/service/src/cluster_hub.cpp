@@ -85,6 +85,9 @@ void ClusterHub::on_message(std::vector<std::string> parts) {
     if (kind == cw::kHello && parts.size() == 3) return on_hello(identity, parts[2]);
     if (kind == cw::kReply && parts.size() >= 4) return on_reply(parts);
     if (kind == cw::kBlobGet && parts.size() == 4) return on_blob_get(identity, parts);
+    if ((kind == cw::kStoreSet && parts.size() == 5) ||
+        (kind == cw::kStoreGet && parts.size() == 4))
+      return on_store(identity, parts);
     d_.log->warn("cluster: dropped a '{}' message of {} frames", kind.substr(0, 32), parts.size());
   } catch (const std::exception& e) {
     d_.log->warn("cluster: dropped a '{}' message: {}", kind.substr(0, 32), e.what());
@@ -225,6 +228,30 @@ void ClusterHub::on_blob_get(const std::string& identity, const std::vector<std:
   reader_->post(identity, parts[2], parts[3]);
 }
 
+// A data-parallel rank's rendezvous: answered at once from the coordinator's store (a lookup
+// of a key not there yet answers "0"; the rank polls).
+void ClusterHub::on_store(const std::string& identity, const std::vector<std::string>& parts) {
+  constexpr size_t kMaxKeys = 1 << 16;
+  cluster::MemoryStore& store = d_.cluster->store();
+  std::string found = "1", value;
+  if (parts[1] == cw::kStoreSet) {
+    if (store.size() < kMaxKeys) {
+      store.set(parts[3], parts[4]);
+    } else {
+      d_.log->error("cluster: the rendezvous store holds {} keys: '{}' refused", kMaxKeys,
+                    parts[3]);
+      found = "0";
+    }
+  } else if (std::optional<std::string> v = store.get(parts[3])) {
+    value = std::move(*v);
+  } else {
+    found = "0";
+  }
+  send_to_peer(router_, std::vector<zmq::const_buffer>{
+                            zmq::buffer(identity), zmq::buffer(cw::kStore), zmq::buffer(parts[2]),
+                            zmq::buffer(found), zmq::buffer(value)});
+}
+
 void ClusterHub::send_forwards() {
   for (Forward& f : d_.cluster->take_forwards()) send_forward(f);
 }
@@ -244,6 +271,10 @@ void ClusterHub::send_forward(Forward& f) {
                                         f.worker));
       }
       target = f.worker;
+    } else if (f.session && f.header.dp_size > 1) {
+      std::string why;
+      target = place_rank(f, why);
+      if (!target) return fail_forward(f, kLocalWorker, why);
     } else if (f.session) {
       target = placement_.route_session(f.policy_key, f.base);
     } else {
@@ -277,6 +308,33 @@ void ClusterHub::send_forward(Forward& f) {
     pending_.emplace(id, Pending{*target, std::move(f)});
     return;
   }
+}
+
+// Rank r of a data-parallel session goes to the r-th live worker of the policy's rendezvous
+// order for its base; the ranks must all be on one kind of device (Gloo sums host memory, NCCL
+// device memory: a group cannot mix them).
+std::optional<cluster::WorkerId> ClusterHub::place_rank(const Forward& f, std::string& why) const {
+  const std::vector<cluster::WorkerId> order = placement_.preference(f.policy_key, f.base);
+  const uint32_t n = f.header.dp_size;
+  if (order.size() < n) {
+    why = fmt::format("data_parallel {} needs {} live workers serving base '{}'; {} are live", n, n,
+                      f.base, order.size());
+    return std::nullopt;
+  }
+  auto kind = [&](cluster::WorkerId w) {
+    const std::string& dev = workers_.at(w).hello.device;
+    return dev.substr(0, dev.find_first_of(":( "));
+  };
+  for (uint32_t r = 1; r < n; ++r) {
+    if (kind(order[r]) != kind(order[0])) {
+      why = fmt::format(
+          "data_parallel {}: the chosen workers mix devices ({} and {}); a group "
+          "sums on one kind of device",
+          n, workers_.at(order[0]).hello.device, workers_.at(order[r]).hello.device);
+      return std::nullopt;
+    }
+  }
+  return order.at(f.header.dp_rank);
 }
 
 void ClusterHub::lose(uint32_t id, const std::string& why) {

@@ -60,6 +60,8 @@ class ClusterHub {
   void on_hello(const std::string& identity, const std::string& body);
   void on_reply(const std::vector<std::string>& parts);
   void on_blob_get(const std::string& identity, const std::vector<std::string>& parts);
+  void on_store(const std::string& identity, const std::vector<std::string>& parts);
+  std::optional<cluster::WorkerId> place_rank(const Forward& f, std::string& why) const;
   void send_forward(Forward& f);
   void lose(uint32_t worker, const std::string& why);
   void finish(Forward& f, ForwardOutcome& outcome, bool final);

@@ -51,6 +51,14 @@ void ClusterState::post(Forward f, ReplyChannel& wake) {
   wake.wake();
 }
 
+void ClusterState::post_all(std::vector<Forward> fs, ReplyChannel& wake) {
+  {
+    std::lock_guard lock(mutex_);
+    for (Forward& f : fs) forwards_.push_back(std::move(f));
+  }
+  wake.wake();
+}
+
 std::deque<Forward> ClusterState::take_forwards() {
   std::lock_guard lock(mutex_);
   return std::exchange(forwards_, {});
@@ -73,6 +81,27 @@ std::string ClusterState::fetch_blob(const std::string& blob, ReplyChannel& wake
 std::vector<ClusterState::BlobFetch> ClusterState::take_fetches() {
   std::lock_guard lock(mutex_);
   return std::exchange(fetches_, {});
+}
+
+std::optional<std::string> ClusterState::store_call(bool set, const std::string& key,
+                                                    const std::string& value, ReplyChannel& wake,
+                                                    std::chrono::milliseconds timeout) {
+  auto promise = std::make_shared<std::promise<std::optional<std::string>>>();
+  auto future = promise->get_future();
+  {
+    std::lock_guard lock(mutex_);
+    store_calls_.push_back({next_fetch_++, set, key, value, promise});
+  }
+  wake.wake();
+  SPINDLE_CHECK(future.wait_for(timeout) == std::future_status::ready, io,
+                "the coordinator did not answer a rendezvous {} of '{}' within {} ms",
+                set ? "set" : "lookup", key, timeout.count());
+  return future.get();
+}
+
+std::vector<ClusterState::StoreCall> ClusterState::take_store_calls() {
+  std::lock_guard lock(mutex_);
+  return std::exchange(store_calls_, {});
 }
 
 }  // namespace spindle::service

@@ -11,9 +11,13 @@
 //   - the forward queue: any thread posts a Forward (a request for a worker, with what it
 //     resolved) and the front thread sends it in post order, so a session's requests reach its
 //     worker in the order they were dispatched.
+//   - the data-parallel rendezvous store (cluster/all_reduce.h): the hub answers the workers'
+//     store_set / store_get from it; a data-parallel session's end erases its group.
 // Worker:
 //   - blob fetches: a loader thread that misses a revision blob asks the coordinator for it
-//     through the front thread (the only one on the coordinator connection) and waits.
+//     through the front thread (the only one on the coordinator connection) and waits;
+//   - store calls: a data-parallel rank's rendezvous (the engine thread, inside its first
+//     gradient sum) sets and looks up its group's keys in the coordinator's store the same way.
 
 #include <chrono>
 #include <cstdint>
@@ -22,12 +26,14 @@
 #include <future>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "cluster_wire.h"
 #include "reply_channel.h"
+#include "spindle/cluster/all_reduce.h"
 
 namespace spindle::service {
 
@@ -77,6 +83,10 @@ class ClusterState {
   // Coordinator: any thread posts; the front thread takes them all, in post order. `wake` is
   // sent through the reply channel so the front thread looks now (not at its next poll tick).
   void post(Forward f, ReplyChannel& wake);
+  // Several at once, adjacent in the send order (a data-parallel step's forwards to all of its
+  // ranks: no other forward comes between them, so every worker sees the steps of its groups
+  // in one global order; scheduler.h's open_session says why that matters).
+  void post_all(std::vector<Forward> fs, ReplyChannel& wake);
   std::deque<Forward> take_forwards();
 
   // Worker: the blob's bytes from the coordinator (a loader thread; blocks up to `timeout`).
@@ -90,6 +100,21 @@ class ClusterState {
   };
   std::vector<BlobFetch> take_fetches();
 
+  // Worker: sets `key` (set = true; returns "") or looks it up (nullopt = not there yet) in the
+  // coordinator's rendezvous store. Blocks up to `timeout`; throws Error(io) without an answer.
+  std::optional<std::string> store_call(bool set, const std::string& key, const std::string& value,
+                                        ReplyChannel& wake, std::chrono::milliseconds timeout);
+  struct StoreCall {
+    uint64_t id = 0;
+    bool set = false;
+    std::string key, value;
+    std::shared_ptr<std::promise<std::optional<std::string>>> promise;
+  };
+  std::vector<StoreCall> take_store_calls();
+
+  // Coordinator: the rendezvous store behind the workers' store calls.
+  cluster::MemoryStore& store() { return store_; }
+
  private:
   const Role role_;
   mutable std::mutex mutex_;
@@ -98,6 +123,8 @@ class ClusterState {
   std::deque<Forward> forwards_;
   std::vector<BlobFetch> fetches_;
   uint64_t next_fetch_ = 1;
+  std::vector<StoreCall> store_calls_;
+  cluster::MemoryStore store_;
 };
 
 }  // namespace spindle::service

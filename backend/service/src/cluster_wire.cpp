@@ -12,7 +12,7 @@ namespace spindle::service::cluster_wire {
 
 namespace {
 
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;  // 2: data-parallel fields in ForwardHeader
 
 template <class A>
 void fields(A& ar, WorkerHello& m) {
@@ -27,7 +27,8 @@ template <class A>
 void fields(A& ar, ForwardHeader& m) {
   uint8_t kind = uint8_t(m.kind);
   ar(kind, m.tenant, m.base, m.revision_id, m.blob, m.session_id, m.policy, m.rank, m.alpha,
-     m.targets, m.seed, m.fresh, m.step, m.user_metadata, m.lease_ms, m.weights, m.optimizer);
+     m.targets, m.seed, m.fresh, m.step, m.user_metadata, m.lease_ms, m.weights, m.optimizer,
+     m.dp_group, m.dp_rank, m.dp_size, m.dp_timeout_ms);
   m.kind = ForwardKind(kind);
 }
 

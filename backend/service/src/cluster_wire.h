@@ -11,12 +11,15 @@
 //                                           a reply to forward `id`; flags bit 0: final (a
 //                                           stream's last), bit 1: ok
 //     [blob_get][id(8)][blob id]            a revision blob the worker's loader needs
+//     [store_set][id(8)][key][value]        data-parallel rendezvous (cluster/all_reduce.h):
+//     [store_get][id(8)][key]               a rank leaves or looks up a key of its group
 //   coordinator -> worker
 //     [welcome][Welcome]                    the answer to every hello
 //     [forward][id(8)][ForwardHeader][request header][tensor frames...]
 //                                           a client request, re-encoded without its token,
 //                                           with what the coordinator resolved for it
 //     [blob][id(8)][code][bytes | message]  code "" = the blob's bytes, else an error code
+//     [store][id(8)][found "1" | "0"][value]  the answer to a store_set ("1") or store_get
 //
 // Bodies are cereal portable-binary with a leading format version; decode throws
 // Error(format) naming the message.
@@ -34,6 +37,9 @@ inline constexpr std::string_view kForward = "forward";
 inline constexpr std::string_view kReply = "reply";
 inline constexpr std::string_view kBlobGet = "blob_get";
 inline constexpr std::string_view kBlob = "blob";
+inline constexpr std::string_view kStoreSet = "store_set";
+inline constexpr std::string_view kStoreGet = "store_get";
+inline constexpr std::string_view kStore = "store";
 
 inline constexpr uint8_t kReplyFinal = 1;
 inline constexpr uint8_t kReplyOk = 2;
@@ -88,6 +94,13 @@ struct ForwardHeader {
   uint32_t lease_ms = 0;    // open_session: the coordinator's lease, which replies report
   std::string weights;      // open/load from a revision: its blob bytes (revision format)
   std::string optimizer;    // and its optimizer state's bytes ("" = a fresh optimizer)
+  // open_session of a data-parallel session: this worker is rank dp_rank of dp_size in the
+  // group dp_group (its name in the coordinator's rendezvous store; a new name for each time
+  // the group is opened), summing gradients with timeout dp_timeout_ms. dp_size 0 or 1 = none.
+  std::string dp_group;
+  uint32_t dp_rank = 0;
+  uint32_t dp_size = 0;
+  uint32_t dp_timeout_ms = 0;
 };
 
 // What a snapshot forward's ok reply carries as its frames: [weights][optimizer][step].

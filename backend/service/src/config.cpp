@@ -113,6 +113,14 @@ void for_each_field(ServiceConfig& c, F&& f) {
                    "replicas' shortest queue is longer than this", c.spill_queue);
   f("max-replicas", "coordinator: most workers one policy is served from at once",
     c.max_replicas);
+  f("dp-timeout-s",
+    "coordinator: how long a data-parallel rank's gradient sum waits for the "
+    "other ranks before its optim_step fails",
+    c.dp_timeout_s);
+  f("collective-host",
+    "worker: the host name or address other workers reach it at for "
+    "data-parallel gradient sums (Gloo over TCP; default: its host name)",
+    c.collective_host);
 }
 
 }  // namespace

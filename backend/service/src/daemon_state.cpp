@@ -41,6 +41,16 @@ void SessionTable::set_worker(const std::string& id, uint32_t worker) {
   if (auto it = sessions_.find(id); it != sessions_.end()) it->second.session.worker = worker;
 }
 
+void SessionTable::set_ranks(const std::string& id, std::vector<uint32_t> ranks,
+                             uint32_t generation) {
+  std::lock_guard lock(mutex_);
+  if (auto it = sessions_.find(id); it != sessions_.end()) {
+    it->second.session.worker = ranks.empty() ? it->second.session.worker : ranks[0];
+    it->second.session.ranks = std::move(ranks);
+    it->second.session.generation = generation;
+  }
+}
+
 void SessionTable::set_restore(const std::string& id, const std::string& revision, bool optimizer) {
   std::lock_guard lock(mutex_);
   if (auto it = sessions_.find(id); it != sessions_.end()) {

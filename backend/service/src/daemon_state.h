@@ -82,6 +82,11 @@ struct Session {
   uint64_t seed = 0;
   std::string user_metadata{};
   uint32_t lease_ms = 0;  // a worker's session: the coordinator's lease it reports (0 = ours)
+  // A coordinator's data-parallel session (training_dp.cpp): rank r trains on worker ranks[r]
+  // (ranks[0] == worker; empty = one worker), in the group "<id>.<generation>" (a new
+  // generation each time a lost worker makes the coordinator reopen every rank).
+  std::vector<uint32_t> ranks{};
+  uint32_t generation = 0;
 };
 
 // Live sessions with their leases and their request gates. Thread-safe: one mutex, held only
@@ -111,6 +116,8 @@ class SessionTable {
   // A coordinator's remote session: its worker now, and its restore point after a save_state.
   void set_worker(const std::string& id, uint32_t worker);
   void set_restore(const std::string& id, const std::string& revision, bool optimizer);
+  // A data-parallel session reopened: its ranks' workers and the group's generation.
+  void set_ranks(const std::string& id, std::vector<uint32_t> ranks, uint32_t generation);
   void reserve(const std::string& tenant);
   void unreserve(const std::string& tenant);
   // `tenant`'s live sessions plus its reservations.

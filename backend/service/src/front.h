@@ -62,6 +62,7 @@ class Front {
   void send_hello(bool draining);
   void on_forwarded(std::vector<std::string>& parts);  // worker
   void on_blob(std::vector<std::string>& parts);       // worker
+  void on_store(std::vector<std::string>& parts);      // worker: a store call's answer
   void relay(const Call& call, std::vector<std::string> parts, bool final);  // coordinator
   void refuse(const Call& call, const char* code, const std::string& message);
   protocol::StatusReply status() const;
@@ -92,6 +93,11 @@ class Front {
     std::chrono::steady_clock::time_point sent;
   };
   std::map<uint64_t, PendingFetch> fetches_;
+  struct PendingStore {
+    std::shared_ptr<std::promise<std::optional<std::string>>> promise;
+    std::chrono::steady_clock::time_point sent;
+  };
+  std::map<uint64_t, PendingStore> stores_;  // store calls sent, by id
   uint64_t in_flight_ = 0;  // handed-off requests not yet answered (set_in_flight only)
   bool draining_ = false;
   std::chrono::steady_clock::time_point last_publish_{};

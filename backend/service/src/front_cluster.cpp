@@ -68,6 +68,19 @@ void Front::on_wake() {
     }
     fetches_.emplace(f.id, PendingFetch{std::move(f.promise), Clock::now()});
   }
+  for (ClusterState::StoreCall& c : d_.cluster->take_store_calls()) {
+    const std::string id = cw::id_frame(c.id);
+    std::vector<zmq::const_buffer> out{zmq::buffer(c.set ? cw::kStoreSet : cw::kStoreGet),
+                                       zmq::buffer(id), zmq::buffer(c.key)};
+    if (c.set) out.push_back(zmq::buffer(c.value));
+    if (send_to_peer(*cluster_, out) != PeerSend::sent) {
+      c.promise->set_exception(std::make_exception_ptr(
+          Error(ErrorCode::io,
+                fmt::format("rendezvous '{}': the coordinator cannot be reached", c.key))));
+      continue;
+    }
+    stores_.emplace(c.id, PendingStore{std::move(c.promise), Clock::now()});
+  }
 }
 
 void Front::cluster_tick() {
@@ -85,6 +98,9 @@ void Front::cluster_tick() {
   }
   for (auto it = fetches_.begin(); it != fetches_.end();) {  // the waiter gave up at 60 s
     it = now - it->second.sent > std::chrono::seconds(120) ? fetches_.erase(it) : std::next(it);
+  }
+  for (auto it = stores_.begin(); it != stores_.end();) {  // its waiter gave up long ago
+    it = now - it->second.sent > std::chrono::seconds(120) ? stores_.erase(it) : std::next(it);
   }
 }
 
@@ -144,6 +160,7 @@ void Front::on_cluster_message(std::vector<std::string> parts) {
   try {
     if (kind == cw::kForward) return on_forwarded(parts);
     if (kind == cw::kBlob) return on_blob(parts);
+    if (kind == cw::kStore) return on_store(parts);
     if (kind == cw::kWelcome && parts.size() == 2) {
       const cw::Welcome w = cw::decode_welcome(parts[1]);
       last_welcome_ = Clock::now();  // a refusal too: the link works
@@ -180,6 +197,19 @@ void Front::on_blob(std::vector<std::string>& parts) {
         Error(error_code_of(parts[2]), fmt::format("the coordinator: {}", parts[3]))));
   }
   fetches_.erase(it);
+}
+
+void Front::on_store(std::vector<std::string>& parts) {
+  uint64_t id = 0;
+  if (parts.size() != 4 || !cw::parse_id(parts[1], id)) return;
+  const auto it = stores_.find(id);
+  if (it == stores_.end()) return;
+  if (parts[2] == "1") {
+    it->second.promise->set_value(std::move(parts[3]));
+  } else {
+    it->second.promise->set_value(std::nullopt);
+  }
+  stores_.erase(it);
 }
 
 // [forward][id][ForwardHeader][request header][tensor frames...]

@@ -4,6 +4,8 @@
 // and a worker's side of them). Not a public interface: engine_ops.h is.
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 
 #include "catalog_ops.h"
@@ -30,6 +32,7 @@ struct SessionStart {
   int64_t step = 0;  // the revision's (a fresh optimizer still reports it)
   std::string revision_id;
   std::string user_metadata;
+  std::shared_ptr<AllReduce> group{};  // a worker's data-parallel rank (forwarded_group)
 };
 
 // Opens a scheduler session on the start's weights and replies with the new session (under
@@ -82,5 +85,29 @@ Forward pinned_forward(const Call& call, const Session& s, cluster_wire::Forward
 void open_remote_session(Daemon& d, const Call& call, Request request, Session proto,
                          cluster_wire::ForwardHeader h);
 void run_remote_session_op(Daemon& d, const Call& call, const Session& s, const Request& request);
+// save_*: the worker (s.worker) snapshots the session; the coordinator commits and replies.
+void remote_save(Daemon& d, const Call& call, const Session& s, const Request& request);
+// load_state: resolves and reads the revision (catalog thread, the session's gate closed
+// meanwhile), then sends the load header (its bytes in it) to the session's worker(s); the
+// sender replies and records the restore point (revision id, with_optimizer) on success.
+using LoadSend = std::function<void(cluster_wire::ForwardHeader h, const std::string& revision_id,
+                                    bool with_optimizer)>;
+void remote_load(Daemon& d, const Call& call, const Session& s, const Request& request,
+                 const LoadSend& send);
+
+// ---- training_dp.cpp: data-parallel sessions (a coordinator's, on n > 1 workers) ----------
+
+// Opens `proto` (its id set) on n workers as generation 0 of its group, from the open header
+// `h`; replies with rank 0's session reply (data_parallel = n) once every rank opened, else
+// closes the ranks that did and relays the first failure.
+void open_dp_session(Daemon& d, const Call& call, Request request, Session proto,
+                     cluster_wire::ForwardHeader h, uint32_t n);
+void run_dp_session_op(Daemon& d, const Call& call, const Session& s, const Request& request);
+// Closes the session's live ranks (no client waits: an expired lease) and forgets its group.
+void close_dp_ranks(Daemon& d, const Session& s);
+// A worker: the data-parallel group an open_session forward names (null when dp_size <= 1),
+// met through the coordinator's rendezvous store.
+std::shared_ptr<AllReduce> forwarded_group(Daemon& d, const cluster_wire::ForwardHeader& h,
+                                           const ServedBase& base);
 
 }  // namespace spindle::service::training

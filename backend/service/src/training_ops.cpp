@@ -64,6 +64,7 @@ void open_session(Daemon& d, const Call& call, SessionStart start, std::string i
                 .alpha = start.weights.alpha};
   proto.lease_ms = lease;
   d.sessions.reserve(call.tenant);  // check_session_room counts it until add() or unreserve()
+  auto group = std::move(start.group);
   start.base->scheduler->open_session(
       std::move(start.weights), std::move(start.adam),
       [&d, call, proto, step = start.step, rev = start.revision_id,
@@ -78,7 +79,8 @@ void open_session(Daemon& d, const Call& call, SessionStart start, std::string i
         d.log->info("tenant {}: session {} on spindle://{}/{} (base '{}', rank {})", call.tenant,
                     proto.id, call.tenant, proto.policy, proto.base->id, proto.rank);
         d.replies->ok(call, session_reply(d, call, proto, step, rev, meta));
-      });
+      },
+      std::move(group));
 }
 
 std::string save_metrics(const SaveRequest& req) {
@@ -156,6 +158,17 @@ std::string checked_user_metadata(const std::string& text) {
   return text;
 }
 
+// data_parallel > 1 trains on that many workers of a coordinator (training_dp.cpp).
+void check_data_parallel(const Daemon& d, const ServedBase& base, uint32_t n) {
+  if (n <= 1) return;
+  SPINDLE_CHECK(d.cluster->coordinator(), failed_precondition,
+                "data_parallel {} trains a session on {} workers of a coordinator; this daemon "
+                "is {} (start spindled --role coordinator and its workers, docs/cluster.md)",
+                n, n, role_name(d.cluster->role()));
+  SPINDLE_CHECK(served_remotely(d, base), failed_precondition,
+                "data_parallel {}: no live worker serves base '{}' (it needs {})", n, base.id, n);
+}
+
 void create_training(Daemon& d, catalog::Catalog& cat, const Call& call,
                      const CreateTrainingRequest& req) {
   ServedBase& base = d.base(req.base_model);
@@ -177,6 +190,7 @@ void create_training(Daemon& d, catalog::Catalog& cat, const Call& call,
   spec.lora.targets = targets;
   spec.description = req.description;
   spec.user_metadata_json = checked_user_metadata(req.user_metadata_json);
+  check_data_parallel(d, base, req.data_parallel);
   cat.create_policy(call.tenant, spec, actor(call));
   if (served_remotely(d, base)) {
     Session proto{.id = SessionTable::new_id(), .tenant = call.tenant, .policy = name,
@@ -186,6 +200,10 @@ void create_training(Daemon& d, catalog::Catalog& cat, const Call& call,
     proto.user_metadata = spec.user_metadata_json;
     cluster_wire::ForwardHeader h = open_header(d, proto);
     h.fresh = true;
+    if (req.data_parallel > 1) {
+      return open_dp_session(d, call, request_of(call, req), std::move(proto), std::move(h),
+                             req.data_parallel);
+    }
     return open_remote_session(d, call, request_of(call, req), std::move(proto), std::move(h));
   }
   open_session(d, call,
@@ -224,6 +242,7 @@ void create_from_state(Daemon& d, catalog::Catalog& cat, const Call& call,
   }
   SPINDLE_CHECK(req.user_metadata_json.empty() || req.fork, invalid_argument,
                 "user_metadata_json is stored on a new policy: it needs fork = true");
+  check_data_parallel(d, base, req.data_parallel);
   if (served_remotely(d, base)) {
     Session proto{.id = SessionTable::new_id(), .tenant = call.tenant, .policy = policy,
                   .base = &base, .sid = 0, .rank = w.rank, .alpha = w.alpha};
@@ -233,6 +252,10 @@ void create_from_state(Daemon& d, catalog::Catalog& cat, const Call& call,
     cluster_wire::ForwardHeader h = open_header(d, proto);
     read_start(d, r.revision, req.with_optimizer, h);
     h.user_metadata = metadata;
+    if (req.data_parallel > 1) {
+      return open_dp_session(d, call, request_of(call, req), std::move(proto), std::move(h),
+                             req.data_parallel);
+    }
     return open_remote_session(d, call, request_of(call, req), std::move(proto), std::move(h));
   }
   open_session(d, call,
@@ -482,6 +505,10 @@ void close_expired_sessions(Daemon& d) {
     d.log->warn("tenant {}: session {} on spindle://{}/{} expired after {:.0f} s without a "
                 "request or heartbeat: closed (its saved revisions stay)",
                 s.tenant, s.id, s.tenant, s.policy, d.config.session_lease_s);
+    if (s.ranks.size() > 1) {  // a data-parallel session: every rank
+      close_dp_ranks(d, s);
+      continue;
+    }
     if (s.worker != kLocalWorker) {  // close it on its worker; no client waits for the reply
       Call none;
       none.tenant = s.tenant;

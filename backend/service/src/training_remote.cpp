@@ -137,13 +137,14 @@ void remote_save(Daemon& d, const Call& call, const Session& s, const Request& r
                   *d.replies);
 }
 
-// load_state: resolve and read here (catalog thread), load there. The session's later requests
-// wait behind the read (the gate) and are posted after this forward, so they reach the worker
-// after it.
-void remote_load(Daemon& d, const Call& call, const Session& s, const Request& request) {
+// load_state: resolve and read here (catalog thread), then `send` the load (the header with the
+// revision's bytes) to the session's worker(s). The session's later requests wait behind the
+// read (the gate) and are posted after this forward, so they reach the worker after it.
+void remote_load(Daemon& d, const Call& call, const Session& s, const Request& request,
+                 const LoadSend& send) {
   const auto& req = std::get<LoadStateRequest>(request.body);
   d.sessions.block(s.id);
-  d.catalog.post([&d, call, s, request, with_optimizer = req.with_optimizer,
+  d.catalog.post([&d, call, s, send, with_optimizer = req.with_optimizer,
                   address = req.address](catalog::Catalog& cat) {
     try {
       const catalog::Address a = client_address(d, cat, call, address);
@@ -151,11 +152,7 @@ void remote_load(Daemon& d, const Call& call, const Session& s, const Request& r
       cluster_wire::ForwardHeader h = session_header(s, cluster_wire::ForwardKind::load_session);
       read_start(d, r.revision, with_optimizer, h);
       h.user_metadata = r.policy.user_metadata_json;
-      auto done = [&d, id = s.id, rev = r.revision.id, with_optimizer](ForwardOutcome& o) {
-        if (o.ok) d.sessions.set_restore(id, rev, with_optimizer);
-        return true;
-      };
-      d.cluster->post(pinned_forward(call, s, std::move(h), request, std::move(done)), *d.replies);
+      send(std::move(h), r.revision.id, with_optimizer);
     } catch (const std::exception& e) {
       reply_exception(d, call, e);
     }
@@ -224,6 +221,7 @@ void restore_session(Daemon& d, const Call& call, const Session& s, const Reques
 }
 
 void run_remote_session_op(Daemon& d, const Call& call, const Session& s, const Request& request) {
+  if (s.ranks.size() > 1) return run_dp_session_op(d, call, s, request);
   if (!d.cluster->alive(s.worker)) {
     if (call.op == Op::close_training) {  // nothing to close there: it died with the worker
       d.sessions.erase(s.id);
@@ -236,7 +234,17 @@ void run_remote_session_op(Daemon& d, const Call& call, const Session& s, const 
     case Op::save_state:
       return remote_save(d, call, s, request);
     case Op::load_state:
-      return remote_load(d, call, s, request);
+      return remote_load(d, call, s, request,
+                         [&d, call, s, request](cluster_wire::ForwardHeader h,
+                                                const std::string& rev, bool with_optimizer) {
+                           auto done = [&d, id = s.id, rev, with_optimizer](ForwardOutcome& o) {
+                             if (o.ok) d.sessions.set_restore(id, rev, with_optimizer);
+                             return true;
+                           };
+                           d.cluster->post(
+                               pinned_forward(call, s, std::move(h), request, std::move(done)),
+                               *d.replies);
+                         });
     case Op::close_training:
       d.sessions.erase(s.id);
       break;
@@ -280,6 +288,7 @@ void open_forwarded_session(Daemon& d, const Call& call, const cluster_wire::For
       start.adam = engine::AdamW::deserialize(h.optimizer, source + " optimizer state");
     }
   }
+  start.group = forwarded_group(d, h, base);
   open_session(d, call, std::move(start), h.session_id, h.lease_ms);
 }
 

@@ -22,8 +22,8 @@ from .types._training import LOSS_INPUT_DTYPES
 
 # Class versions of the request structs that grew fields (messages.h CEREAL_CLASS_VERSION);
 # _wire's encoder defaults every object to version 1, so these are set in the body.
-CREATE_TRAINING_V = 2
-CREATE_FROM_STATE_V = 2
+CREATE_TRAINING_V = 3
+CREATE_FROM_STATE_V = 3
 SAVE_V = 2
 LOAD_STATE_V = 2
 SAMPLE_V = 2

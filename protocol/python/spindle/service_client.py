@@ -191,13 +191,15 @@ class ServiceClient:
     def _create_training_future(self, base_model: str, rank: int, seed: int | None,
                                 train_mlp: bool, train_attn: bool, train_unembed: bool,
                                 user_metadata: Dict[str, str] | None, alpha: float | None,
-                                policy: str | None, description: str) -> APIFuture[TrainingClient]:
+                                policy: str | None, description: str,
+                                data_parallel: int = 1) -> APIFuture[TrainingClient]:
         body = {"base_model": str(base_model), "policy": policy or "", "rank": int(rank),
                 "alpha": float(rank if alpha is None else alpha), "train_attn": bool(train_attn),
                 "train_mlp": bool(train_mlp), "train_unembed": bool(train_unembed),
                 "seed": _convert.random_seed() if seed is None else int(seed),
                 "description": str(description),
-                "user_metadata_json": self._metadata_json(user_metadata)}
+                "user_metadata_json": self._metadata_json(user_metadata),
+                "data_parallel": int(data_parallel)}
         return self._request("create_training", _convert.versioned(body, _convert.CREATE_TRAINING_V),
                              None, self._training_client)
 
@@ -206,13 +208,17 @@ class ServiceClient:
                                     train_unembed: bool = True,
                                     user_metadata: Dict[str, str] | None = None, *,
                                     alpha: float | None = None, policy: str | None = None,
-                                    description: str = "") -> TrainingClient:
+                                    description: str = "",
+                                    data_parallel: int = 1) -> TrainingClient:
         """Creates policy `policy` (a generated name when None) on `base_model` and a training
         session on it. train_*: which weights get LoRA adapters (Tinker's defaults: all);
-        alpha None = rank (scale 1); seed None = random LoRA init."""
+        alpha None = rank (scale 1); seed None = random LoRA init. data_parallel N > 1 (a
+        coordinator with N live workers for the base): the session trains on N workers, each
+        with its share of every forward_backward, their gradients summed before each
+        optim_step; the results equal one worker's with the whole batch."""
         return self._create_training_future(base_model, rank, seed, train_mlp, train_attn,
                                             train_unembed, user_metadata, alpha, policy,
-                                            description).result()
+                                            description, data_parallel).result()
 
     async def create_lora_training_client_async(self, base_model: str, rank: int = 32,
                                                 seed: int | None = None, train_mlp: bool = True,
@@ -221,22 +227,24 @@ class ServiceClient:
                                                 user_metadata: Dict[str, str] | None = None, *,
                                                 alpha: float | None = None,
                                                 policy: str | None = None,
-                                                description: str = "") -> TrainingClient:
+                                                description: str = "",
+                                                data_parallel: int = 1) -> TrainingClient:
         return await self._create_training_future(base_model, rank, seed, train_mlp, train_attn,
                                                   train_unembed, user_metadata, alpha, policy,
-                                                  description)
+                                                  description, data_parallel)
 
     def _from_state_future(self, path: str, with_optimizer: bool, fork: bool,
                            base_model: str | None, user_metadata: Dict[str, str] | None,
                            weights_access_token: str | None,
-                           policy: str | None) -> APIFuture[TrainingClient]:
+                           policy: str | None, data_parallel: int = 1) -> APIFuture[TrainingClient]:
         if weights_access_token is not None:
             raise unsupported("create_training_client_from_state(weights_access_token=...)",
                               "revisions are loaded with this client's own token")
         # user_metadata is stored on a new policy only; an exact resume keeps the policy's own.
         metadata = self._metadata_json(user_metadata) if fork else ""
         body = {"address": str(path), "with_optimizer": bool(with_optimizer), "fork": bool(fork),
-                "policy": policy or "", "user_metadata_json": metadata}
+                "policy": policy or "", "user_metadata_json": metadata,
+                "data_parallel": int(data_parallel)}
 
         def convert(reply: _wire.Reply) -> TrainingClient:
             client = self._training_client(reply)
@@ -270,19 +278,20 @@ class ServiceClient:
     def create_training_client_from_state_with_optimizer(
             self, path: str, base_model: str | None = None,
             user_metadata: Dict[str, str] | None = None,
-            weights_access_token: str | None = None) -> TrainingClient:
+            weights_access_token: str | None = None, *, data_parallel: int = 1) -> TrainingClient:
         """Exact resume: a session on the revision's own policy with its weights and, when it
         was saved with save_state, its optimizer state (the session's step is the revision's).
-        user_metadata is not stored (the policy keeps its own)."""
+        user_metadata is not stored (the policy keeps its own). data_parallel: as
+        create_lora_training_client's."""
         return self._from_state_future(path, True, False, base_model, user_metadata,
-                                       weights_access_token, None).result()
+                                       weights_access_token, None, data_parallel).result()
 
     async def create_training_client_from_state_with_optimizer_async(
             self, path: str, base_model: str | None = None,
             user_metadata: Dict[str, str] | None = None,
-            weights_access_token: str | None = None) -> TrainingClient:
+            weights_access_token: str | None = None, *, data_parallel: int = 1) -> TrainingClient:
         return await self._from_state_future(path, True, False, base_model, user_metadata,
-                                             weights_access_token, None)
+                                             weights_access_token, None, data_parallel)
 
     def create_sampling_client(self, model_path: str | None = None,
                                base_model: str | None = None,

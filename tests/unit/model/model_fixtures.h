@@ -35,6 +35,16 @@ inline float max_abs_diff(const engine::LoraWeights& a, const engine::LoraWeight
   return worst;
 }
 
+// Largest |x| over every adapted tensor: the scale for comparing two sums of the same
+// gradients taken in different orders (float rounding differs by a few ulps of the largest term).
+inline float max_abs(const engine::LoraWeights& a) {
+  float m = 0.0f;
+  engine::for_each_lora_tensor(a, [&](const std::string&, const Tensor& t) {
+    for (float x : t.span()) m = std::max(m, std::abs(x));
+  });
+  return m;
+}
+
 inline engine::ModelConfig tiny_config(engine::Arch arch) {
   engine::ModelConfig c;
   c.arch = arch;

@@ -17,15 +17,8 @@
 namespace spindle::engine {
 namespace {
 
+using spindle::testing::max_abs;
 using spindle::testing::max_abs_diff;
-
-float max_abs(const LoraWeights& a) {
-  float m = 0.0f;
-  for_each_lora_tensor(a, [&](const std::string&, const Tensor& t) {
-    for (float x : t.span()) m = std::max(m, std::abs(x));
-  });
-  return m;
-}
 
 std::vector<TrainDatum> batch(const ModelConfig& c, int n, uint32_t seed) {
   std::mt19937 rng(seed);

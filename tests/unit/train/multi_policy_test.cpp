@@ -16,19 +16,8 @@ namespace {
 // Every target; LoraWeights::random and init_lora skip those the architecture lacks.
 constexpr auto kAll = kAllLoraTargets;
 
+using spindle::testing::max_abs;
 using spindle::testing::max_abs_diff;
-
-// Largest |gradient| of an adapter-shaped LoraWeights: the scale for comparing two sums of the
-// same gradients taken in different orders (one pass over a batch vs several, or rows batched
-// with other policies'): linear() picks its kernel by row count, so the float rounding of two
-// mathematically equal sums differs by a few ulps of the largest term.
-float max_abs(const LoraWeights& a) {
-  float m = 0.0f;
-  for_each_lora_tensor(a, [&](const std::string&, const Tensor& t) {
-    for (float x : t.span()) m = std::max(m, std::abs(x));
-  });
-  return m;
-}
 
 void check_k_adapters_in_one_pass(Arch arch, bool router_aux = false) {
   ModelConfig config = testing::tiny_config(arch);

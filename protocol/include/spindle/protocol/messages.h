@@ -255,11 +255,16 @@ struct CreateTrainingRequest {
   /// Version 2: the client's user_metadata (Tinker's ServiceClient(user_metadata=...)): "" or a
   /// JSON object of at most 16384 bytes, stored on the policy (PolicyInfo.user_metadata_json).
   std::string user_metadata_json;
+  /// Version 3: data-parallel ranks (1..64). More than 1 trains the session on that many workers
+  /// of a coordinator, each with its share of every forward_backward, their gradients summed
+  /// before each optim_step (docs/cluster.md "Data-parallel training").
+  uint32_t data_parallel = 1;
   template <class A> void serialize(A& ar, uint32_t version) {
     ar(CEREAL_NVP(base_model), CEREAL_NVP(policy), CEREAL_NVP(rank), CEREAL_NVP(alpha),
        CEREAL_NVP(train_attn), CEREAL_NVP(train_mlp), CEREAL_NVP(train_unembed), CEREAL_NVP(seed),
        CEREAL_NVP(description));
     if (version >= 2) ar(CEREAL_NVP(user_metadata_json));
+    if (version >= 3) ar(CEREAL_NVP(data_parallel));
   }
 };
 
@@ -276,11 +281,13 @@ struct CreateTrainingFromStateRequest {
   bool fork = false;            // version 2
   std::string policy;           // version 2: the fork's name ("" = "<policy>-<8 hex>")
   std::string user_metadata_json;  // version 2: stored on the fork (as CreateTrainingRequest)
+  uint32_t data_parallel = 1;      // version 3: as CreateTrainingRequest's
   template <class A> void serialize(A& ar, uint32_t version) {
     ar(CEREAL_NVP(address));
     if (version >= 2)
       ar(CEREAL_NVP(with_optimizer), CEREAL_NVP(fork), CEREAL_NVP(policy),
          CEREAL_NVP(user_metadata_json));
+    if (version >= 3) ar(CEREAL_NVP(data_parallel));
   }
 };
 
@@ -297,11 +304,13 @@ struct TrainingSessionReply {
   uint32_t lease_ms = 0;
   std::string user_metadata_json;  // the policy's
   std::string revision_id;         // the revision the weights came from ("" = fresh)
+  uint32_t data_parallel = 1;      // version 3: the workers it trains on (1 = one)
   template <class A> void serialize(A& ar, uint32_t version) {
     ar(CEREAL_NVP(session_id), CEREAL_NVP(policy_address), CEREAL_NVP(base_model),
        CEREAL_NVP(rank), CEREAL_NVP(alpha), CEREAL_NVP(step));
     if (version >= 2)
       ar(CEREAL_NVP(lease_ms), CEREAL_NVP(user_metadata_json), CEREAL_NVP(revision_id));
+    if (version >= 3) ar(CEREAL_NVP(data_parallel));
   }
 };
 
@@ -607,9 +616,9 @@ CEREAL_CLASS_VERSION(spindle::protocol::LimitsInfo, 1);
 CEREAL_CLASS_VERSION(spindle::protocol::CapabilitiesReply, 2);
 CEREAL_CLASS_VERSION(spindle::protocol::PlacementInfo, 1);
 CEREAL_CLASS_VERSION(spindle::protocol::StatusReply, 3);
-CEREAL_CLASS_VERSION(spindle::protocol::CreateTrainingRequest, 2);
-CEREAL_CLASS_VERSION(spindle::protocol::CreateTrainingFromStateRequest, 2);
-CEREAL_CLASS_VERSION(spindle::protocol::TrainingSessionReply, 2);
+CEREAL_CLASS_VERSION(spindle::protocol::CreateTrainingRequest, 3);
+CEREAL_CLASS_VERSION(spindle::protocol::CreateTrainingFromStateRequest, 3);
+CEREAL_CLASS_VERSION(spindle::protocol::TrainingSessionReply, 3);
 CEREAL_CLASS_VERSION(spindle::protocol::DatumMsg, 1);
 CEREAL_CLASS_VERSION(spindle::protocol::ForwardBackwardRequest, 1);
 CEREAL_CLASS_VERSION(spindle::protocol::ForwardBackwardReply, 1);

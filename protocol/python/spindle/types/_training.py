@@ -14,7 +14,8 @@ class TrainingSessionInfo:
     """A training session as the daemon reports it (create, create_from_state, load_state).
     lease_ms: the session closes after this long without a request or heartbeat naming it
     (the SDK heartbeats while the TrainingClient lives); revision_id: the revision its weights
-    came from ("" = a fresh LoRA); user_metadata_json: the policy's."""
+    came from ("" = a fresh LoRA); user_metadata_json: the policy's; data_parallel: the workers
+    of a coordinator it trains on (1 = one)."""
     session_id: str = ""
     policy_address: str = ""
     base_model: str = ""
@@ -24,3 +25,4 @@ class TrainingSessionInfo:
     lease_ms: int = 0
     user_metadata_json: str = ""
     revision_id: str = ""
+    data_parallel: int = 1
