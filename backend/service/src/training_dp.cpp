@@ -313,13 +313,7 @@ void dp_restore(Daemon& d, const Call& call, const Session& s, const Request& re
   d.catalog.post([&d, call, s,
                   request = std::make_shared<Request>(request)](catalog::Catalog& cat) {
     try {
-      cw::ForwardHeader h = open_header(d, s);
-      if (s.restore_revision.empty()) {
-        h.fresh = true;
-      } else {
-        const catalog::Resolved r = cat.get(s.tenant, {s.tenant, s.policy, s.restore_revision});
-        read_start(d, r.revision, s.restore_optimizer, h);
-      }
+      const cw::ForwardHeader h = restore_header(d, cat, s);
       close_ranks(d, s, s.ranks, s.generation);
       Call open = call;  // the worker reads an open as a create_training (never relayed)
       open.op = Op::create_training;

@@ -78,6 +78,11 @@ cluster_wire::ForwardHeader open_header(const Daemon& d, const Session& s);
 void read_start(const Daemon& d, const catalog::Revision& rev, bool with_optimizer,
                 cluster_wire::ForwardHeader& h);
 cluster_wire::ForwardHeader session_header(const Session& s, cluster_wire::ForwardKind kind);
+// The open header of a session reopened after a lost worker, from its restore point: the last
+// save_state revision, else the revision it started from, else the same fresh init (catalog
+// thread).
+cluster_wire::ForwardHeader restore_header(const Daemon& d, catalog::Catalog& cat,
+                                           const Session& s);
 Forward pinned_forward(const Call& call, const Session& s, cluster_wire::ForwardHeader h,
                        Request request, ForwardDone done = {});
 // Places a new session (the policy's primary worker) and opens it there; the worker's reply is

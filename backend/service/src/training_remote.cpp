@@ -88,6 +88,18 @@ void open_remote_session(Daemon& d, const Call& call, Request request, Session p
   d.cluster->post(std::move(f), *d.replies);
 }
 
+cluster_wire::ForwardHeader restore_header(const Daemon& d, catalog::Catalog& cat,
+                                           const Session& s) {
+  cluster_wire::ForwardHeader h = open_header(d, s);
+  if (s.restore_revision.empty()) {
+    h.fresh = true;
+  } else {
+    const catalog::Resolved r = cat.get(s.tenant, {s.tenant, s.policy, s.restore_revision});
+    read_start(d, r.revision, s.restore_optimizer, h);
+  }
+  return h;
+}
+
 cluster_wire::ForwardHeader session_header(const Session& s, cluster_wire::ForwardKind kind) {
   cluster_wire::ForwardHeader h;
   h.kind = kind;
@@ -170,13 +182,7 @@ void restore_session(Daemon& d, const Call& call, const Session& s, const Reques
   d.catalog.post(
       [&d, call, s, request = std::make_shared<Request>(request)](catalog::Catalog& cat) {
         try {
-          cluster_wire::ForwardHeader h = open_header(d, s);
-          if (s.restore_revision.empty()) {
-            h.fresh = true;
-          } else {
-            const catalog::Resolved r = cat.get(s.tenant, {s.tenant, s.policy, s.restore_revision});
-            read_start(d, r.revision, s.restore_optimizer, h);
-          }
+          cluster_wire::ForwardHeader h = restore_header(d, cat, s);
           Forward f;
           f.call = call;
           f.base = s.base->id;
