@@ -297,10 +297,17 @@ __global__ void __launch_bounds__(kThreads)
 }  // namespace
 }  // namespace detail
 
+size_t attention_backward_scratch_bytes(int32_t n_seqs, int32_t max_n, int64_t n_heads) {
+  if (n_seqs <= 0 || max_n <= 0 || n_heads <= 0) return 0;
+  return static_cast<size_t>(n_seqs) * static_cast<size_t>(max_n) * static_cast<size_t>(n_heads) *
+         2 * sizeof(float);
+}
+
 template <class T>
 void attention_backward(const T* q, const T* k, const T* v, const T* d_out, T* dq, T* dk, T* dv,
                         int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, const DenseSeq* seqs,
-                        int32_t n_seqs, int32_t max_n, float scale, cudaStream_t stream) {
+                        int32_t n_seqs, int32_t max_n, float scale, void* scratch,
+                        size_t scratch_bytes, cudaStream_t stream) {
   constexpr const char* kKernel = "attention_backward";
   SPINDLE_KERNEL_REQUIRE(n_kv_heads > 0, kKernel, "n_kv_heads > 0");
   SPINDLE_KERNEL_REQUIRE(head_dim > 0 && head_dim % 8 == 0 && head_dim <= detail::kMaxHeadDim,
@@ -327,28 +334,26 @@ void attention_backward(const T* q, const T* k, const T* v, const T* d_out, T* d
   check(cudaFuncSetAttribute(detail::dkdv_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              static_cast<int>(dkdv_smem)),
         "cudaFuncSetAttribute (attention_backward dk/dv kernel)");
-  float* stats = nullptr;
-  const size_t n_stats = static_cast<size_t>(n_seqs) * max_n * n_heads * 2;
-  check(cudaMallocAsync(reinterpret_cast<void**>(&stats), n_stats * sizeof(float), stream),
-        "cudaMallocAsync (attention_backward scratch)");
+  // The per-row softmax statistics the dq kernel leaves for the dk/dv kernel, in the caller's
+  // scratch (stream order: the next call's kernels start after these end).
+  SPINDLE_KERNEL_REQUIRE(
+      scratch != nullptr &&
+          scratch_bytes >= attention_backward_scratch_bytes(n_seqs, max_n, n_heads),
+      kKernel, "scratch must hold attention_backward_scratch_bytes(n_seqs, max_n, n_heads) bytes");
+  float* stats = static_cast<float*>(scratch);
   detail::dq_kernel<T><<<dim3(n_seqs, static_cast<unsigned>(n_heads), n_tiles), detail::kThreads,
                          dq_smem, stream>>>(q, k, v, d_out, dq, seqs, sh, stats);
-  const cudaError_t launch1 = cudaGetLastError();
-  if (launch1 == cudaSuccess) {
-    detail::dkdv_kernel<T>
-        <<<dim3(n_seqs, static_cast<unsigned>(n_kv_heads), n_tiles), detail::kThreads, dkdv_smem,
-           stream>>>(q, k, v, d_out, dk, dv, seqs, sh, stats);
-  }
-  const cudaError_t launch2 = cudaGetLastError();
-  cudaFreeAsync(stats, stream);  // in stream order, after both kernels
-  check(launch1, "attention_backward (dq kernel)");
-  check(launch2, "attention_backward (dk/dv kernel)");
+  check(cudaGetLastError(), "attention_backward (dq kernel)");
+  detail::dkdv_kernel<T>
+      <<<dim3(n_seqs, static_cast<unsigned>(n_kv_heads), n_tiles), detail::kThreads, dkdv_smem,
+         stream>>>(q, k, v, d_out, dk, dv, seqs, sh, stats);
+  check(cudaGetLastError(), "attention_backward (dk/dv kernel)");
 }
 
 #define SPINDLE_INSTANTIATE_ATTENTION_BACKWARD(T)                                                  \
   template void attention_backward<T>(const T*, const T*, const T*, const T*, T*, T*, T*, int64_t, \
                                       int64_t, int64_t, const DenseSeq*, int32_t, int32_t, float,  \
-                                      cudaStream_t);
+                                      void*, size_t, cudaStream_t);
 SPINDLE_INSTANTIATE_ATTENTION_BACKWARD(float)
 SPINDLE_INSTANTIATE_ATTENTION_BACKWARD(bf16)
 #undef SPINDLE_INSTANTIATE_ATTENTION_BACKWARD

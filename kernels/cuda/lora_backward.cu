@@ -6,6 +6,7 @@
 // its partial sum to a scratch table and a second kernel adds the chunks in chunk order. Results
 // are deterministic (no atomics) and dA/dB accumulate into what the caller holds.
 
+#include <algorithm>
 #include <cstdint>
 
 #include "lora_common.cuh"
@@ -290,12 +291,21 @@ int64_t grad_chunk_rows(const DeviceSegments& segs, int64_t n_el) {
   return (chunk + kGradRows - 1) / kGradRows * kGradRows;
 }
 
+// Floats of partial sums a gradient of n_el floats per segment needs (0: one chunk, none).
+int64_t partial_floats(const DeviceSegments& segs, int64_t n_el) {
+  if (!has_work(segs)) return 0;
+  const int64_t chunk_rows = grad_chunk_rows(segs, n_el);
+  const int64_t n_chunks = (segs.rows + chunk_rows - 1) / chunk_rows;
+  return n_chunks <= 1 ? 0 : n_chunks * int64_t{segs.count} * n_el;
+}
+
 // Launches `grad_kernel(chunk_rows, partial)` over (segments, column tiles, row chunks) and, with
-// more than one chunk, the ordered reduction of the partial sums into grad.
+// more than one chunk, the ordered reduction of the partial sums (in the caller's scratch) into
+// grad.
 template <class Launch>
 void launch_grad(const DeviceSegments& segs, const DeviceLoraSlots& slots, int64_t n_el,
-                 bool rank_minor, float* grad, cudaStream_t stream, const char* name,
-                 Launch&& grad_kernel) {
+                 bool rank_minor, float* grad, void* scratch, size_t scratch_bytes,
+                 cudaStream_t stream, const char* kernel, const char* name, Launch&& grad_kernel) {
   const int64_t chunk_rows = grad_chunk_rows(segs, n_el);
   const int64_t n_chunks = (segs.rows + chunk_rows - 1) / chunk_rows;
   if (n_chunks <= 1) {
@@ -303,29 +313,30 @@ void launch_grad(const DeviceSegments& segs, const DeviceLoraSlots& slots, int64
     check_launch(name);
     return;
   }
-  float* partial = nullptr;
-  check(cudaMallocAsync(reinterpret_cast<void**>(&partial),
-                        static_cast<size_t>(n_chunks * segs.count * n_el) * sizeof(float), stream),
-        "cudaMallocAsync (lora gradient partial sums)");
+  const size_t need = static_cast<size_t>(n_chunks * segs.count * n_el) * sizeof(float);
+  SPINDLE_KERNEL_REQUIRE(scratch != nullptr && scratch_bytes >= need, kernel,
+                         "scratch must hold lora_backward_scratch_bytes(slots, segments) bytes");
+  float* partial = static_cast<float*>(scratch);
   grad_kernel(static_cast<unsigned>(n_chunks), chunk_rows, partial);
-  const cudaError_t launch1 = cudaGetLastError();
-  if (launch1 == cudaSuccess) {
-    const dim3 grid(static_cast<unsigned>(segs.count), tiles(n_el, kReduceThreads));
-    lora_grad_reduce_kernel<<<grid, kReduceThreads, 0, stream>>>(partial, n_chunks, slots, segs,
-                                                                 rank_minor, grad);
-  }
-  const cudaError_t launch2 = cudaGetLastError();
-  cudaFreeAsync(partial, stream);  // in stream order, after both kernels
-  check(launch1, name);
-  check(launch2, "lora_grad_reduce_kernel");
+  check_launch(name);
+  const dim3 grid(static_cast<unsigned>(segs.count), tiles(n_el, kReduceThreads));
+  lora_grad_reduce_kernel<<<grid, kReduceThreads, 0, stream>>>(partial, n_chunks, slots, segs,
+                                                               rank_minor, grad);
+  check_launch("lora_grad_reduce_kernel");
 }
 
 }  // namespace
 
+size_t lora_backward_scratch_bytes(const DeviceLoraSlots& slots, const DeviceSegments& segments) {
+  const int64_t floats = std::max(partial_floats(segments, slots.d_out * slots.max_rank),
+                                  partial_floats(segments, slots.max_rank * slots.d_in));
+  return static_cast<size_t>(floats) * sizeof(float);
+}
+
 template <class T>
 void lora_expand_backward(const float* h, const T* dy, int64_t ld_dy, int64_t col_offset,
                           const DeviceLoraSlots& slots, DeviceSegments segments, float* dh,
-                          float* dB, cudaStream_t stream) {
+                          float* dB, void* scratch, size_t scratch_bytes, cudaStream_t stream) {
   constexpr const char* kName = "cuda::lora_expand_backward";
   check_common(slots, segments, kName);
   SPINDLE_KERNEL_REQUIRE(col_offset >= 0 && ld_dy >= col_offset + slots.d_out, kName,
@@ -338,8 +349,9 @@ void lora_expand_backward(const float* h, const T* dy, int64_t ld_dy, int64_t co
   lora_dh_kernel<T><<<static_cast<unsigned>(segments.rows), kDhThreads, 0, stream>>>(
       dy, ld_dy, col_offset, slots, segments, dh);
   check_launch("lora_dh_kernel");
-  launch_grad(segments, slots, slots.d_out * slots.max_rank, /*rank_minor=*/true, dB, stream,
-              "lora_db_kernel", [&](unsigned n_chunks, int64_t chunk_rows, float* partial) {
+  launch_grad(segments, slots, slots.d_out * slots.max_rank, /*rank_minor=*/true, dB, scratch,
+              scratch_bytes, stream, kName, "lora_db_kernel",
+              [&](unsigned n_chunks, int64_t chunk_rows, float* partial) {
                 const dim3 grid(static_cast<unsigned>(segments.count),
                                 tiles(slots.d_out, kGradTile), n_chunks);
                 lora_db_kernel<T><<<grid, kGradThreads, 0, stream>>>(
@@ -349,8 +361,8 @@ void lora_expand_backward(const float* h, const T* dy, int64_t ld_dy, int64_t co
 
 template <class T>
 void lora_shrink_backward(const T* x, int64_t ld_x, const float* dh, const DeviceLoraSlots& slots,
-                          DeviceSegments segments, float* dA, T* dx, int64_t ld_dx,
-                          cudaStream_t stream) {
+                          DeviceSegments segments, float* dA, T* dx, int64_t ld_dx, void* scratch,
+                          size_t scratch_bytes, cudaStream_t stream) {
   constexpr const char* kName = "cuda::lora_shrink_backward";
   check_common(slots, segments, kName);
   SPINDLE_KERNEL_REQUIRE(ld_x >= slots.d_in, kName, "ld_x >= d_in");
@@ -360,8 +372,9 @@ void lora_shrink_backward(const T* x, int64_t ld_x, const float* dh, const Devic
                          "x, dh and dA must be non-null");
   SPINDLE_KERNEL_REQUIRE(slots.A != nullptr && slots.rank != nullptr, kName,
                          "slots.A and slots.rank must be non-null");
-  launch_grad(segments, slots, slots.max_rank * slots.d_in, /*rank_minor=*/false, dA, stream,
-              "lora_da_kernel", [&](unsigned n_chunks, int64_t chunk_rows, float* partial) {
+  launch_grad(segments, slots, slots.max_rank * slots.d_in, /*rank_minor=*/false, dA, scratch,
+              scratch_bytes, stream, kName, "lora_da_kernel",
+              [&](unsigned n_chunks, int64_t chunk_rows, float* partial) {
                 const dim3 grid(static_cast<unsigned>(segments.count),
                                 tiles(slots.d_in, kGradTile), n_chunks);
                 lora_da_kernel<T><<<grid, kGradThreads, 0, stream>>>(x, ld_x, dh, slots, segments,
@@ -375,14 +388,15 @@ void lora_shrink_backward(const T* x, int64_t ld_x, const float* dh, const Devic
 
 template void lora_expand_backward<float>(const float*, const float*, int64_t, int64_t,
                                           const DeviceLoraSlots&, DeviceSegments, float*, float*,
-                                          cudaStream_t);
+                                          void*, size_t, cudaStream_t);
 template void lora_expand_backward<bf16>(const float*, const bf16*, int64_t, int64_t,
                                          const DeviceLoraSlots&, DeviceSegments, float*, float*,
-                                         cudaStream_t);
+                                         void*, size_t, cudaStream_t);
 template void lora_shrink_backward<float>(const float*, int64_t, const float*,
                                           const DeviceLoraSlots&, DeviceSegments, float*, float*,
-                                          int64_t, cudaStream_t);
+                                          int64_t, void*, size_t, cudaStream_t);
 template void lora_shrink_backward<bf16>(const bf16*, int64_t, const float*, const DeviceLoraSlots&,
-                                         DeviceSegments, float*, bf16*, int64_t, cudaStream_t);
+                                         DeviceSegments, float*, bf16*, int64_t, void*, size_t,
+                                         cudaStream_t);
 
 }  // namespace spindle::kernels::cuda

@@ -353,6 +353,31 @@ ColdResult cold_loads(Client& c, const std::vector<int>& policies) {
   return r;
 }
 
+// Wall time of `steps` SFT steps (forward_backward + optim_step of `batch`) on a fresh rank-8
+// session trained on `ranks` workers; the last step's loss into *loss.
+double sft_steps_s(Client& c, uint32_t ranks, const std::vector<protocol::Datum>& batch, int steps,
+                   double* loss) {
+  protocol::CreateTrainingRequest req;
+  req.rank = 8;
+  req.alpha = 16.0f;
+  req.seed = 7;
+  req.policy = "dp-bench-" + std::to_string(ranks);
+  req.data_parallel = ranks;
+  const std::string id = c.create_training(req).session_id;
+  protocol::AdamParamsMsg adam;
+  adam.learning_rate = 1e-3f;
+  c.forward_backward(id, batch);  // warm: the ranks meet at the first step
+  c.optim_step(id, adam);
+  const auto t0 = Clock::now();
+  for (int k = 0; k < steps; ++k) {
+    *loss = c.forward_backward(id, batch).metric("loss:sum");
+    c.optim_step(id, adam);
+  }
+  const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+  c.close_training(id);
+  return s;
+}
+
 int alive_workers(Client& c) {
   int n = 0;
   for (const auto& w : c.cluster_status().workers) n += w.alive;
@@ -450,6 +475,32 @@ void run_cluster_bench(const ClusterBenchOptions& o) {
     std::printf("route_overhead_p50_us = %.0f\nroute_overhead_p99_us = %.0f\n", r50 - d50,
                 r99 - d99);
     std::printf("same_output = %s\n", via == own ? "yes" : "NO");
+  }
+
+  // 1b. Data-parallel training: the same SFT steps on one worker and on all of them
+  //     (data_parallel = workers; each rank a third of the batch, gradients summed by Gloo).
+  {
+    std::vector<protocol::Datum> batch;
+    for (int i = 0; i < 48; ++i) {
+      protocol::Datum d;
+      for (int t = 0; t < 64; ++t) {
+        d.model_input.push_back(int32_t(1 + (i * 37 + t * 11) % 500));
+        d.target_tokens.push_back(int32_t(1 + (i * 37 + t * 11 + 11) % 500));
+      }
+      batch.push_back(std::move(d));
+    }
+    constexpr int kSteps = 5;
+    double loss_one = 0.0, loss_dp = 0.0;
+    const double one_s = sft_steps_s(admin, 1, batch, kSteps, &loss_one);
+    const double dp_s = sft_steps_s(admin, uint32_t(o.workers), batch, kSteps, &loss_dp);
+    std::printf("data-parallel SFT, rank 8, %zu x 64 tokens, %d steps:\n", batch.size(), kSteps);
+    std::printf("one_worker_step_ms = %.1f\ndp_step_ms = %.1f (data_parallel %d)\n",
+                1e3 * one_s / kSteps, 1e3 * dp_s / kSteps, o.workers);
+    std::printf("dp_speedup = %.2f (ideal %d.0 on %dx the cores)\n", one_s / dp_s, o.workers,
+                o.workers);
+    std::printf("dp_same_loss = %s (%.6g vs %.6g)\n",
+                std::abs(loss_dp - loss_one) <= 1e-4 * std::abs(loss_one) ? "yes" : "NO", loss_dp,
+                loss_one);
   }
 
   // 2. Cold loads: policies from the Zipf tail, never requested before.

@@ -42,11 +42,14 @@ void project_backward(TrainContext& ctx, int64_t layer, LoraTarget target, const
   }
   float* h = sc.lora_h.data<float>();
   float* dh = sc.lora_dh.data<float>();
+  const size_t scratch_bytes = cuda::lora_backward_scratch_bytes(*view, segs);
+  ensure_capacity(sc.kernel_scratch, scratch_bytes);
+  void* scratch = sc.kernel_scratch.data();
   cuda::lora_shrink<T>(x, ld_x, *view, segs, h, s);
   cuda::lora_expand_backward<T>(h, dy, ld_dy, /*col_offset=*/0, *view, segs, dh,
-                                ctx.grads->dB(layer, target), s);
+                                ctx.grads->dB(layer, target), scratch, scratch_bytes, s);
   cuda::lora_shrink_backward<T>(x, ld_x, dh, *view, segs, ctx.grads->dA(layer, target), dx, ld_dx,
-                                s);
+                                scratch, scratch_bytes, s);
 }
 
 template <class T>

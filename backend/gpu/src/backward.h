@@ -39,6 +39,9 @@ struct TrainScratch {
   kernels::cuda::DeviceBuffer<uint8_t> clipped;               // [T]
   kernels::cuda::DeviceBuffer<kernels::LoraSegment> chunk_segs;
   kernels::cuda::DeviceBuffer<kernels::DenseSeq> dense_seqs;
+  // The backward kernels' own scratch (attention's softmax statistics, the LoRA gradients'
+  // row-chunk partial sums): the kernels never allocate; grown to the largest call.
+  kernels::cuda::DeviceBuffer<unsigned char> kernel_scratch;
 };
 
 struct TrainContext {

@@ -242,10 +242,13 @@ class DeviceOps {
   void attention_backward(const DeviceTensor& q, const DeviceTensor& k, const DeviceTensor& v,
                           const DeviceTensor& d_out, DeviceTensor& dq, DeviceTensor& dk,
                           DeviceTensor& dv) {
+    auto& scratch = train_->scratch.kernel_scratch;
+    const size_t bytes = cuda::attention_backward_scratch_bytes(n_dense_, max_n_, c_.n_heads);
+    ensure_capacity(scratch, bytes);
     cuda::attention_backward<T>(q.data<T>(), k.data<T>(), v.data<T>(), d_out.data<T>(),
                                 dq.data<T>(), dk.data<T>(), dv.data<T>(), c_.n_heads, c_.n_kv_heads,
                                 c_.head_dim, train_->scratch.dense_seqs.data(), n_dense_, max_n_,
-                                1.0f / std::sqrt(float(c_.head_dim)), s_);
+                                1.0f / std::sqrt(float(c_.head_dim)), scratch.data(), bytes, s_);
   }
   void embedding_backward(const DeviceTensor&) {}  // the base is frozen on the GPU
 

@@ -136,6 +136,8 @@ void run_gpu_train_breakdown(gpu::DeviceModel& model) {
       const auto view = pool.view(0, p.target);
       if (!view) continue;
       const int64_t k = view->d_in, n = view->d_out;
+      kernels::cuda::DeviceBuffer<unsigned char> lora_scratch(
+          std::max<size_t>(1, cuda::lora_backward_scratch_bytes(*view, segs)));
       report(std::string("lora_shrink ") + p.name,
              eager_us(
                  s, [&] { cuda::lora_shrink<bf16>(x.data<bf16>(), k, *view, segs, h.data(), s); },
@@ -152,7 +154,8 @@ void run_gpu_train_breakdown(gpu::DeviceModel& model) {
                  s,
                  [&] {
                    cuda::lora_expand_backward<bf16>(h.data(), y.data<bf16>(), n, 0, *view, segs,
-                                                    dh.data(), dB.data(), s);
+                                                    dh.data(), dB.data(), lora_scratch.data(),
+                                                    lora_scratch.size(), s);
                  },
                  reps),
              nl);
@@ -161,7 +164,8 @@ void run_gpu_train_breakdown(gpu::DeviceModel& model) {
                  s,
                  [&] {
                    cuda::lora_shrink_backward<bf16>(x.data<bf16>(), k, dh.data(), *view, segs,
-                                                    dA.data(), dz.data<bf16>(), k, s);
+                                                    dA.data(), dz.data<bf16>(), k,
+                                                    lora_scratch.data(), lora_scratch.size(), s);
                  },
                  reps),
              nl);
@@ -278,6 +282,8 @@ void run_gpu_train_breakdown(gpu::DeviceModel& model) {
         v(rows, c.kv_dim(), gpu::Precision::bf16), dk(rows, c.kv_dim(), gpu::Precision::bf16),
         dv(rows, c.kv_dim(), gpu::Precision::bf16);
     for (auto* t : {&k, &v}) t->zero(s);
+    kernels::cuda::DeviceBuffer<unsigned char> attn_scratch(std::max<size_t>(
+        1, cuda::attention_backward_scratch_bytes(int32_t(n_seqs), int32_t(seq_len), c.n_heads)));
     report("attention_backward (8 x 256)",
            eager_us(
                s,
@@ -285,7 +291,8 @@ void run_gpu_train_breakdown(gpu::DeviceModel& model) {
                  cuda::attention_backward<bf16>(
                      x.data<bf16>(), k.data<bf16>(), v.data<bf16>(), y.data<bf16>(),
                      dz.data<bf16>(), dk.data<bf16>(), dv.data<bf16>(), c.n_heads, c.n_kv_heads,
-                     c.head_dim, d_dense.data(), int32_t(n_seqs), int32_t(seq_len), scale, s);
+                     c.head_dim, d_dense.data(), int32_t(n_seqs), int32_t(seq_len), scale,
+                     attn_scratch.data(), attn_scratch.size(), s);
                },
                reps),
            nl);

@@ -58,9 +58,12 @@ Grads gpu_backward(const DenseCase& c, const DenseLayout& lay, const std::vector
   // upload_vec() runs on the legacy stream, which a non-blocking stream does not wait for.
   check(cudaDeviceSynchronize(), "sync after upload");
   Stream stream;
+  const int32_t n_seqs = static_cast<int32_t>(lay.seqs.size());
+  const size_t scratch_bytes = attention_backward_scratch_bytes(n_seqs, lay.max_n, c.n_heads);
+  DeviceBuffer<unsigned char> scratch(scratch_bytes);
   attention_backward<T>(d_q.data(), d_k.data(), d_v.data(), d_do.data(), d_dq.data(), d_dk.data(),
-                        d_dv.data(), c.n_heads, c.n_kv, c.hd, d_seqs.data(),
-                        static_cast<int32_t>(lay.seqs.size()), lay.max_n, scale, stream.get());
+                        d_dv.data(), c.n_heads, c.n_kv, c.hd, d_seqs.data(), n_seqs, lay.max_n,
+                        scale, scratch.data(), scratch_bytes, stream.get());
   stream.synchronize();
   return {to_floats<T>(d_dq.download()), to_floats<T>(d_dk.download()),
           to_floats<T>(d_dv.download())};

@@ -141,7 +141,8 @@ TYPED_TEST(GpuAttentionContract, Backward) {
                        T* dq) {
     return [=] {
       attention_backward<T>(fake<T>(), fake<T>(), fake<T>(), fake<T>(), dq, fake<T>(), fake<T>(),
-                            n_heads, n_kv, hd, fake<DenseSeq>(), n_seqs, max_n, 1.0f, nullptr);
+                            n_heads, n_kv, hd, fake<DenseSeq>(), n_seqs, max_n, 1.0f, fake<T>(),
+                            attention_backward_scratch_bytes(n_seqs, max_n, n_heads), nullptr);
     };
   };
   EXPECT_TRUE(throws_contract(call(4, 2, 0, 1, 8, fake<T>()), "attention_backward"));

@@ -65,19 +65,23 @@ void check_backward(const Scenario& sc, uint32_t seed) {
   auto d_dx = upload_as<T>(dx0);
   fence_uploads();
   Stream stream;
+  // Caller-owned partial sums (tall calls reduce over row chunks): one buffer for both calls.
+  const size_t scratch_bytes = lora_backward_scratch_bytes(dl.slots, dl.segments);
+  DeviceBuffer<unsigned char> partials(scratch_bytes);
   const auto expand_bw = [&] {
     lora_expand_backward<T>(d_h.data(), d_dy.data(), ld_dy, sc.col_offset, dl.slots, dl.segments,
-                            d_dh.data(), d_dB.data(), stream.get());
+                            d_dh.data(), d_dB.data(), partials.data(), scratch_bytes, stream.get());
   };
   const auto shrink_bw = [&] {
     lora_shrink_backward<T>(d_x.data(), sc.ld_x, d_dh_in.data(), dl.slots, dl.segments, d_dA.data(),
-                            d_dx.data(), ld_dx, stream.get());
+                            d_dx.data(), ld_dx, partials.data(), scratch_bytes, stream.get());
   };
 
   expand_bw();
   shrink_bw();
   lora_shrink_backward<T>(d_x.data(), sc.ld_x, d_dh_in.data(), dl.slots, dl.segments,
-                          d_dA_only.data(), nullptr, ld_dx, stream.get());
+                          d_dA_only.data(), nullptr, ld_dx, partials.data(), scratch_bytes,
+                          stream.get());
   stream.synchronize();
   const std::vector<float> dB1 = d_dB.download();
   const std::vector<float> dA1 = d_dA.download();

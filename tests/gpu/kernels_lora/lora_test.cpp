@@ -68,10 +68,12 @@ TYPED_TEST(CudaLora, NoWorkIsANoOp) {
   DeviceBuffer<LoraSegment> seg(1);
   EXPECT_NO_THROW(
       lora_expand<T>(nullptr, slots, DeviceSegments{seg.data(), 1, 0}, nullptr, 16, 0, nullptr));
-  EXPECT_NO_THROW(lora_expand_backward<T>(
-      nullptr, nullptr, 16, 0, slots, DeviceSegments{nullptr, 0, 3}, nullptr, nullptr, nullptr));
-  EXPECT_NO_THROW(lora_shrink_backward<T>(
-      nullptr, 16, nullptr, slots, DeviceSegments{nullptr, 0, 3}, nullptr, nullptr, 16, nullptr));
+  EXPECT_NO_THROW(lora_expand_backward<T>(nullptr, nullptr, 16, 0, slots,
+                                          DeviceSegments{nullptr, 0, 3}, nullptr, nullptr, nullptr,
+                                          0, nullptr));
+  EXPECT_NO_THROW(lora_shrink_backward<T>(nullptr, 16, nullptr, slots,
+                                          DeviceSegments{nullptr, 0, 3}, nullptr, nullptr, 16,
+                                          nullptr, 0, nullptr));
   check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
 }
 
@@ -149,20 +151,53 @@ TYPED_TEST(CudaLora, ContractViolationsThrowBeforeLaunch) {
   expect_contract([&] { lora_expand<T>(fake_f, ok, segs, nullptr, 12, 0, nullptr); }, expand,
                   "null y");
   expect_contract(
-      [&] { lora_expand_backward<T>(fake_f, fake_t, 15, 4, ok, segs, fake_f, fake_f, nullptr); },
+      [&] {
+        lora_expand_backward<T>(fake_f, fake_t, 15, 4, ok, segs, fake_f, fake_f, nullptr, 0,
+                                nullptr);
+      },
       expand_bw, "ld_dy < col_offset + d_out");
   expect_contract(
-      [&] { lora_expand_backward<T>(fake_f, fake_t, 12, 0, ok, segs, fake_f, nullptr, nullptr); },
+      [&] {
+        lora_expand_backward<T>(fake_f, fake_t, 12, 0, ok, segs, fake_f, nullptr, nullptr, 0,
+                                nullptr);
+      },
       expand_bw, "null dB");
   expect_contract(
-      [&] { lora_shrink_backward<T>(fake_t, 16, fake_f, ok, segs, fake_f, fake_t, 15, nullptr); },
+      [&] {
+        lora_shrink_backward<T>(fake_t, 16, fake_f, ok, segs, fake_f, fake_t, 15, nullptr, 0,
+                                nullptr);
+      },
       shrink_bw, "ld_dx < d_in");
   expect_contract(
-      [&] { lora_shrink_backward<T>(fake_t, 10, fake_f, ok, segs, fake_f, nullptr, 0, nullptr); },
+      [&] {
+        lora_shrink_backward<T>(fake_t, 10, fake_f, ok, segs, fake_f, nullptr, 0, nullptr, 0,
+                                nullptr);
+      },
       shrink_bw, "ld_x < d_in");
   expect_contract(
-      [&] { lora_shrink_backward<T>(fake_t, 16, fake_f, ok, segs, nullptr, nullptr, 0, nullptr); },
+      [&] {
+        lora_shrink_backward<T>(fake_t, 16, fake_f, ok, segs, nullptr, nullptr, 0, nullptr, 0,
+                                nullptr);
+      },
       shrink_bw, "null dA");
+  // A tall call reduces over row chunks in the caller's scratch: none given, or too little, is
+  // refused before any launch (the kernels never allocate).
+  const DeviceSegments tall{fake_seg, 2, 4096};
+  const size_t need = lora_backward_scratch_bytes(ok, tall);
+  EXPECT_GT(need, 0u);
+  EXPECT_EQ(lora_backward_scratch_bytes(ok, segs), 0u);  // 10 rows: one chunk, no scratch
+  expect_contract(
+      [&] {
+        lora_shrink_backward<T>(fake_t, 16, fake_f, ok, tall, fake_f, nullptr, 0, nullptr, 0,
+                                nullptr);
+      },
+      shrink_bw, "no scratch");
+  expect_contract(
+      [&] {
+        lora_shrink_backward<T>(fake_t, 16, fake_f, ok, tall, fake_f, nullptr, 0, fake_f, need - 4,
+                                nullptr);
+      },
+      shrink_bw, "scratch too small");
 }
 
 }  // namespace

@@ -67,11 +67,15 @@ void attention_decode(const T* q, int64_t ld_q, T* out, int64_t ld_out, int64_t 
 // Backward for training batches (every sequence starts at position 0, dense K/V rows), as
 // kernels/attention.h attention_backward: q, d_out, dq: [rows, n_heads·head_dim]; k, v, dk, dv:
 // [rows, n_kv_heads·head_dim], dense. dq, dk, dv overwritten (rows outside sequences untouched).
-// seqs: [n_seqs] device (kernels::DenseSeq); max_n = max sequence length.
+// seqs: [n_seqs] device (kernels::DenseSeq); max_n = max sequence length. `scratch`: caller-owned
+// device memory of at least attention_backward_scratch_bytes(n_seqs, max_n, n_heads) bytes (the
+// softmax statistics the dq kernel hands the dk/dv kernel), scratch_bytes its size
+// (invalid_argument when too small); the kernels never allocate.
+size_t attention_backward_scratch_bytes(int32_t n_seqs, int32_t max_n, int64_t n_heads);
 template <class T>
 void attention_backward(const T* q, const T* k, const T* v, const T* d_out, T* dq, T* dk, T* dv,
-                        int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
-                        const DenseSeq* seqs, int32_t n_seqs, int32_t max_n, float scale,
-                        cudaStream_t stream);
+                        int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, const DenseSeq* seqs,
+                        int32_t n_seqs, int32_t max_n, float scale, void* scratch,
+                        size_t scratch_bytes, cudaStream_t stream);
 
 }  // namespace spindle::kernels::cuda

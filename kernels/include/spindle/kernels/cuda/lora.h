@@ -75,13 +75,20 @@ void lora_expand_multi(std::span<const LoraMultiTarget<T>> targets, DeviceSegmen
 
 // Backward, as kernels/lora.h: dh overwritten for adapted rows; dB, dA accumulated (pool
 // layout); dx accumulated (dx += dh·A_s) when non-null.
+//
+// Tall calls reduce dA / dB over row chunks in a fixed order (deterministic) through partial
+// sums in `scratch`: caller-owned device memory of at least lora_backward_scratch_bytes(slots,
+// segments) bytes (0 for calls of one chunk; scratch may then be null), scratch_bytes its size
+// (invalid_argument when too small). The kernels never allocate. Both calls of one backward
+// may share the scratch: each is done with it when the next call on the stream starts.
+size_t lora_backward_scratch_bytes(const DeviceLoraSlots& slots, const DeviceSegments& segments);
 template <class T>
 void lora_expand_backward(const float* h, const T* dy, int64_t ld_dy, int64_t col_offset,
                           const DeviceLoraSlots& slots, DeviceSegments segments, float* dh,
-                          float* dB, cudaStream_t stream);
+                          float* dB, void* scratch, size_t scratch_bytes, cudaStream_t stream);
 template <class T>
 void lora_shrink_backward(const T* x, int64_t ld_x, const float* dh, const DeviceLoraSlots& slots,
-                          DeviceSegments segments, float* dA, T* dx, int64_t ld_dx,
-                          cudaStream_t stream);
+                          DeviceSegments segments, float* dA, T* dx, int64_t ld_dx, void* scratch,
+                          size_t scratch_bytes, cudaStream_t stream);
 
 }  // namespace spindle::kernels::cuda
