@@ -146,6 +146,12 @@ def test_data_parallel_training_equals_one_worker_with_the_whole_batch(cluster):
     b = dp.forward_backward(data, "cross_entropy").result()
     c = one.forward_backward(data, "cross_entropy").result()  # trained: differs
     assert b.metrics["loss:sum"] != pytest.approx(c.metrics["loss:sum"], rel=1e-3)
+    # A fork of a saved state on two ranks starts where the state is.
+    forked = client.create_training_client_from_state(zero.path, policy="dp-fork", data_parallel=2)
+    assert forked.info.data_parallel == 2
+    z = forked.forward_backward(data, "cross_entropy").result()
+    assert z.metrics["loss:sum"] == pytest.approx(b.metrics["loss:sum"], rel=1e-5)
+    forked.close()
     dp.close()
     one.close()
 

@@ -261,19 +261,22 @@ class ServiceClient:
     def create_training_client_from_state(self, path: str, base_model: str | None = None,
                                           user_metadata: Dict[str, str] | None = None,
                                           weights_access_token: str | None = None, *,
-                                          policy: str | None = None) -> TrainingClient:
+                                          policy: str | None = None,
+                                          data_parallel: int = 1) -> TrainingClient:
         """Tinker's semantics: a new policy forked at revision `path` (named `policy`, default
-        "<policy>-<8 hex>") with its weights only and a fresh optimizer, and a session on it."""
+        "<policy>-<8 hex>") with its weights only and a fresh optimizer, and a session on it.
+        data_parallel: as create_lora_training_client's."""
         return self._from_state_future(path, False, True, base_model, user_metadata,
-                                       weights_access_token, policy).result()
+                                       weights_access_token, policy, data_parallel).result()
 
     async def create_training_client_from_state_async(self, path: str,
                                                       base_model: str | None = None,
                                                       user_metadata: Dict[str, str] | None = None,
                                                       weights_access_token: str | None = None, *,
-                                                      policy: str | None = None) -> TrainingClient:
+                                                      policy: str | None = None,
+                                                      data_parallel: int = 1) -> TrainingClient:
         return await self._from_state_future(path, False, True, base_model, user_metadata,
-                                             weights_access_token, policy)
+                                             weights_access_token, policy, data_parallel)
 
     def create_training_client_from_state_with_optimizer(
             self, path: str, base_model: str | None = None,
