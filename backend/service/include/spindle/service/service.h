@@ -116,7 +116,7 @@ struct ServiceConfig {
   uint32_t spill_queue = 32;        // coordinator: Placement's hot-spill bound
   uint32_t max_replicas = 2;        // coordinator: Placement's replica bound
   // Data-parallel sessions (create_training's data_parallel; docs/cluster.md).
-  double dp_timeout_s = 30.0;   // coordinator: how long a rank's gradient sum waits for the rest
+  double dp_timeout_s = 300.0;  // coordinator: how long a rank's gradient sum waits for the rest
   std::string collective_host;  // worker: the address its ranks' peers reach it at ("" = host name)
 
   static protocol::Limits default_limits() {
