@@ -81,12 +81,18 @@ __global__ void __launch_bounds__(kDhThreads)
   }
 }
 
-// dB_s[j, i] += c_s · Σ_t dy[t, off + j] · h[t, i] over every segment of the slot.
-template <class T>
+// The weight gradients of one (segment, column tile, row chunk) block, one kernel for both:
+//   kRankMinor (dB):  dB_s[j, i] += c_s · Σ_t dy[t, off + j] · h[t, i]   dB_s: [d_out, max_rank]
+//   !kRankMinor (dA): dA_s[i, k] +=       Σ_t dh[t, i] · x[t, k]          dA_s: [max_rank, d_in]
+// over every segment of the slot: `ranks` is the fp32 [rows, max_rank] operand (h or dh),
+// `cols` the T operand (dy or x, stride ld_cols, from column col_offset) whose columns the
+// grid tiles (d_out or d_in of them). With `partial`, the block writes its unscaled chunk sum
+// there ([chunk][segment][the gradient's layout]) for lora_grad_reduce_kernel instead.
+template <class T, bool kRankMinor>
 __global__ void __launch_bounds__(kGradThreads)
-    lora_db_kernel(const float* h, const T* dy, int64_t ld_dy, int64_t col_offset,
-                   DeviceLoraSlots slots, DeviceSegments segs, float* dB, int64_t chunk_rows,
-                   float* partial) {
+    lora_grad_kernel(const float* ranks, const T* cols, int64_t ld_cols, int64_t col_offset,
+                     DeviceLoraSlots slots, DeviceSegments segs, float* grad, int64_t chunk_rows,
+                     float* partial) {
   const int g = static_cast<int>(blockIdx.x);
   const LoraSegment seg = segs.data[g];
   if (seg.slot < 0 || seg.row_end <= seg.row_begin) return;
@@ -94,21 +100,22 @@ __global__ void __launch_bounds__(kGradThreads)
   if (rank == 0) return;
   if (!owns_slot(segs, g, seg.slot)) return;
 
-  __shared__ float hs[kGradRows][kMaxRank];
-  __shared__ float gs[kGradRows][kGradTile];
+  __shared__ float rs[kGradRows][kMaxRank];
+  __shared__ float cs[kGradRows][kGradTile];
   const int tid = static_cast<int>(threadIdx.x);
   const int64_t max_rank = slots.max_rank;
-  const int64_t j0 = int64_t{blockIdx.y} * kGradTile;
-  const int jt = static_cast<int>(slots.d_out - j0 < kGradTile ? slots.d_out - j0 : kGradTile);
-  const int n_el = jt * rank;
-  int pj[kGradPerThread];
-  int pi[kGradPerThread];
+  const int64_t n_cols = kRankMinor ? slots.d_out : slots.d_in;
+  const int64_t c0 = int64_t{blockIdx.y} * kGradTile;
+  const int ct = static_cast<int>(n_cols - c0 < kGradTile ? n_cols - c0 : kGradTile);
+  const int n_el = ct * rank;
+  int pr[kGradPerThread];  // rank index of the thread's k-th element
+  int pc[kGradPerThread];  // column index in the tile
   float acc[kGradPerThread] = {};
 #pragma unroll
   for (int k = 0; k < kGradPerThread; ++k) {
     const int e = tid + k * kGradThreads;
-    pj[k] = e / rank;
-    pi[k] = e % rank;
+    pc[k] = kRankMinor ? e / rank : e % ct;
+    pr[k] = kRankMinor ? e % rank : e / ct;
   }
 
   // This block's rows: [row_lo, row_hi) of the call (blockIdx.z-th chunk).
@@ -123,104 +130,45 @@ __global__ void __launch_bounds__(kGradThreads)
       const int nr = static_cast<int>(hi - t0 < kGradRows ? hi - t0 : kGradRows);
       __syncthreads();  // the previous rows are consumed
       for (int e = tid; e < nr * rank; e += kGradThreads) {
-        hs[e / rank][e % rank] = h[(t0 + e / rank) * max_rank + e % rank];
+        rs[e / rank][e % rank] = ranks[(t0 + e / rank) * max_rank + e % rank];
       }
-      for (int e = tid; e < nr * jt; e += kGradThreads) {
-        gs[e / jt][e % jt] = load_f32(dy + (t0 + e / jt) * ld_dy + col_offset + j0 + e % jt);
-      }
-      __syncthreads();
-      for (int r = 0; r < nr; ++r) {
-#pragma unroll
-        for (int k = 0; k < kGradPerThread; ++k) {
-          if (tid + k * kGradThreads < n_el) acc[k] += gs[r][pj[k]] * hs[r][pi[k]];
-        }
-      }
-    }
-  }
-  if (partial != nullptr) {  // unscaled chunk sum, [chunk][segment][d_out, max_rank]
-    float* p = partial + (int64_t{blockIdx.z} * segs.count + g) * slots.d_out * max_rank;
-#pragma unroll
-    for (int k = 0; k < kGradPerThread; ++k) {
-      if (tid + k * kGradThreads < n_el) p[(j0 + pj[k]) * max_rank + pi[k]] = acc[k];
-    }
-    return;
-  }
-  const float scale = slots.scale[seg.slot];
-  float* dB_s = dB + int64_t{seg.slot} * slots.d_out * max_rank;
-#pragma unroll
-  for (int k = 0; k < kGradPerThread; ++k) {
-    if (tid + k * kGradThreads < n_el) dB_s[(j0 + pj[k]) * max_rank + pi[k]] += scale * acc[k];
-  }
-}
-
-// dA_s[i, k] += Σ_t dh[t, i] · x[t, k] over every segment of the slot.
-template <class T>
-__global__ void __launch_bounds__(kGradThreads)
-    lora_da_kernel(const T* x, int64_t ld_x, const float* dh, DeviceLoraSlots slots,
-                   DeviceSegments segs, float* dA, int64_t chunk_rows, float* partial) {
-  const int g = static_cast<int>(blockIdx.x);
-  const LoraSegment seg = segs.data[g];
-  if (seg.slot < 0 || seg.row_end <= seg.row_begin) return;
-  const int rank = slot_rank(slots, seg.slot);
-  if (rank == 0) return;
-  if (!owns_slot(segs, g, seg.slot)) return;
-
-  __shared__ float ds[kGradRows][kMaxRank];
-  __shared__ float xs[kGradRows][kGradTile];
-  const int tid = static_cast<int>(threadIdx.x);
-  const int64_t max_rank = slots.max_rank;
-  const int64_t d_in = slots.d_in;
-  const int64_t k0 = int64_t{blockIdx.y} * kGradTile;
-  const int kt = static_cast<int>(d_in - k0 < kGradTile ? d_in - k0 : kGradTile);
-  const int n_el = rank * kt;
-  int pi[kGradPerThread];
-  int pk[kGradPerThread];
-  float acc[kGradPerThread] = {};
-#pragma unroll
-  for (int k = 0; k < kGradPerThread; ++k) {
-    const int e = tid + k * kGradThreads;
-    pi[k] = e / kt;
-    pk[k] = e % kt;
-  }
-
-  // This block's rows: [row_lo, row_hi) of the call (blockIdx.z-th chunk).
-  const int64_t row_lo = int64_t{blockIdx.z} * chunk_rows;
-  const int64_t row_hi = row_lo + chunk_rows;
-  for (int g2 = g; g2 < segs.count; ++g2) {
-    const LoraSegment s2 = segs.data[g2];
-    if (s2.slot != seg.slot) continue;
-    const int64_t lo = s2.row_begin > row_lo ? s2.row_begin : row_lo;
-    const int64_t hi = s2.row_end < row_hi ? s2.row_end : row_hi;
-    for (int64_t t0 = lo; t0 < hi; t0 += kGradRows) {
-      const int nr = static_cast<int>(hi - t0 < kGradRows ? hi - t0 : kGradRows);
-      __syncthreads();  // the previous rows are consumed
-      for (int e = tid; e < nr * rank; e += kGradThreads) {
-        ds[e / rank][e % rank] = dh[(t0 + e / rank) * max_rank + e % rank];
-      }
-      for (int e = tid; e < nr * kt; e += kGradThreads) {
-        xs[e / kt][e % kt] = load_f32(x + (t0 + e / kt) * ld_x + k0 + e % kt);
+      for (int e = tid; e < nr * ct; e += kGradThreads) {
+        cs[e / ct][e % ct] = load_f32(cols + (t0 + e / ct) * ld_cols + col_offset + c0 + e % ct);
       }
       __syncthreads();
       for (int r = 0; r < nr; ++r) {
 #pragma unroll
         for (int k = 0; k < kGradPerThread; ++k) {
-          if (tid + k * kGradThreads < n_el) acc[k] += ds[r][pi[k]] * xs[r][pk[k]];
+          if (tid + k * kGradThreads < n_el) acc[k] += cs[r][pc[k]] * rs[r][pr[k]];
         }
       }
     }
   }
-  if (partial != nullptr) {  // chunk sum, [chunk][segment][max_rank, d_in]
-    float* p = partial + (int64_t{blockIdx.z} * segs.count + g) * max_rank * d_in;
+  // The element's offset in the slot's gradient.
+  auto at = [&](int k) {
+    return kRankMinor ? (c0 + pc[k]) * max_rank + pr[k] : pr[k] * n_cols + c0 + pc[k];
+  };
+  const int64_t slot_el = n_cols * max_rank;
+  if (partial != nullptr) {
+    float* p = partial + (int64_t{blockIdx.z} * segs.count + g) * slot_el;
 #pragma unroll
     for (int k = 0; k < kGradPerThread; ++k) {
-      if (tid + k * kGradThreads < n_el) p[pi[k] * d_in + k0 + pk[k]] = acc[k];
+      if (tid + k * kGradThreads < n_el) p[at(k)] = acc[k];
     }
     return;
   }
-  float* dA_s = dA + int64_t{seg.slot} * max_rank * d_in;
+  float* grad_s = grad + int64_t{seg.slot} * slot_el;
+  if (kRankMinor) {
+    const float scale = slots.scale[seg.slot];
 #pragma unroll
-  for (int k = 0; k < kGradPerThread; ++k) {
-    if (tid + k * kGradThreads < n_el) dA_s[pi[k] * d_in + k0 + pk[k]] += acc[k];
+    for (int k = 0; k < kGradPerThread; ++k) {
+      if (tid + k * kGradThreads < n_el) grad_s[at(k)] += scale * acc[k];
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < kGradPerThread; ++k) {
+      if (tid + k * kGradThreads < n_el) grad_s[at(k)] += acc[k];
+    }
   }
 }
 
@@ -350,11 +298,11 @@ void lora_expand_backward(const float* h, const T* dy, int64_t ld_dy, int64_t co
       dy, ld_dy, col_offset, slots, segments, dh);
   check_launch("lora_dh_kernel");
   launch_grad(segments, slots, slots.d_out * slots.max_rank, /*rank_minor=*/true, dB, scratch,
-              scratch_bytes, stream, kName, "lora_db_kernel",
+              scratch_bytes, stream, kName, "lora_grad_kernel (dB)",
               [&](unsigned n_chunks, int64_t chunk_rows, float* partial) {
                 const dim3 grid(static_cast<unsigned>(segments.count),
                                 tiles(slots.d_out, kGradTile), n_chunks);
-                lora_db_kernel<T><<<grid, kGradThreads, 0, stream>>>(
+                lora_grad_kernel<T, true><<<grid, kGradThreads, 0, stream>>>(
                     h, dy, ld_dy, col_offset, slots, segments, dB, chunk_rows, partial);
               });
 }
@@ -373,12 +321,12 @@ void lora_shrink_backward(const T* x, int64_t ld_x, const float* dh, const Devic
   SPINDLE_KERNEL_REQUIRE(slots.A != nullptr && slots.rank != nullptr, kName,
                          "slots.A and slots.rank must be non-null");
   launch_grad(segments, slots, slots.max_rank * slots.d_in, /*rank_minor=*/false, dA, scratch,
-              scratch_bytes, stream, kName, "lora_da_kernel",
+              scratch_bytes, stream, kName, "lora_grad_kernel (dA)",
               [&](unsigned n_chunks, int64_t chunk_rows, float* partial) {
                 const dim3 grid(static_cast<unsigned>(segments.count),
                                 tiles(slots.d_in, kGradTile), n_chunks);
-                lora_da_kernel<T><<<grid, kGradThreads, 0, stream>>>(x, ld_x, dh, slots, segments,
-                                                                     dA, chunk_rows, partial);
+                lora_grad_kernel<T, false><<<grid, kGradThreads, 0, stream>>>(
+                    dh, x, ld_x, /*col_offset=*/0, slots, segments, dA, chunk_rows, partial);
               });
   if (dx == nullptr) return;
   const dim3 dx_grid(static_cast<unsigned>(segments.rows), tiles(slots.d_in, kDxThreads));
