@@ -113,5 +113,74 @@ TEST(ServiceCluster, GrpoRunSpreadsOverWorkersAndSurvivesAKill) {
   }
 }
 
+// A data-parallel session on both workers (Gloo sums between the two worker processes, their
+// rendezvous through the coordinator's store): the same losses and grad norms as a one-worker
+// session on the whole batch, pipelined requests, and every process stops cleanly.
+TEST(ServiceCluster, DataParallelSessionEqualsOneWorkerAndStopsCleanly) {
+  SPINDLE_SHARED_OR_SKIP(model, "models/stories260K/stories260K.bin");
+  const fs::path dir = fresh_dir("cluster_dp_coord");
+  Daemon coord(dir, {"--role", "coordinator", "--worker-timeout-s", "3"});
+  const std::string join = "ipc://" + (dir / "spindled-cluster.sock").string();
+  std::vector<std::unique_ptr<Daemon>> workers;
+  for (int i = 0; i < 2; ++i) {
+    workers.push_back(std::make_unique<Daemon>(
+        fresh_dir("cluster_dp_w" + std::to_string(i)),
+        std::vector<std::string>{"--role", "worker", "--coordinator", join, "--worker-name",
+                                 "dp" + std::to_string(i), "--heartbeat-s", "0.2",
+                                 "--collective-host", "127.0.0.1"}));
+  }
+  RawClient client(coord.ipc(), coord.token());
+  ASSERT_TRUE(eventually([&] {
+    const auto w = workers_of(client);
+    return w.size() == 2 && w.at("dp0").alive && w.at("dp1").alive;
+  })) << coord.log();
+
+  auto open = [&](const std::string& policy, uint32_t ranks) {
+    CreateTrainingRequest create;
+    create.base_model = "stories260K";
+    create.policy = policy;
+    create.rank = 4;
+    create.alpha = 8;
+    create.seed = 3;
+    create.data_parallel = ranks;
+    return client.ok<TrainingSessionReply>(Op::create_training, create);
+  };
+  const auto one = open("dp-one", 1);
+  const auto two = open("dp-two", 2);
+  EXPECT_EQ(one.data_parallel, 1u);
+  EXPECT_EQ(two.data_parallel, 2u);
+  const std::vector<std::vector<int32_t>> data = {
+      {1, 400, 401, 402, 403, 404}, {1, 410, 411}, {1, 420, 421, 422, 423}, {1, 430, 431, 432}};
+  AdamParamsMsg adam;
+  adam.learning_rate = 1e-2f;
+  for (int step = 0; step < 3; ++step) {
+    Frames fa, fb;
+    const ForwardBackwardRequest ra = fb_request(one.session_id, data, fa);
+    const ForwardBackwardRequest rb = fb_request(two.session_id, data, fb);
+    const auto a = client.ok<ForwardBackwardReply>(Op::forward_backward, ra, fa);
+    const auto b = client.ok<ForwardBackwardReply>(Op::forward_backward, rb, fb);
+    ASSERT_EQ(b.loss_fn_outputs.size(), data.size());
+    EXPECT_EQ(metric(b, "n_tokens:sum"), metric(a, "n_tokens:sum"));
+    EXPECT_NEAR(metric(b, "loss:sum"), metric(a, "loss:sum"),
+                1e-4 * std::abs(metric(a, "loss:sum")));
+    const auto sa =
+        client.ok<OptimStepReply>(Op::optim_step, OptimStepRequest{one.session_id, adam});
+    const auto sb =
+        client.ok<OptimStepReply>(Op::optim_step, OptimStepRequest{two.session_id, adam});
+    EXPECT_EQ(sb.step, sa.step);
+    EXPECT_NEAR(sb.grad_norm, sa.grad_norm, 1e-4 * sa.grad_norm);
+  }
+  // One session for dp-one, a rank of dp-two on each worker (as their next heartbeats say).
+  EXPECT_TRUE(eventually([&] {
+    uint32_t sessions = 0;
+    for (const auto& [name, w] : workers_of(client)) sessions += w.sessions;
+    return sessions == 3;
+  })) << coord.log();
+  client.ok<Empty>(Op::close_training, SessionRequest{two.session_id});
+  client.ok<Empty>(Op::close_training, SessionRequest{one.session_id});
+  for (auto& w : workers) EXPECT_EQ(w->terminate(), 0) << w->log();
+  EXPECT_EQ(coord.terminate(), 0) << coord.log();
+}
+
 }  // namespace
 }  // namespace spindle::testing
