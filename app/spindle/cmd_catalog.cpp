@@ -180,11 +180,14 @@ void run_with_catalog(const Run& fn) {
   run_with_catalog(fn, options);
 }
 
-// With --endpoint (or --token) the command goes through spindled as the token's tenant;
-// otherwise it opens the data directory's catalog.
+// With --endpoint or --token, or $SPINDLE_ENDPOINT set (as `. spindle.env` of a Slurm job
+// sets it, and the other remote commands read it), the command goes through spindled as the
+// token's tenant; otherwise it opens the data directory's catalog.
 void run_with_access(const AccessRun& fn) {
   SPINDLE_ASSERT(g_options != nullptr);
-  if (!g_options->remote.endpoint.empty() || !g_options->remote.token.empty()) {
+  const char* env = std::getenv("SPINDLE_ENDPOINT");
+  if (!g_options->remote.endpoint.empty() || !g_options->remote.token.empty() ||
+      (env != nullptr && *env != '\0')) {
     RemoteOptions r = g_options->remote;
     r.data_dir = g_options->data_dir;
     const auto client = connect_remote(r);

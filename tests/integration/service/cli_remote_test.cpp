@@ -76,6 +76,14 @@ TEST(CliRemote, StatusSampleAndCatalogThroughTheDaemon) {
   const RunResult gone = catalog({"show", "remote-fork"});
   EXPECT_EQ(gone.exit_code, 1);
   EXPECT_NE(gone.err.find("not_found"), std::string::npos) << gone.err;
+  // $SPINDLE_ENDPOINT (and $SPINDLE_TOKEN) stand in for the flags, as for the other remote
+  // commands; the local data directory given here has no catalog of its own.
+  const fs::path empty_dir = fresh_dir("cli_remote_env");
+  const RunResult by_env = run_spindle(
+      {"catalog", "ls", "--json", "--data-dir", empty_dir.string()},
+      "SPINDLE_ENDPOINT=" + shell_quote(daemon.ipc()) + " SPINDLE_TOKEN=" + daemon.token());
+  ASSERT_EQ(by_env.exit_code, 0) << by_env.err;
+  EXPECT_EQ(json::parse(by_env.out)["items"][0]["name"], "remote-cli");
   // Local-only commands say so instead of opening some other data directory.
   const RunResult gc = catalog({"gc"});
   EXPECT_EQ(gc.exit_code, 1);
