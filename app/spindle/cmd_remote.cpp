@@ -2,9 +2,10 @@
 // endpoint and token are found).
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <unistd.h>
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
-#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -221,9 +222,19 @@ void run_cluster_status(const RemoteOptions& o, bool as_json) {
                          {"sessions", w.sessions}, {"tokens_per_s", w.tokens_per_s},
                          {"forwarded", w.forwarded}, {"placed_policies", w.placed_policies}});
     }
-    std::printf("%s\n", json{{"role", c.role}, {"cluster_endpoint", c.cluster_endpoint},
-                             {"workers", workers}, {"placed_policies", c.placed_policies},
-                             {"replica_placements", c.replica_placements}}
+    json dp = json::array();
+    for (const auto& s : c.data_parallel) {
+      dp.push_back({{"session_id", s.session_id},
+                    {"policy_address", s.policy_address},
+                    {"workers", s.workers},
+                    {"generation", s.generation}});
+    }
+    std::printf("%s\n", json{{"role", c.role},
+                             {"cluster_endpoint", c.cluster_endpoint},
+                             {"workers", workers},
+                             {"placed_policies", c.placed_policies},
+                             {"replica_placements", c.replica_placements},
+                             {"data_parallel", dp}}
                             .dump(2)
                             .c_str());
     return;
@@ -243,6 +254,12 @@ void run_cluster_status(const RemoteOptions& o, bool as_json) {
   std::printf("%llu policies placed, %llu replicas\n",
               static_cast<unsigned long long>(c.placed_policies),
               static_cast<unsigned long long>(c.replica_placements));
+  for (const auto& s : c.data_parallel) {
+    const std::string ranks = fmt::format("{}", fmt::join(s.workers, ", "));
+    std::printf("data-parallel session %s (%s): %zu ranks on workers %s%s\n", s.session_id.c_str(),
+                s.policy_address.c_str(), s.workers.size(), ranks.c_str(),
+                s.generation == 0 ? "" : fmt::format(" (reopened {} times)", s.generation).c_str());
+  }
 }
 
 }  // namespace

@@ -111,6 +111,19 @@ def test_data_parallel_training_equals_one_worker_with_the_whole_batch(cluster):
     dp = client.create_lora_training_client(base_model, rank=8, seed=11, policy="dp-three",
                                             data_parallel=3)
     assert dp.info.data_parallel == 3 and one.info.data_parallel == 1
+    listed = client.cluster_status()["data_parallel"]
+    assert [(s["session_id"], len(s["workers"])) for s in listed] == [(dp.session_id, 3)]
+    assert len(set(listed[0]["workers"])) == 3 and listed[0]["generation"] == 0
+    cli = Path(os.environ["SPINDLED_BIN"]).with_name("spindle")
+    if cli.is_file():  # `spindle cluster status` shows it too
+        import subprocess
+        status = [str(cli), "cluster", "status", "--endpoint", coord.endpoint, "--token",
+                  coord.token]
+        doc = json.loads(subprocess.run(status + ["--json"], capture_output=True, text=True,
+                                        timeout=60, check=True).stdout)
+        assert doc["data_parallel"][0]["workers"] == listed[0]["workers"]
+        text = subprocess.run(status, capture_output=True, text=True, timeout=60, check=True).stdout
+        assert f"data-parallel session {dp.session_id} (spindle://local/dp-three): 3 ranks" in text
     for step in range(4):
         batch = data if step != 2 else data[:2]  # two data for three ranks: one gets none
         a = one.forward_backward(batch, "cross_entropy").result()

@@ -113,6 +113,15 @@ std::vector<std::string> SessionTable::renew(const std::string& tenant,
   return unknown;
 }
 
+std::vector<Session> SessionTable::of_tenant(const std::string& tenant) const {
+  std::lock_guard lock(mutex_);
+  std::vector<Session> out;
+  for (const auto& [id, e] : sessions_) {
+    if (e.session.tenant == tenant) out.push_back(e.session);
+  }
+  return out;
+}
+
 std::vector<Session> SessionTable::take_expired(Clock::time_point now, Clock::duration lease) {
   std::vector<Session> out;
   std::lock_guard lock(mutex_);

@@ -129,6 +129,8 @@ class SessionTable {
   // Removes and returns the sessions whose lease ran out before `now`.
   std::vector<Session> take_expired(Clock::time_point now, Clock::duration lease);
   void erase(const std::string& id);
+  // `tenant`'s live sessions (copies), by id; leases untouched.
+  std::vector<Session> of_tenant(const std::string& tenant) const;
   size_t size() const;
   size_t size_on(const ServedBase* base) const;
 

@@ -247,6 +247,11 @@ void Front::serve_cluster_status(const Call& call, const Request&) {
   ClusterStatusReply out;
   if (hub_) {
     out = hub_->status();
+    for (const Session& s : d_.sessions.of_tenant(call.tenant)) {
+      if (s.ranks.size() < 2) continue;
+      out.data_parallel.push_back(
+          {s.id, "spindle://" + s.tenant + "/" + s.policy, s.ranks, s.generation});
+    }
   } else {
     out.role = role_name(d_.cluster->role());
     out.cluster_endpoint = cluster_endpoint_;

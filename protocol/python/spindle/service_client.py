@@ -160,7 +160,9 @@ class ServiceClient:
     def cluster_status(self) -> dict:
         """The `cluster_status` op as a dict: `role`, `cluster_endpoint`, `workers` (one dict per
         worker: id, name, base, device, alive, queue_depth, forwarded, placed_policies, ...),
-        `placed_policies`, `replica_placements`. A standalone daemon has no workers."""
+        `placed_policies`, `replica_placements`, `data_parallel` (this tenant's data-parallel
+        sessions: session_id, policy_address, workers by rank, generation). A standalone
+        daemon has no workers."""
         return self._call("cluster_status", {}, lambda reply: dict(reply.body))
 
     def get_tokenizer(self, base_model: str) -> Tokenizer:

@@ -397,6 +397,7 @@ inline Reply sample_reply(Op op, Encoding encoding = Encoding::binary) {
       c.workers = {w};
       c.placed_policies = 40;
       c.replica_placements = 44;
+      c.data_parallel = {{"s-0123456789ab", "spindle://local/dp", {2, 0, 1}, 1}};
       r.body = c;
       break;
     }

@@ -38,6 +38,21 @@ struct ClusterWorkerMsg {
   }
 };
 
+/// One of the caller's data-parallel training sessions (create_training's data_parallel): the
+/// workers its ranks train on, rank 0 first.
+struct DataParallelSessionMsg {
+  bool operator==(const DataParallelSessionMsg&) const = default;
+  std::string session_id;
+  std::string policy_address;     // spindle://tenant/policy
+  std::vector<uint32_t> workers;  // ClusterWorkerMsg ids, by rank
+  uint32_t generation = 0;        // times the group was reopened after a lost worker
+  template <class A>
+  void serialize(A& ar, uint32_t) {
+    ar(CEREAL_NVP(session_id), CEREAL_NVP(policy_address), CEREAL_NVP(workers),
+       CEREAL_NVP(generation));
+  }
+};
+
 struct ClusterStatusReply {
   bool operator==(const ClusterStatusReply&) const = default;
   std::string role;              // "standalone" | "coordinator" | "worker"
@@ -45,13 +60,18 @@ struct ClusterStatusReply {
   std::vector<ClusterWorkerMsg> workers;  // by id
   uint64_t placed_policies = 0;       // policies with at least one replica
   uint64_t replica_placements = 0;    // replicas over all policies
-  template <class A> void serialize(A& ar, uint32_t) {
+  /// Version 2: the caller's (its tenant's) data-parallel sessions, by session id.
+  std::vector<DataParallelSessionMsg> data_parallel;
+  template <class A>
+  void serialize(A& ar, uint32_t version) {
     ar(CEREAL_NVP(role), CEREAL_NVP(cluster_endpoint), CEREAL_NVP(workers),
        CEREAL_NVP(placed_policies), CEREAL_NVP(replica_placements));
+    if (version >= 2) ar(CEREAL_NVP(data_parallel));
   }
 };
 
 }  // namespace spindle::protocol
 
 CEREAL_CLASS_VERSION(spindle::protocol::ClusterWorkerMsg, 1);
-CEREAL_CLASS_VERSION(spindle::protocol::ClusterStatusReply, 1);
+CEREAL_CLASS_VERSION(spindle::protocol::DataParallelSessionMsg, 1);
+CEREAL_CLASS_VERSION(spindle::protocol::ClusterStatusReply, 2);
