@@ -16,7 +16,6 @@
 #include <vector>
 
 #include "all_reduce_impl.h"
-#include "spindle/core/error.h"
 
 namespace spindle::cluster::detail {
 namespace {
@@ -53,45 +52,28 @@ std::string this_host() {
   return buf;
 }
 
-class GlooAllReduce final : public AllReduce {
+class GlooAllReduce final : public GroupBase {
  public:
   GlooAllReduce(std::shared_ptr<RendezvousStore> store, GroupOptions options)
-      : store_(std::move(store)), o_(std::move(options)) {
-    who_ =
-        fmt::format("data-parallel group '{}' (rank {} of {}, gloo)", o_.group, o_.rank, o_.size);
-  }
+      : GroupBase(std::move(store), std::move(options), "gloo") {}
   Memory memory() const override { return Memory::host; }
-  int rank() const override { return o_.rank; }
-  int size() const override { return o_.size; }
-  const std::string& group() const override { return o_.group; }
 
-  void sum(std::span<const std::span<float>> buffers, void*) override {
-    SPINDLE_CHECK(broken_.empty(), io, "{} is broken by an earlier failure: {}", who_, broken_);
-    if (o_.size == 1) return;
+ private:
+  void sum_on_transport(std::span<const std::span<float>> buffers, void*) override {
     size_t total = 0;
     for (const auto& b : buffers) total += b.size();
     if (total == 0) return;
-    try {
-      if (!context_) connect();
-      float* data = buffers.size() == 1 ? buffers[0].data() : pack(buffers, total);
-      gloo::AllreduceOptions opts(context_);
-      opts.setOutput(data, total);
-      opts.setReduceFunction(
-          static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
-      opts.setTag(tag_++);
-      opts.setTimeout(o_.timeout);
-      gloo::allreduce(opts);
-      if (buffers.size() != 1) unpack(buffers);
-    } catch (const Error& e) {
-      broken_ = e.what();
-      throw;
-    } catch (const std::exception& e) {  // gloo::Exception, and Gloo's enforce failures
-      broken_ = e.what();
-      SPINDLE_THROW(io, "{}: {}", who_, e.what());
-    }
+    if (!context_) connect();
+    float* data = buffers.size() == 1 ? buffers[0].data() : pack(buffers, total);
+    gloo::AllreduceOptions opts(context_);
+    opts.setOutput(data, total);
+    opts.setReduceFunction(
+        static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
+    opts.setTag(tag_++);
+    opts.setTimeout(o_.timeout);
+    gloo::allreduce(opts);
+    if (buffers.size() != 1) unpack(buffers);
   }
-
- private:
   void connect() {
     gloo::transport::tcp::attr attr;
     attr.hostname = o_.host.empty() ? this_host() : o_.host;
@@ -119,13 +101,9 @@ class GlooAllReduce final : public AllReduce {
     }
   }
 
-  std::shared_ptr<RendezvousStore> store_;
-  GroupOptions o_;
-  std::string who_;
   std::shared_ptr<gloo::rendezvous::Context> context_;
   std::vector<float> scratch_;
   uint32_t tag_ = 0;
-  std::string broken_;  // "" = usable
 };
 
 }  // namespace

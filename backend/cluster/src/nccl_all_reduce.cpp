@@ -20,40 +20,23 @@ namespace {
 
 namespace cuda = kernels::cuda;
 
-class NcclAllReduce final : public AllReduce {
+class NcclAllReduce final : public GroupBase {
  public:
   NcclAllReduce(std::shared_ptr<RendezvousStore> store, GroupOptions options)
-      : store_(std::move(store)), o_(std::move(options)) {
-    who_ = fmt::format("data-parallel group '{}' (rank {} of {}, nccl on cuda:{})", o_.group,
-                       o_.rank, o_.size, o_.cuda_device);
-  }
+      : GroupBase(std::move(store), options, fmt::format("nccl on cuda:{}", options.cuda_device)) {}
   Memory memory() const override { return Memory::cuda; }
-  int rank() const override { return o_.rank; }
-  int size() const override { return o_.size; }
-  const std::string& group() const override { return o_.group; }
-
-  void sum(std::span<const std::span<float>> buffers, void* stream) override {
-    SPINDLE_CHECK(broken_.empty(), io, "{} is broken by an earlier failure: {}", who_, broken_);
-    if (o_.size == 1) return;
-    try {
-      if (!comm_) connect();
-      std::vector<float*> data;
-      std::vector<int64_t> counts;
-      for (const auto& b : buffers) {
-        data.push_back(b.data());
-        counts.push_back(int64_t(b.size()));
-      }
-      comm_->all_reduce_many(data, counts, /*average=*/false, static_cast<cudaStream_t>(stream));
-    } catch (const Error& e) {
-      broken_ = e.what();
-      throw;
-    } catch (const std::exception& e) {  // CudaError (NCCL's, with ncclGetErrorString)
-      broken_ = e.what();
-      SPINDLE_THROW(io, "{}: {}", who_, e.what());
-    }
-  }
 
  private:
+  void sum_on_transport(std::span<const std::span<float>> buffers, void* stream) override {
+    if (!comm_) connect();
+    std::vector<float*> data;
+    std::vector<int64_t> counts;
+    for (const auto& b : buffers) {
+      data.push_back(b.data());
+      counts.push_back(int64_t(b.size()));
+    }
+    comm_->all_reduce_many(data, counts, /*average=*/false, static_cast<cudaStream_t>(stream));
+  }
   void connect() {
     const std::string key = o_.group + "/nccl/unique_id";
     cuda::NcclId id{};
@@ -69,11 +52,7 @@ class NcclAllReduce final : public AllReduce {
     comm_ = std::make_unique<cuda::Communicator>(id, o_.size, o_.rank, o_.cuda_device);
   }
 
-  std::shared_ptr<RendezvousStore> store_;
-  GroupOptions o_;
-  std::string who_;
   std::unique_ptr<cuda::Communicator> comm_;
-  std::string broken_;
 };
 
 }  // namespace

@@ -73,24 +73,21 @@ void fan_out(Daemon& d, const Call& call, const Session& s, const std::vector<ui
   std::vector<Forward> fs;
   for (size_t r = 0; r < n; ++r) {
     if (!requests[r]) continue;
-    Forward f;
-    f.call = call;
-    f.base = s.base->id;
-    f.policy_key = s.tenant + "/" + s.policy;
-    if (workers.empty()) {
-      f.session = true;  // placed by the hub as rank header.dp_rank (ClusterHub::place_rank)
-    } else {
-      f.worker = workers[r];
-    }
-    f.header = std::move(headers[r]);
-    f.request = encode_forwarded(std::move(*requests[r]));
-    f.done = [gather, shared_done, r](ForwardOutcome& o) {
+    ForwardDone rank_done = [gather, shared_done, r](ForwardOutcome& o) {
       if (!o.final) return false;  // no data-parallel op streams
       gather->outs[r] = std::move(o);
       if (--gather->left == 0) (*shared_done)(*gather);
       return false;
     };
-    fs.push_back(std::move(f));
+    if (workers.empty()) {  // placed by the hub as rank header.dp_rank (ClusterHub::place_rank)
+      fs.push_back(placed_forward(call, s, std::move(headers[r]), std::move(*requests[r]),
+                                  std::move(rank_done)));
+    } else {
+      Session on = s;
+      on.worker = workers[r];
+      fs.push_back(pinned_forward(call, on, std::move(headers[r]), std::move(*requests[r]),
+                                  std::move(rank_done)));
+    }
   }
   d.cluster->post_all(std::move(fs), *d.replies);
 }

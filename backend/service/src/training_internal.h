@@ -83,6 +83,10 @@ cluster_wire::ForwardHeader session_header(const Session& s, cluster_wire::Forwa
 // thread).
 cluster_wire::ForwardHeader restore_header(const Daemon& d, catalog::Catalog& cat,
                                            const Session& s);
+// A forward of session `s`'s request: placed as a new session (its policy's primary worker,
+// or rank h.dp_rank of a data-parallel group), or pinned to the worker it is on (s.worker).
+Forward placed_forward(const Call& call, const Session& s, cluster_wire::ForwardHeader h,
+                       Request request, ForwardDone done = {});
 Forward pinned_forward(const Call& call, const Session& s, cluster_wire::ForwardHeader h,
                        Request request, ForwardDone done = {});
 // Places a new session (the policy's primary worker) and opens it there; the worker's reply is

@@ -48,16 +48,24 @@ void read_start(const Daemon& d, const catalog::Revision& rev, bool with_optimiz
   h.revision_id = rev.id;
 }
 
-Forward pinned_forward(const Call& call, const Session& s, cluster_wire::ForwardHeader h,
+Forward placed_forward(const Call& call, const Session& s, cluster_wire::ForwardHeader h,
                        Request request, ForwardDone done) {
   Forward f;
   f.call = call;
   f.base = s.base->id;
   f.policy_key = placement_key(s.tenant, s.policy);
-  f.worker = s.worker;
+  f.session = true;
   f.header = std::move(h);
   f.request = encode_forwarded(std::move(request));
   f.done = std::move(done);
+  return f;
+}
+
+Forward pinned_forward(const Call& call, const Session& s, cluster_wire::ForwardHeader h,
+                       Request request, ForwardDone done) {
+  Forward f = placed_forward(call, s, std::move(h), std::move(request), std::move(done));
+  f.session = false;
+  f.worker = s.worker;
   return f;
 }
 
@@ -66,14 +74,7 @@ Forward pinned_forward(const Call& call, const Session& s, cluster_wire::Forward
 void open_remote_session(Daemon& d, const Call& call, Request request, Session proto,
                          cluster_wire::ForwardHeader h) {
   d.sessions.reserve(call.tenant);  // check_session_room counts it until add() or unreserve()
-  Forward f;
-  f.call = call;
-  f.base = proto.base->id;
-  f.policy_key = placement_key(proto.tenant, proto.policy);
-  f.session = true;
-  f.header = std::move(h);
-  f.request = encode_forwarded(std::move(request));
-  f.done = [&d, proto](ForwardOutcome& o) mutable {
+  auto done = [&d, proto](ForwardOutcome& o) mutable {
     if (!o.ok) {
       d.sessions.unreserve(proto.tenant);
       return true;
@@ -85,7 +86,8 @@ void open_remote_session(Daemon& d, const Call& call, Request request, Session p
                 o.worker);
     return true;
   };
-  d.cluster->post(std::move(f), *d.replies);
+  d.cluster->post(placed_forward(call, proto, std::move(h), std::move(request), std::move(done)),
+                  *d.replies);
 }
 
 cluster_wire::ForwardHeader restore_header(const Daemon& d, catalog::Catalog& cat,
@@ -182,18 +184,10 @@ void restore_session(Daemon& d, const Call& call, const Session& s, const Reques
   d.catalog.post(
       [&d, call, s, request = std::make_shared<Request>(request)](catalog::Catalog& cat) {
         try {
-          cluster_wire::ForwardHeader h = restore_header(d, cat, s);
-          Forward f;
-          f.call = call;
-          f.base = s.base->id;
-          f.policy_key = placement_key(s.tenant, s.policy);
-          f.session = true;
-          f.header = std::move(h);
           Call open = call;  // the worker reads an open as a create_training (never relayed)
           open.op = Op::create_training;
-          f.request = encode_forwarded(request_of(open, CreateTrainingRequest{}));
           const uint32_t lost = s.worker;
-          f.done = [&d, call, s, request, lost](ForwardOutcome& o) {
+          auto done = [&d, call, s, request, lost](ForwardOutcome& o) {
             if (o.ok) {
               Session now = s;
               now.worker = o.worker;
@@ -218,7 +212,10 @@ void restore_session(Daemon& d, const Call& call, const Session& s, const Reques
             d.sessions.unblock(s.id);
             return false;
           };
-          d.cluster->post(std::move(f), *d.replies);
+          d.cluster->post(
+              placed_forward(call, s, restore_header(d, cat, s),
+                             request_of(open, CreateTrainingRequest{}), std::move(done)),
+              *d.replies);
         } catch (const std::exception& e) {
           reply_exception(d, call, e);
           d.sessions.unblock(s.id);

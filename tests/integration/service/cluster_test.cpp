@@ -37,23 +37,36 @@ bool eventually(Pred pred, int timeout_s = 120) {
   return false;
 }
 
+// Workers <name>0 and <name>1 joining the coordinator of data dir `coord_dir` over its IPC
+// cluster endpoint.
+std::vector<std::unique_ptr<Daemon>> start_workers(const fs::path& coord_dir,
+                                                   const std::string& name,
+                                                   const std::vector<std::string>& extra = {}) {
+  const std::string join = "ipc://" + (coord_dir / "spindled-cluster.sock").string();
+  std::vector<std::unique_ptr<Daemon>> workers;
+  for (int i = 0; i < 2; ++i) {
+    std::vector<std::string> args = {
+        "--role",        "worker", "--coordinator", join, "--worker-name", name + std::to_string(i),
+        "--heartbeat-s", "0.2"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    workers.push_back(
+        std::make_unique<Daemon>(fresh_dir("cluster_" + name + std::to_string(i)), args));
+  }
+  return workers;
+}
+
+bool both_alive(RawClient& client, const std::string& name) {
+  const auto w = workers_of(client);
+  return w.size() == 2 && w.at(name + "0").alive && w.at(name + "1").alive;
+}
+
 TEST(ServiceCluster, GrpoRunSpreadsOverWorkersAndSurvivesAKill) {
   SPINDLE_SHARED_OR_SKIP(model, "models/stories260K/stories260K.bin");
   const fs::path dir = fresh_dir("cluster_coord");
   Daemon coord(dir, {"--role", "coordinator", "--worker-timeout-s", "3"});
-  const std::string join = "ipc://" + (dir / "spindled-cluster.sock").string();
-  std::vector<std::unique_ptr<Daemon>> workers;
-  for (int i = 0; i < 2; ++i) {
-    workers.push_back(std::make_unique<Daemon>(
-        fresh_dir("cluster_w" + std::to_string(i)),
-        std::vector<std::string>{"--role", "worker", "--coordinator", join, "--worker-name",
-                                 "w" + std::to_string(i), "--heartbeat-s", "0.2"}));
-  }
+  const auto workers = start_workers(dir, "w");
   RawClient client(coord.ipc(), coord.token());
-  ASSERT_TRUE(eventually([&] {
-    const auto w = workers_of(client);
-    return w.size() == 2 && w.at("w0").alive && w.at("w1").alive;
-  })) << coord.log();
+  ASSERT_TRUE(eventually([&] { return both_alive(client, "w"); })) << coord.log();
 
   // Base sampling is forwarded to a worker.
   Frames frames;
@@ -120,20 +133,9 @@ TEST(ServiceCluster, DataParallelSessionEqualsOneWorkerAndStopsCleanly) {
   SPINDLE_SHARED_OR_SKIP(model, "models/stories260K/stories260K.bin");
   const fs::path dir = fresh_dir("cluster_dp_coord");
   Daemon coord(dir, {"--role", "coordinator", "--worker-timeout-s", "3"});
-  const std::string join = "ipc://" + (dir / "spindled-cluster.sock").string();
-  std::vector<std::unique_ptr<Daemon>> workers;
-  for (int i = 0; i < 2; ++i) {
-    workers.push_back(std::make_unique<Daemon>(
-        fresh_dir("cluster_dp_w" + std::to_string(i)),
-        std::vector<std::string>{"--role", "worker", "--coordinator", join, "--worker-name",
-                                 "dp" + std::to_string(i), "--heartbeat-s", "0.2",
-                                 "--collective-host", "127.0.0.1"}));
-  }
+  const auto workers = start_workers(dir, "dp", {"--collective-host", "127.0.0.1"});
   RawClient client(coord.ipc(), coord.token());
-  ASSERT_TRUE(eventually([&] {
-    const auto w = workers_of(client);
-    return w.size() == 2 && w.at("dp0").alive && w.at("dp1").alive;
-  })) << coord.log();
+  ASSERT_TRUE(eventually([&] { return both_alive(client, "dp"); })) << coord.log();
 
   auto open = [&](const std::string& policy, uint32_t ranks) {
     CreateTrainingRequest create;
