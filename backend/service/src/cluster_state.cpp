@@ -1,5 +1,7 @@
 #include "cluster_state.h"
 
+#include "daemon_state.h"
+
 #include "spindle/core/error.h"
 
 namespace spindle::service {
@@ -64,44 +66,53 @@ std::deque<Forward> ClusterState::take_forwards() {
   return std::exchange(forwards_, {});
 }
 
-std::string ClusterState::fetch_blob(const std::string& blob, ReplyChannel& wake,
-                                     std::chrono::milliseconds timeout) {
-  auto promise = std::make_shared<std::promise<std::string>>();
-  std::future<std::string> future = promise->get_future();
-  {
-    std::lock_guard lock(mutex_);
-    fetches_.push_back({next_fetch_++, blob, promise});
-  }
-  wake.wake();
-  SPINDLE_CHECK(future.wait_for(timeout) == std::future_status::ready, resource,
-                "blob {}: the coordinator did not send it within {} ms", blob, timeout.count());
-  return future.get();
-}
-
-std::vector<ClusterState::BlobFetch> ClusterState::take_fetches() {
-  std::lock_guard lock(mutex_);
-  return std::exchange(fetches_, {});
-}
-
-std::optional<std::string> ClusterState::store_call(bool set, const std::string& key,
-                                                    const std::string& value, ReplyChannel& wake,
-                                                    std::chrono::milliseconds timeout) {
-  auto promise = std::make_shared<std::promise<std::optional<std::string>>>();
+std::vector<std::string> ClusterState::ask(std::string_view kind, std::vector<std::string> frames,
+                                           const std::string& what, ErrorCode on_fail,
+                                           ReplyChannel& wake, std::chrono::milliseconds timeout) {
+  auto promise = std::make_shared<std::promise<std::vector<std::string>>>();
   auto future = promise->get_future();
   {
     std::lock_guard lock(mutex_);
-    store_calls_.push_back({next_fetch_++, set, key, value, promise});
+    asks_.push_back({next_ask_++, std::string(kind), std::move(frames), what, on_fail, promise});
   }
   wake.wake();
-  SPINDLE_CHECK(future.wait_for(timeout) == std::future_status::ready, io,
-                "the coordinator did not answer a rendezvous {} of '{}' within {} ms",
-                set ? "set" : "lookup", key, timeout.count());
+  if (future.wait_for(timeout) != std::future_status::ready) {
+    throw Error(on_fail, fmt::format("{}: the coordinator did not answer within {} ms", what,
+                                     timeout.count()));
+  }
   return future.get();
 }
 
-std::vector<ClusterState::StoreCall> ClusterState::take_store_calls() {
+std::vector<ClusterState::Ask> ClusterState::take_asks() {
   std::lock_guard lock(mutex_);
-  return std::exchange(store_calls_, {});
+  return std::exchange(asks_, {});
+}
+
+// The answer: [code][bytes | message], code "" = the blob.
+std::string ClusterState::fetch_blob(const std::string& blob, ReplyChannel& wake,
+                                     std::chrono::milliseconds timeout) {
+  const std::string what = "blob " + blob;
+  std::vector<std::string> a =
+      ask(cluster_wire::kBlobGet, {blob}, what, ErrorCode::resource, wake, timeout);
+  SPINDLE_CHECK(a.size() == 2, format, "{}: the coordinator's answer has {} frames, expected 2",
+                what, a.size());
+  if (!a[0].empty()) throw Error(error_code_of(a[0]), "the coordinator: " + a[1]);
+  return std::move(a[1]);
+}
+
+// The answer: [found "1" | "0"][value].
+std::optional<std::string> ClusterState::store_call(bool set, const std::string& key,
+                                                    const std::string& value, ReplyChannel& wake,
+                                                    std::chrono::milliseconds timeout) {
+  std::vector<std::string> frames = {key};
+  if (set) frames.push_back(value);
+  const std::string what = fmt::format("rendezvous {} of '{}'", set ? "set" : "lookup", key);
+  std::vector<std::string> a = ask(set ? cluster_wire::kStoreSet : cluster_wire::kStoreGet,
+                                   std::move(frames), what, ErrorCode::io, wake, timeout);
+  SPINDLE_CHECK(a.size() == 2, io, "{}: the coordinator's answer has {} frames, expected 2", what,
+                a.size());
+  if (a[0] != "1") return std::nullopt;
+  return std::move(a[1]);
 }
 
 }  // namespace spindle::service

@@ -14,10 +14,10 @@
 //   - the data-parallel rendezvous store (cluster/all_reduce.h): the hub answers the workers'
 //     store_set / store_get from it; a data-parallel session's end erases its group.
 // Worker:
-//   - blob fetches: a loader thread that misses a revision blob asks the coordinator for it
-//     through the front thread (the only one on the coordinator connection) and waits;
-//   - store calls: a data-parallel rank's rendezvous (the engine thread, inside its first
-//     gradient sum) sets and looks up its group's keys in the coordinator's store the same way.
+//   - questions for the coordinator, asked through the front thread (the only one on the
+//     coordinator connection) by a thread that waits for the answer: a loader thread's blob
+//     fetch, a data-parallel rank's rendezvous (its engine thread, inside its first gradient
+//     sum, setting and looking up its group's keys in the coordinator's store).
 
 #include <chrono>
 #include <cstdint>
@@ -29,11 +29,13 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cluster_wire.h"
 #include "reply_channel.h"
 #include "spindle/cluster/all_reduce.h"
+#include "spindle/core/error.h"
 
 namespace spindle::service {
 
@@ -89,28 +91,32 @@ class ClusterState {
   void post_all(std::vector<Forward> fs, ReplyChannel& wake);
   std::deque<Forward> take_forwards();
 
-  // Worker: the blob's bytes from the coordinator (a loader thread; blocks up to `timeout`).
-  // Throws unavailable-like Error(resource) on timeout, or the coordinator's error.
+  // Worker: a question for the coordinator, sent by the front thread (the only one on the
+  // coordinator connection) as [kind][id][frames...], and its answer's frames after the id.
+  // Blocks up to `timeout`; without an answer throws Error(on_fail) "<what>: the coordinator
+  // did not answer within N ms" (or "... cannot be reached" when the link refused it).
+  std::vector<std::string> ask(std::string_view kind, std::vector<std::string> frames,
+                               const std::string& what, ErrorCode on_fail, ReplyChannel& wake,
+                               std::chrono::milliseconds timeout);
+  struct Ask {
+    uint64_t id = 0;
+    std::string kind;
+    std::vector<std::string> frames;
+    std::string what;
+    ErrorCode on_fail = ErrorCode::io;
+    std::shared_ptr<std::promise<std::vector<std::string>>> promise;
+  };
+  std::vector<Ask> take_asks();
+
+  // Worker: the blob's bytes from the coordinator (a loader thread). Throws Error(resource)
+  // without an answer, or the coordinator's error.
   std::string fetch_blob(const std::string& blob, ReplyChannel& wake,
                          std::chrono::milliseconds timeout);
-  struct BlobFetch {
-    uint64_t id = 0;
-    std::string blob;
-    std::shared_ptr<std::promise<std::string>> promise;
-  };
-  std::vector<BlobFetch> take_fetches();
-
   // Worker: sets `key` (set = true; returns "") or looks it up (nullopt = not there yet) in the
-  // coordinator's rendezvous store. Blocks up to `timeout`; throws Error(io) without an answer.
+  // coordinator's rendezvous store (a data-parallel rank's engine thread). Throws Error(io)
+  // without an answer.
   std::optional<std::string> store_call(bool set, const std::string& key, const std::string& value,
                                         ReplyChannel& wake, std::chrono::milliseconds timeout);
-  struct StoreCall {
-    uint64_t id = 0;
-    bool set = false;
-    std::string key, value;
-    std::shared_ptr<std::promise<std::optional<std::string>>> promise;
-  };
-  std::vector<StoreCall> take_store_calls();
 
   // Coordinator: the rendezvous store behind the workers' store calls.
   cluster::MemoryStore& store() { return store_; }
@@ -121,9 +127,8 @@ class ClusterState {
   std::map<uint32_t, std::string> live_;    // worker -> base
   std::map<std::string, uint32_t> served_;  // base -> live workers holding it
   std::deque<Forward> forwards_;
-  std::vector<BlobFetch> fetches_;
-  uint64_t next_fetch_ = 1;
-  std::vector<StoreCall> store_calls_;
+  std::vector<Ask> asks_;
+  uint64_t next_ask_ = 1;
   cluster::MemoryStore store_;
 };
 

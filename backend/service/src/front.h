@@ -61,8 +61,7 @@ class Front {
   void cluster_tick();
   void send_hello(bool draining);
   void on_forwarded(std::vector<std::string>& parts);  // worker
-  void on_blob(std::vector<std::string>& parts);       // worker
-  void on_store(std::vector<std::string>& parts);      // worker: a store call's answer
+  void on_answer(std::vector<std::string>& parts);     // worker: [blob|store][id][frames...]
   void relay(const Call& call, std::vector<std::string> parts, bool final);  // coordinator
   void refuse(const Call& call, const char* code, const std::string& message);
   protocol::StatusReply status() const;
@@ -88,16 +87,11 @@ class Front {
   uint64_t reconnects_ = 0;
   std::string welcome_error_;
   bool welcomed_ = false;
-  struct PendingFetch {
-    std::shared_ptr<std::promise<std::string>> promise;
+  struct PendingAsk {  // ClusterState::ask: sent, its answer not yet in
+    std::shared_ptr<std::promise<std::vector<std::string>>> promise;
     std::chrono::steady_clock::time_point sent;
   };
-  std::map<uint64_t, PendingFetch> fetches_;
-  struct PendingStore {
-    std::shared_ptr<std::promise<std::optional<std::string>>> promise;
-    std::chrono::steady_clock::time_point sent;
-  };
-  std::map<uint64_t, PendingStore> stores_;  // store calls sent, by id
+  std::map<uint64_t, PendingAsk> asks_;
   uint64_t in_flight_ = 0;  // handed-off requests not yet answered (set_in_flight only)
   bool draining_ = false;
   std::chrono::steady_clock::time_point last_publish_{};

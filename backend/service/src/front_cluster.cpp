@@ -57,29 +57,16 @@ void Front::on_cluster_send(const Route& route, std::vector<std::string>& parts)
 void Front::on_wake() {
   if (hub_) return hub_->send_forwards();
   if (!d_.cluster->worker() || !cluster_) return;
-  for (ClusterState::BlobFetch& f : d_.cluster->take_fetches()) {
-    const std::string id = cw::id_frame(f.id);
-    const std::vector<zmq::const_buffer> out{zmq::buffer(cw::kBlobGet), zmq::buffer(id),
-                                             zmq::buffer(f.blob)};
+  for (ClusterState::Ask& a : d_.cluster->take_asks()) {
+    const std::string id = cw::id_frame(a.id);
+    std::vector<zmq::const_buffer> out{zmq::buffer(a.kind), zmq::buffer(id)};
+    for (const std::string& f : a.frames) out.push_back(zmq::buffer(f));
     if (send_to_peer(*cluster_, out) != PeerSend::sent) {
-      f.promise->set_exception(std::make_exception_ptr(
-          Error(ErrorCode::resource, fmt::format("blob {}: the coordinator cannot be reached", f.blob))));
+      a.promise->set_exception(std::make_exception_ptr(
+          Error(a.on_fail, fmt::format("{}: the coordinator cannot be reached", a.what))));
       continue;
     }
-    fetches_.emplace(f.id, PendingFetch{std::move(f.promise), Clock::now()});
-  }
-  for (ClusterState::StoreCall& c : d_.cluster->take_store_calls()) {
-    const std::string id = cw::id_frame(c.id);
-    std::vector<zmq::const_buffer> out{zmq::buffer(c.set ? cw::kStoreSet : cw::kStoreGet),
-                                       zmq::buffer(id), zmq::buffer(c.key)};
-    if (c.set) out.push_back(zmq::buffer(c.value));
-    if (send_to_peer(*cluster_, out) != PeerSend::sent) {
-      c.promise->set_exception(std::make_exception_ptr(
-          Error(ErrorCode::io,
-                fmt::format("rendezvous '{}': the coordinator cannot be reached", c.key))));
-      continue;
-    }
-    stores_.emplace(c.id, PendingStore{std::move(c.promise), Clock::now()});
+    asks_.emplace(a.id, PendingAsk{std::move(a.promise), Clock::now()});
   }
 }
 
@@ -96,11 +83,8 @@ void Front::cluster_tick() {
   if (now - last_hello_ >= std::chrono::duration<double>(d_.config.heartbeat_s)) {
     send_hello(draining_);
   }
-  for (auto it = fetches_.begin(); it != fetches_.end();) {  // the waiter gave up at 60 s
-    it = now - it->second.sent > std::chrono::seconds(120) ? fetches_.erase(it) : std::next(it);
-  }
-  for (auto it = stores_.begin(); it != stores_.end();) {  // its waiter gave up long ago
-    it = now - it->second.sent > std::chrono::seconds(120) ? stores_.erase(it) : std::next(it);
+  for (auto it = asks_.begin(); it != asks_.end();) {  // its waiter gave up long ago
+    it = now - it->second.sent > std::chrono::seconds(120) ? asks_.erase(it) : std::next(it);
   }
 }
 
@@ -159,8 +143,7 @@ void Front::on_cluster_message(std::vector<std::string> parts) {
   const std::string& kind = parts[0];
   try {
     if (kind == cw::kForward) return on_forwarded(parts);
-    if (kind == cw::kBlob) return on_blob(parts);
-    if (kind == cw::kStore) return on_store(parts);
+    if (kind == cw::kBlob || kind == cw::kStore) return on_answer(parts);
     if (kind == cw::kWelcome && parts.size() == 2) {
       const cw::Welcome w = cw::decode_welcome(parts[1]);
       last_welcome_ = Clock::now();  // a refusal too: the link works
@@ -185,31 +168,15 @@ void Front::on_cluster_message(std::vector<std::string> parts) {
   }
 }
 
-void Front::on_blob(std::vector<std::string>& parts) {
+// The answer to a ClusterState::ask: its frames after the id (an unknown id: its waiter gave up).
+void Front::on_answer(std::vector<std::string>& parts) {
   uint64_t id = 0;
-  if (parts.size() != 4 || !cw::parse_id(parts[1], id)) return;
-  const auto it = fetches_.find(id);
-  if (it == fetches_.end()) return;
-  if (parts[2].empty()) {
-    it->second.promise->set_value(std::move(parts[3]));
-  } else {
-    it->second.promise->set_exception(std::make_exception_ptr(
-        Error(error_code_of(parts[2]), fmt::format("the coordinator: {}", parts[3]))));
-  }
-  fetches_.erase(it);
-}
-
-void Front::on_store(std::vector<std::string>& parts) {
-  uint64_t id = 0;
-  if (parts.size() != 4 || !cw::parse_id(parts[1], id)) return;
-  const auto it = stores_.find(id);
-  if (it == stores_.end()) return;
-  if (parts[2] == "1") {
-    it->second.promise->set_value(std::move(parts[3]));
-  } else {
-    it->second.promise->set_value(std::nullopt);
-  }
-  stores_.erase(it);
+  if (parts.size() < 2 || !cw::parse_id(parts[1], id)) return;
+  const auto it = asks_.find(id);
+  if (it == asks_.end()) return;
+  it->second.promise->set_value(std::vector<std::string>(std::make_move_iterator(parts.begin() + 2),
+                                                         std::make_move_iterator(parts.end())));
+  asks_.erase(it);
 }
 
 // [forward][id][ForwardHeader][request header][tensor frames...]
