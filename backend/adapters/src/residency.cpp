@@ -17,7 +17,8 @@ const char* residency_tier_name(ResidencyTier tier) {
 }
 
 ResidencyManager::ResidencyManager(engine::SlotPool& pool, HostCache& cache, Loader& loader)
-    : pool_(pool), cache_(cache), loader_(loader), slots_(size_t(pool.max_slots())) {}
+    : pool_(pool), cache_(cache), loader_(loader), slots_(size_t(pool.max_slots())),
+      forget_at_(min_forget_at()) {}
 
 std::optional<int32_t> ResidencyManager::claim_slot() {
   std::optional<int32_t> victim;
@@ -45,7 +46,13 @@ std::optional<int32_t> ResidencyManager::acquire(const std::string& revision_id,
     known_.push_back(revision_id);
     // Bounded by what is placed, not by every id ever sampled: past a few times the slots,
     // drop the ids that went cold (a catalog of 10^6 policies must not grow this without end).
-    if (known_.size() > 1024 + 4 * slots_.size()) forget_cold();
+    // The next sweep waits until the list has doubled, so a sweep that keeps most ids (they
+    // sit in the host cache) is paid for by as many new ids: O(1) amortised per acquire, not a
+    // scan of every known id on each cold one (what a storm of cold loads used to cost).
+    if (known_.size() > forget_at_) {
+      forget_cold();
+      forget_at_ = std::max(min_forget_at(), 2 * known_.size());
+    }
   }
   if (auto it = slot_of_.find(revision_id); it != slot_of_.end()) {
     Slot& slot = slots_[size_t(it->second)];
@@ -127,6 +134,7 @@ ResidencyTier ResidencyManager::tier_of(const std::string& id) const {
 }
 
 void ResidencyManager::forget_cold() {
+  ++stats_.known_sweeps;
   std::erase_if(known_, [&](const std::string& id) {
     if (tier_of(id) != ResidencyTier::cold) return false;
     known_set_.erase(id);

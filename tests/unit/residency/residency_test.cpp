@@ -159,5 +159,21 @@ TEST(Residency, FailedLoadIsReported) {
   EXPECT_EQ(f.tier_of("bad-rev"), ResidencyTier::cold);
 }
 
+// Thousands of distinct revisions that all stay in host memory (a storm of cold loads on a big
+// host cache): the manager keeps tracking them (the snapshot lists them), and its sweeps for
+// cold ids to forget come once per doubling, not once per new id past the bound.
+TEST(Residency, SweepsOfKnownIdsAreAmortised) {
+  Fixture f(/*slots=*/2);
+  const int n = 5000;  // past the bound (1024 + 4 x slots) about five times over
+  for (int i = 0; i < n; ++i) {
+    const std::string id = "rev-" + std::to_string(i);
+    f.warm(id);
+    f.manager.release(*f.manager.acquire(id));
+  }
+  EXPECT_GE(f.manager.stats().known_sweeps, 1u);
+  EXPECT_LE(f.manager.stats().known_sweeps, 3u);  // 1032 -> 2064 -> 4128 -> (8256)
+  EXPECT_EQ(f.manager.snapshot().size(), size_t(n));  // none was cold, so none was forgotten
+}
+
 }  // namespace
 }  // namespace spindle::adapters

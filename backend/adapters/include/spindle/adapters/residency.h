@@ -47,6 +47,7 @@ struct ResidencyStats {
   uint64_t busy_parks = 0;   // in host memory, but every slot was in use
   uint64_t slot_evictions = 0;
   uint64_t load_failures = 0;
+  uint64_t known_sweeps = 0;  // scans of the known ids for cold ones to forget
   double device_hit_rate() const {
     return acquires ? double(device_hits) / double(acquires) : 0.0;
   }
@@ -104,6 +105,8 @@ class ResidencyManager {
   void forget_cold();  // drops cold ids from known_
   std::vector<std::string> known_;                       // ids seen and maybe placed, first-seen order
   std::unordered_set<std::string> known_set_;
+  size_t min_forget_at() const { return 1024 + 4 * slots_.size(); }
+  size_t forget_at_;  // known_.size() past which acquire sweeps the cold ids out
   uint64_t tick_ = 0;
   ResidencyStats stats_;
 };
