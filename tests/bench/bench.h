@@ -48,6 +48,13 @@ inline double median(std::vector<double> v) {
   return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+// The q-quantile of a sample by nearest rank (0 for an empty sample).
+inline double percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, size_t(q * double(v.size() - 1) + 0.5))];
+}
+
 // The fixtures folder: `flag` when given, else $SPINDLE_SHARED_DIR, else ../shared.
 inline std::filesystem::path shared_dir_or_default(const std::string& flag) {
   if (!flag.empty()) return flag;

@@ -319,12 +319,6 @@ double throughput(const ClientOptions& options, const std::vector<std::string>& 
   return r.rps(warm, warm + o.seconds);
 }
 
-double percentile(std::vector<double> v, double q) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, size_t(q * double(v.size() - 1) + 0.5))];
-}
-
 double timed_sample_us(Client& c, const std::string& addr, const protocol::SamplingParamsMsg& p,
                        std::vector<int32_t>* tokens = nullptr) {
   const auto t0 = Clock::now();

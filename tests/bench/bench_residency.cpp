@@ -58,11 +58,6 @@ void drop_cache(const fs::path& path) {
   ::close(fd);
 }
 
-double percentile(std::vector<double> v, double q) {
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, size_t(q * double(v.size())))];
-}
-
 void run_moe(const ResidencyBenchOptions& o, const fs::path& dir) {
   const adapters::MoeDims dims{o.layers, o.experts, /*hidden=*/2048, /*moe_intermediate=*/768};
   const fs::path packed_path = dir / "moe_packed.safetensors";

@@ -7,7 +7,8 @@
 //      (save_weights + the first sample of the new address) vs the merged-checkpoint path
 //      (merge W += s·B·A into a copy of the base, write the full checkpoint durably, load it,
 //      sample the same first token). `handoff_speedup = merged / spindle`.
-// Bounded: fixed request counts; stops by itself.
+//   3. Zipf serving over many distinct adapters with cold-load storms (bench_service_zipf.cpp).
+// Bounded: fixed request counts or timed parts; stops by itself.
 
 #include <CLI/CLI.hpp>
 #include <cblas.h>
@@ -19,6 +20,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <random>
 #include <sstream>
 #include <stdexcept>
@@ -27,7 +29,7 @@
 #include <vector>
 
 #include "bench.h"
-#include "spindled_process.h"
+#include "bench_service.h"
 #include "spindle/adapters/peft.h"
 #include "spindle/engine/generator.h"
 #include "spindle/engine/loader.h"
@@ -42,47 +44,6 @@ namespace fs = std::filesystem;
 using protocol::Client;
 using protocol::ClientError;
 using protocol::ClientOptions;
-
-struct ServiceBenchOptions {
-  fs::path shared_dir;
-  fs::path spindled;
-  fs::path work_dir;
-  bool quick = false;
-  int handoff_repeats = 3;
-  std::string device = "cpu";  // spindled --device, and the merged baseline's engine
-  std::vector<std::string> shapes = {"0.6b"};  // handoff bases: 0.6b, 4b
-};
-
-// A spindled child process (tests/support/spindled_process.h) and a client for it.
-struct DaemonProcess {
-  DaemonProcess(const fs::path& binary, const fs::path& data_dir,
-                std::vector<std::string> extra, int ready_timeout_s)
-      : process(binary, data_dir, with_log_level(std::move(extra)), ready_timeout_s) {}
-
-  void stop() { process.terminate(); }
-
-  ClientOptions client_options() const {
-    ClientOptions o;
-    o.endpoint = process.endpoints().at(0);
-    o.token = process.token();
-    o.timeout_ms = 120000;
-    o.client_name = "spindle-bench";
-    return o;
-  }
-
-  static std::vector<std::string> with_log_level(std::vector<std::string> extra) {
-    extra.insert(extra.begin(), {"--log-level", "warn"});
-    return extra;
-  }
-  testing::SpindledProcess process;
-};
-
-double percentile(std::vector<double> v, double q) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const size_t i = std::min(v.size() - 1, size_t(q * double(v.size() - 1) + 0.5));
-  return v[i];
-}
 
 // ---- 1. concurrency ------------------------------------------------------------------------
 
@@ -165,19 +126,9 @@ void run_concurrency(const ServiceBenchOptions& opts) {
   const ClientOptions options = d.client_options();
   Client admin(options);
   const std::string base = admin.capabilities().bases.at(0).id;
-  std::vector<std::string> addresses;
   const auto t_reg = Clock::now();
-  for (int i = 0; i < n_adapters; ++i) {
-    protocol::CreateTrainingRequest req;
-    req.base_model = base;
-    req.policy = "bench-" + std::to_string(i);
-    req.rank = 8;
-    req.alpha = 16.0f;
-    req.seed = uint64_t(i + 1);
-    const auto session = admin.create_training(req);
-    addresses.push_back(admin.save_weights(session.session_id, "bench").address);
-    admin.close_training(session.session_id);
-  }
+  const std::vector<std::string> addresses =
+      register_adapters(options, base, "bench-", n_adapters, /*threads=*/1);
   std::printf("registered %d adapters (rank 8) in %.1f s\n", n_adapters, seconds_since(t_reg));
 
   std::printf("%8s %8s %8s %10s %10s %9s %9s %7s\n", "clients", "adapters", "requests", "req/s",
@@ -349,22 +300,74 @@ void run_handoff(const ServiceBenchOptions& opts, const std::string& shape) {
 
 }  // namespace
 
+std::vector<std::string> register_adapters(const ClientOptions& options, const std::string& base,
+                                           const std::string& prefix, int n, int threads) {
+  std::vector<std::string> addresses(static_cast<size_t>(n));
+  std::atomic<int> next{0};
+  std::vector<std::thread> workers;
+  std::string error;
+  std::mutex error_mutex;
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([&] {
+      try {
+        Client c(options);
+        for (int i = next++; i < n; i = next++) {
+          protocol::CreateTrainingRequest req;
+          req.base_model = base;
+          req.policy = prefix + std::to_string(i);
+          req.rank = 8;
+          req.alpha = 16.0f;
+          req.seed = uint64_t(i + 1);
+          const auto session = c.create_training(req);
+          addresses[size_t(i)] = c.save_weights(session.session_id, "bench").address;
+          c.close_training(session.session_id);
+        }
+      } catch (const std::exception& e) {
+        const std::lock_guard lock(error_mutex);
+        error = e.what();
+        next = n;
+      }
+    });
+  }
+  for (auto& w : workers) w.join();
+  if (!error.empty()) throw std::runtime_error("registering adapters: " + error);
+  return addresses;
+}
+
 void register_service_bench(CLI::App& app) {
   auto opts = std::make_shared<ServiceBenchOptions>();
   auto shared = std::make_shared<std::string>();
   auto spindled = std::make_shared<std::string>();
   auto only = std::make_shared<std::string>();
   CLI::App* cmd = app.add_subcommand(
-      "service", "spindled on loopback: concurrent sampling across adapters; train->serve handoff");
+      "service", "spindled on loopback: concurrent sampling across adapters; train->serve "
+                 "handoff; Zipf serving over many adapters with cold-load storms");
   cmd->add_option("--shared", *shared, "fixtures folder (default: $SPINDLE_SHARED_DIR or ../shared)");
   cmd->add_option("--spindled", *spindled, "spindled binary (default: beside this build's app/)");
-  cmd->add_option("--only", *only, "concurrency | handoff");
+  cmd->add_option("--only", *only, "concurrency | handoff | zipf");
   cmd->add_flag("--quick", opts->quick, "smoke run: fewer adapters/clients, 4-layer handoff base");
   cmd->add_option("--device", opts->device, "spindled --device, and the merged baseline's engine "
                   "(cpu, cuda, cuda:N)")->capture_default_str();
   cmd->add_option("--shapes", opts->shapes, "handoff bases: 0.6b, 4b (4b needs ~40 GB of host "
                   "memory for the merged baseline)")->capture_default_str();
-  cmd->callback([opts, shared, spindled, only] {
+  cmd->add_option("--zipf-adapters", opts->zipf_adapters, "zipf: distinct adapters (quick: 200)")
+      ->capture_default_str();
+  cmd->add_option("--zipf-clients", opts->zipf_clients, "zipf: concurrent clients (quick: 64)")
+      ->capture_default_str();
+  cmd->add_option("--zipf-slots", opts->zipf_slots, "zipf: serving slots (quick: 32)")
+      ->capture_default_str();
+  cmd->add_option("--zipf-storm", opts->zipf_storm, "zipf: cold revisions the storm loads (quick: 1000)")
+      ->capture_default_str();
+  cmd->add_option("--zipf-seconds", opts->zipf_seconds, "zipf: seconds per timed part (quick: 3)")
+      ->capture_default_str();
+  cmd->callback([cmd, opts, shared, spindled, only] {
+    if (opts->quick) {  // the quick sizes, unless given
+      if (cmd->count("--zipf-adapters") == 0) opts->zipf_adapters = 200;
+      if (cmd->count("--zipf-clients") == 0) opts->zipf_clients = 64;
+      if (cmd->count("--zipf-slots") == 0) opts->zipf_slots = 32;
+      if (cmd->count("--zipf-seconds") == 0) opts->zipf_seconds = 3.0;
+      if (cmd->count("--zipf-storm") == 0) opts->zipf_storm = 1000;
+    }
     if (!shared->empty()) opts->shared_dir = *shared;
     else if (const char* e = std::getenv("SPINDLE_SHARED_DIR"); e && *e) opts->shared_dir = e;
     else opts->shared_dir = fs::path("..") / "shared";
@@ -389,6 +392,7 @@ void register_service_bench(CLI::App& app) {
         run_handoff(*opts, shape);
       }
     }
+    if (only->empty() || *only == "zipf") run_zipf_serving(*opts);
   });
 }
 

@@ -59,12 +59,6 @@ struct SoakOptions {
 
 double rss_mb(pid_t pid) { return vm_status_bytes("VmRSS", int(pid)) / 1048576.0; }
 
-double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, size_t(p * double(v.size())))];
-}
-
 // What every worker adds to, merged at the end.
 struct Tally {
   std::map<std::string, std::vector<double>> latency_ms;  // by op
