@@ -7,7 +7,7 @@
 #include "spindle/core/error.h"
 #include "spindle/engine/backend_cpu.h"
 #ifdef SPINDLE_HAVE_CUDA
-#include "spindle/gpu/execution_backend.h"
+#include "spindle/engine_cuda/execution_backend.h"
 #include "spindle/kernels/cuda/runtime.h"
 #endif
 
@@ -72,9 +72,9 @@ std::unique_ptr<engine::ExecutionBackend> open_backend(const engine::ModelWeight
   const DType dtype = resolve_dtype(choice.dtype, device);
   if (device.kind == engine::DeviceKind::cpu) return engine::make_cpu_backend(weights);
 #ifdef SPINDLE_HAVE_CUDA
-  return gpu::make_cuda_backend(
+  return engine_cuda::make_cuda_backend(
       weights, {.device = device.index,
-                .precision = dtype == DType::bf16 ? gpu::Precision::bf16 : gpu::Precision::fp32});
+                .precision = dtype == DType::bf16 ? engine_cuda::Precision::bf16 : engine_cuda::Precision::fp32});
 #else
   (void)dtype;
   SPINDLE_THROW(internal, "resolve_device returned a CUDA device in a build without CUDA");

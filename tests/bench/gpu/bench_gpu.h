@@ -1,6 +1,6 @@
 #pragma once
 // spindle-bench-gpu: speed of the GPU engine on the Qwen3-0.6B-shaped random model in bf16,
-// printed as figures and ratios measured in the same run (STYLE.md 14). Links spindle::gpu only
+// printed as figures and ratios measured in the same run (STYLE.md 14). Links spindle::engine_cuda only
 // (no ZeroMQ, no SQLite): it runs on a bare GPU machine. Times come from cudaEvents on the
 // model's stream, after warm-up.
 
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "spindle/engine/lora.h"
-#include "spindle/gpu/device_model.h"
+#include "spindle/engine_cuda/device_model.h"
 
 namespace spindle::bench {
 
@@ -44,17 +44,17 @@ const std::vector<engine::LoraTarget>& gpu_bench_targets();
 
 // Decode at batch 1 (base only) against the bandwidth bound, at batch 64 with one adapter and
 // with 64 distinct rank-8 adapters, and SGMV vs the base GEMM of the same layer.
-void run_gpu_decode_bench(gpu::DeviceModel& model, const GpuBenchOptions& options,
+void run_gpu_decode_bench(engine_cuda::DeviceModel& model, const GpuBenchOptions& options,
                           double bandwidth);
 
 // Every op of a batch-1 decode step timed alone (graph replay) against its own bandwidth bound.
-void run_gpu_op_breakdown(gpu::DeviceModel& model, double bandwidth);
+void run_gpu_op_breakdown(engine_cuda::DeviceModel& model, double bandwidth);
 
 // LoRA training tokens/s (rank 16, sequences of 256 tokens).
-void run_gpu_train_bench(gpu::DeviceModel& model, const GpuBenchOptions& options);
+void run_gpu_train_bench(engine_cuda::DeviceModel& model, const GpuBenchOptions& options);
 
 // Every op of the LoRA training path timed alone at the training bench's shape (2048 rows, rank
 // 16, one layer's weights) with its count per step, so the dominant op shows in one run.
-void run_gpu_train_breakdown(gpu::DeviceModel& model);
+void run_gpu_train_breakdown(engine_cuda::DeviceModel& model);
 
 }  // namespace spindle::bench

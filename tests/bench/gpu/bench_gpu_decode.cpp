@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "bench_gpu.h"
-#include "spindle/gpu/device_kv_cache.h"
-#include "spindle/gpu/device_lora_pool.h"
+#include "spindle/engine_cuda/device_kv_cache.h"
+#include "spindle/engine_cuda/device_lora_pool.h"
 #include "spindle/kernels/cuda/gemm.h"
 #include "spindle/kernels/cuda/lora.h"
 
@@ -76,12 +76,12 @@ struct DecodeRun {
 // Prefills one `prompt`-token sequence per entry of `slots` (untimed), then decodes `warmup`
 // untimed and `steps` timed steps of one token per sequence. Every step waits for its logits,
 // as a sampler would. With `graph`, decode steps replay CUDA graphs (captured during warm-up).
-DecodeRun time_decode(gpu::DeviceModel& model, gpu::DeviceKvCache& cache,
-                      const gpu::DeviceLoraPool* pool, const std::vector<int32_t>& slots,
+DecodeRun time_decode(engine_cuda::DeviceModel& model, engine_cuda::DeviceKvCache& cache,
+                      const engine_cuda::DeviceLoraPool* pool, const std::vector<int32_t>& slots,
                       int64_t prompt, int warmup, int steps, bool graph) {
   const engine::ModelConfig& c = model.config();
   const size_t n = slots.size();
-  std::vector<gpu::SeqId> seqs;
+  std::vector<engine_cuda::SeqId> seqs;
   std::vector<std::vector<int32_t>> prompts(n), next(n);
   std::vector<engine::BatchSequence> batch;
   for (size_t i = 0; i < n; ++i) {
@@ -90,8 +90,8 @@ DecodeRun time_decode(gpu::DeviceModel& model, gpu::DeviceKvCache& cache,
       prompts[i].push_back(int32_t((int64_t(i) * 7919 + t * 104729) % c.vocab_size));
     batch.push_back({seqs[i], prompts[i], slots[i]});
   }
-  gpu::DeviceForwardState st;
-  const gpu::DeviceForwardOptions opts{.logits = engine::LogitsFor::last_token,
+  engine_cuda::DeviceForwardState st;
+  const engine_cuda::DeviceForwardOptions opts{.logits = engine::LogitsFor::last_token,
                                        .copy_logits = false,
                                        .use_graph = graph};
   model.forward(batch, cache, pool, st, opts);
@@ -109,7 +109,7 @@ DecodeRun time_decode(gpu::DeviceModel& model, gpu::DeviceKvCache& cache,
     model.synchronize();
   }
   const double ms = timer.stop_ms(model.stream());
-  for (gpu::SeqId s : seqs) cache.release(s);
+  for (engine_cuda::SeqId s : seqs) cache.release(s);
   r.ms_per_step = ms / steps;
   r.tokens_per_s = double(n) * steps / (ms / 1e3);
   r.mean_context = double(prompt + warmup) + 0.5 * steps;
@@ -119,23 +119,23 @@ DecodeRun time_decode(gpu::DeviceModel& model, gpu::DeviceKvCache& cache,
 // Bytes a batch-1 decode step reads: every weight once (bf16 projections and unembedding, fp32
 // norms; a tied unembedding is the embedding table, whose one gathered row is negligible) and
 // K and V of `context` cached tokens per layer.
-double decode_bytes(const gpu::DeviceModel& model, double context) {
+double decode_bytes(const engine_cuda::DeviceModel& model, double context) {
   const engine::ModelConfig& c = model.config();
   return double(model.weights().bytes()) + double(c.n_layers) * context * 2.0 * double(c.kv_dim()) *
-                                               double(gpu::precision_bytes(model.precision()));
+                                               double(engine_cuda::precision_bytes(model.precision()));
 }
 
 // SGMV shrink + expand over 64 one-row segments (64 distinct slots) vs the base GEMM of the
 // same projection (layer 0 q_proj) at 64 rows, each timed over `reps` back-to-back launches.
-void time_sgmv(gpu::DeviceModel& model, const gpu::DeviceLoraPool& pool, int reps) {
+void time_sgmv(engine_cuda::DeviceModel& model, const engine_cuda::DeviceLoraPool& pool, int reps) {
   const engine::ModelConfig& c = model.config();
   const int64_t rows = 64, d_in = c.dim, d_out = c.q_dim();
   const cudaStream_t s = model.stream();
   std::vector<float> xh(size_t(rows * d_in));
   for (size_t i = 0; i < xh.size(); ++i) xh[i] = float(int(i * 2654435761u % 2001) - 1000) / 1e3f;
-  gpu::DeviceTensor x(rows, d_in, gpu::Precision::bf16), y(rows, d_out, gpu::Precision::bf16);
+  engine_cuda::DeviceTensor x(rows, d_in, engine_cuda::Precision::bf16), y(rows, d_out, engine_cuda::Precision::bf16);
   x.upload(xh.data(), int64_t(xh.size()), s);
-  gpu::DeviceTensor h(rows, pool.max_rank(), gpu::Precision::fp32);
+  engine_cuda::DeviceTensor h(rows, pool.max_rank(), engine_cuda::Precision::fp32);
   std::vector<kernels::LoraSegment> segs;
   for (int64_t r = 0; r < rows; ++r) segs.push_back({r, r + 1, int32_t(r % pool.max_slots())});
   cuda::DeviceBuffer<kernels::LoraSegment> d_segs(segs.size());
@@ -169,12 +169,12 @@ void time_sgmv(gpu::DeviceModel& model, const gpu::DeviceLoraPool& pool, int rep
 
 }  // namespace
 
-void run_gpu_decode_bench(gpu::DeviceModel& model, const GpuBenchOptions& o, double bandwidth) {
+void run_gpu_decode_bench(engine_cuda::DeviceModel& model, const GpuBenchOptions& o, double bandwidth) {
   const engine::ModelConfig& c = model.config();
   const int64_t prompt = 128;
   const int warmup = o.quick ? 2 : 8, steps = o.quick ? 8 : 64;
   const int64_t ctx_blocks = (prompt + warmup + steps + 15) / 16;
-  gpu::DeviceKvCache cache(c, {.block_size = 16, .n_blocks = 64 * ctx_blocks + 64},
+  engine_cuda::DeviceKvCache cache(c, {.block_size = 16, .n_blocks = 64 * ctx_blocks + 64},
                            model.precision());
 
   // Batch 1, base only.
@@ -191,7 +191,7 @@ void run_gpu_decode_bench(gpu::DeviceModel& model, const GpuBenchOptions& o, dou
 
   // Batch 64: one adapter for all rows, then 64 distinct rank-8 adapters.
   engine::LoraPoolOptions po{.max_slots = 64, .max_rank = 8, .targets = gpu_bench_targets()};
-  gpu::DeviceLoraPool pool(c, po);
+  engine_cuda::DeviceLoraPool pool(c, po);
   for (int32_t slot = 0; slot < 64; ++slot) {
     pool.load(slot, engine::LoraWeights::random(c, 8, 16.0f, gpu_bench_targets(),
                                                 uint64_t(1000 + slot), 0.02f, 0.02f));

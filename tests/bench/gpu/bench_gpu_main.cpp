@@ -9,7 +9,7 @@
 
 #include "../bench.h"
 #include "bench_gpu.h"
-#include "spindle/gpu/device_weights.h"
+#include "spindle/engine_cuda/device_weights.h"
 #include "spindle/kernels/cuda/runtime.h"
 
 namespace spindle::bench {
@@ -30,17 +30,17 @@ int run(const GpuBenchOptions& o) {
               bandwidth / 1e9);
 
   const auto t0 = std::chrono::steady_clock::now();
-  std::unique_ptr<gpu::DeviceWeights> weights;
+  std::unique_ptr<engine_cuda::DeviceWeights> weights;
   {
     const engine::ModelWeights host = fast_random_weights(qwen3_0_6b_config(o.n_layers), 42);
-    weights = std::make_unique<gpu::DeviceWeights>(host, gpu::Precision::bf16);
+    weights = std::make_unique<engine_cuda::DeviceWeights>(host, engine_cuda::Precision::bf16);
   }
   std::printf(
       "model: random Qwen3-0.6B shape, %lld layers, bf16, %.2f GB on the device "
       "(built in %.1f s)\n",
       (long long)o.n_layers, double(weights->bytes()) / 1e9,
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  gpu::DeviceModel model(*weights);
+  engine_cuda::DeviceModel model(*weights);
   run_gpu_decode_bench(model, o, bandwidth);
   run_gpu_op_breakdown(model, bandwidth);
   run_gpu_train_bench(model, o);

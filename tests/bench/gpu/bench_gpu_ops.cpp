@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "bench_gpu.h"
-#include "spindle/gpu/device_kv_cache.h"
+#include "spindle/engine_cuda/device_kv_cache.h"
 #include "spindle/kernels/cuda/activation.h"
 #include "spindle/kernels/cuda/attention.h"
 #include "spindle/kernels/cuda/gemm.h"
@@ -46,16 +46,16 @@ double graph_us(cudaStream_t s, const std::function<void()>& op, int reps) {
 
 }  // namespace
 
-void run_gpu_op_breakdown(gpu::DeviceModel& model, double bandwidth) {
+void run_gpu_op_breakdown(engine_cuda::DeviceModel& model, double bandwidth) {
   const engine::ModelConfig& c = model.config();
-  if (model.precision() != gpu::Precision::bf16) return;
+  if (model.precision() != engine_cuda::Precision::bf16) return;
   const cudaStream_t s = model.stream();
-  const gpu::DeviceWeights& w = model.weights();
+  const engine_cuda::DeviceWeights& w = model.weights();
   const auto& L = w.layer(0);
   const int reps = 200;
   const int64_t wide = std::max({c.dim, c.q_dim(), c.hidden_dim, c.vocab_size});
-  gpu::DeviceTensor x(1, wide, gpu::Precision::bf16), y(1, wide, gpu::Precision::bf16),
-      z(1, wide, gpu::Precision::bf16);
+  engine_cuda::DeviceTensor x(1, wide, engine_cuda::Precision::bf16), y(1, wide, engine_cuda::Precision::bf16),
+      z(1, wide, engine_cuda::Precision::bf16);
   x.zero(s);
   y.zero(s);
   z.zero(s);
@@ -69,7 +69,7 @@ void run_gpu_op_breakdown(gpu::DeviceModel& model, double bandwidth) {
     total += us * per_layer;
     total_bound += bound_us * per_layer;
   };
-  auto gemv = [&](const char* name, const gpu::DeviceTensor& W, int64_t k, int64_t n, int count) {
+  auto gemv = [&](const char* name, const engine_cuda::DeviceTensor& W, int64_t k, int64_t n, int count) {
     const double us = graph_us(s, [&] {
       cuda::linear<bf16>(model.blas(), x.data<bf16>(), k, 1, k, W.data<bf16>(), n, y.data<bf16>(),
                          n, 0.0f, s);
@@ -105,8 +105,8 @@ void run_gpu_op_breakdown(gpu::DeviceModel& model, double bandwidth) {
 
   // Attention over a 200-token context in a paged cache of 16-token blocks.
   const int32_t ctx = 200;
-  gpu::DeviceKvCache cache(c, {.block_size = 16, .n_blocks = 16}, gpu::Precision::bf16);
-  const gpu::SeqId seq = cache.create();
+  engine_cuda::DeviceKvCache cache(c, {.block_size = 16, .n_blocks = 16}, engine_cuda::Precision::bf16);
+  const engine_cuda::SeqId seq = cache.create();
   std::vector<int64_t> slots;
   cache.append(seq, ctx, slots, s);
   cuda::DeviceBuffer<int64_t> d_slot(1);

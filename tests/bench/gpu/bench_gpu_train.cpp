@@ -6,16 +6,16 @@
 
 #include "bench_gpu.h"
 #include "spindle/engine/trainer.h"
-#include "spindle/gpu/trainer.h"
+#include "spindle/engine_cuda/trainer.h"
 
 namespace spindle::bench {
 
-void run_gpu_train_bench(gpu::DeviceModel& model, const GpuBenchOptions& o) {
+void run_gpu_train_bench(engine_cuda::DeviceModel& model, const GpuBenchOptions& o) {
   const engine::ModelConfig& c = model.config();
   const int64_t seq_len = 256, n_seqs = o.quick ? 2 : 8;
   const int steps = o.quick ? 2 : 5;
-  gpu::DeviceLoraPool pool(c, {.max_slots = 1, .max_rank = 16, .targets = gpu_bench_targets()});
-  gpu::DeviceTrainer trainer(model, pool);
+  engine_cuda::DeviceLoraPool pool(c, {.max_slots = 1, .max_rank = 16, .targets = gpu_bench_targets()});
+  engine_cuda::DeviceTrainer trainer(model, pool);
   trainer.attach(0, engine::init_lora(c, 16, 32.0f, gpu_bench_targets(), 7));
 
   std::vector<engine::TrainDatum> batch(static_cast<size_t>(n_seqs));

@@ -13,9 +13,9 @@
 
 #include "bench_gpu.h"
 #include "spindle/engine/trainer.h"
-#include "spindle/gpu/device_kv_cache.h"
-#include "spindle/gpu/device_lora_pool.h"
-#include "spindle/gpu/trainer.h"
+#include "spindle/engine_cuda/device_kv_cache.h"
+#include "spindle/engine_cuda/device_lora_pool.h"
+#include "spindle/engine_cuda/trainer.h"
 #include "spindle/kernels/cuda/activation.h"
 #include "spindle/kernels/cuda/attention.h"
 #include "spindle/kernels/cuda/gemm.h"
@@ -43,25 +43,25 @@ double eager_us(cudaStream_t s, const std::function<void()>& op, int reps) {
 
 }  // namespace
 
-void run_gpu_train_breakdown(gpu::DeviceModel& model) {
+void run_gpu_train_breakdown(engine_cuda::DeviceModel& model) {
   const engine::ModelConfig& c = model.config();
-  if (model.precision() != gpu::Precision::bf16) return;
+  if (model.precision() != engine_cuda::Precision::bf16) return;
   const cudaStream_t s = model.stream();
-  const gpu::DeviceWeights& w = model.weights();
+  const engine_cuda::DeviceWeights& w = model.weights();
   const auto& L = w.layer(0);
   const int64_t n_seqs = 8, seq_len = 256, rows = n_seqs * seq_len, rank = 16;
   const int64_t nl = c.n_layers, V = c.vocab_size;
-  const gpu::DeviceTrainerOptions topt;
+  const engine_cuda::DeviceTrainerOptions topt;
   const int64_t chunk =
       std::max<int64_t>(1, int64_t(topt.unembed_chunk_bytes / (size_t(V) * sizeof(bf16))));
   const int64_t n_chunks = (rows + chunk - 1) / chunk;
   const int reps = 10;
 
   const int64_t wide = std::max({c.dim, c.q_dim(), c.hidden_dim});
-  gpu::DeviceTensor x(rows, wide, gpu::Precision::bf16), y(rows, wide, gpu::Precision::bf16),
-      z(rows, wide, gpu::Precision::bf16), dz(rows, wide, gpu::Precision::bf16),
-      dw(rows, wide, gpu::Precision::bf16);
-  gpu::DeviceTensor logits(chunk, V, gpu::Precision::bf16);
+  engine_cuda::DeviceTensor x(rows, wide, engine_cuda::Precision::bf16), y(rows, wide, engine_cuda::Precision::bf16),
+      z(rows, wide, engine_cuda::Precision::bf16), dz(rows, wide, engine_cuda::Precision::bf16),
+      dw(rows, wide, engine_cuda::Precision::bf16);
+  engine_cuda::DeviceTensor logits(chunk, V, engine_cuda::Precision::bf16);
   for (auto* t : {&x, &y, &z, &dz, &dw, &logits}) t->zero(s);
   cuda::DeviceBuffer<float> inv_rms(static_cast<size_t>(rows * c.n_heads));
   {
@@ -84,7 +84,7 @@ void run_gpu_train_breakdown(gpu::DeviceModel& model) {
   // Base linears: forward y = x·Wᵀ and backward dx = dy·W, at 2048 rows.
   struct Proj {
     const char* name;
-    const gpu::DeviceTensor& W;
+    const engine_cuda::DeviceTensor& W;
     LoraTarget target;
   };
   const Proj projs[] = {
@@ -117,7 +117,7 @@ void run_gpu_train_breakdown(gpu::DeviceModel& model) {
 
   // LoRA (one segment of 2048 rows in slot 0, rank 16) on every projection of layer 0.
   {
-    gpu::DeviceLoraPool pool(c, {.max_slots = 1, .max_rank = rank, .targets = gpu_bench_targets()});
+    engine_cuda::DeviceLoraPool pool(c, {.max_slots = 1, .max_rank = rank, .targets = gpu_bench_targets()});
     pool.load(0, engine::init_lora(c, rank, 32.0f, gpu_bench_targets(), 7));
     pool.synchronize();
     cuda::DeviceBuffer<kernels::LoraSegment> seg(1);
@@ -241,9 +241,9 @@ void run_gpu_train_breakdown(gpu::DeviceModel& model) {
 
   // Attention: prefill of 8 sequences x 256 from position 0 (forward), and its backward.
   {
-    gpu::DeviceKvCache cache(c, {.block_size = 16, .n_blocks = rows / 16 + n_seqs},
-                             gpu::Precision::bf16);
-    std::vector<gpu::SeqId> ids;
+    engine_cuda::DeviceKvCache cache(c, {.block_size = 16, .n_blocks = rows / 16 + n_seqs},
+                             engine_cuda::Precision::bf16);
+    std::vector<engine_cuda::SeqId> ids;
     std::vector<int32_t> tables;
     std::vector<cuda::DeviceAttnSeq> aseqs;
     std::vector<kernels::DenseSeq> dense;
@@ -278,9 +278,9 @@ void run_gpu_train_breakdown(gpu::DeviceModel& model) {
                },
                reps),
            nl);
-    gpu::DeviceTensor k(rows, c.kv_dim(), gpu::Precision::bf16),
-        v(rows, c.kv_dim(), gpu::Precision::bf16), dk(rows, c.kv_dim(), gpu::Precision::bf16),
-        dv(rows, c.kv_dim(), gpu::Precision::bf16);
+    engine_cuda::DeviceTensor k(rows, c.kv_dim(), engine_cuda::Precision::bf16),
+        v(rows, c.kv_dim(), engine_cuda::Precision::bf16), dk(rows, c.kv_dim(), engine_cuda::Precision::bf16),
+        dv(rows, c.kv_dim(), engine_cuda::Precision::bf16);
     for (auto* t : {&k, &v}) t->zero(s);
     kernels::cuda::DeviceBuffer<unsigned char> attn_scratch(std::max<size_t>(
         1, cuda::attention_backward_scratch_bytes(int32_t(n_seqs), int32_t(seq_len), c.n_heads)));
@@ -296,7 +296,7 @@ void run_gpu_train_breakdown(gpu::DeviceModel& model) {
                },
                reps),
            nl);
-    for (gpu::SeqId id : ids) cache.release(id);
+    for (engine_cuda::SeqId id : ids) cache.release(id);
   }
 
   // The unembedding, one chunk of `chunk` rows: logits GEMM, log p of the targets, the loss
@@ -309,7 +309,7 @@ void run_gpu_train_breakdown(gpu::DeviceModel& model) {
     cuda::DeviceBuffer<float> logp(static_cast<size_t>(chunk)), lse(static_cast<size_t>(chunk)),
         loss(static_cast<size_t>(chunk)), dlogp(static_cast<size_t>(chunk));
     cuda::DeviceBuffer<uint8_t> clipped(static_cast<size_t>(chunk));
-    const gpu::DeviceTensor& U = w.unembedding();
+    const engine_cuda::DeviceTensor& U = w.unembedding();
     report("unembed GEMM (chunk)",
            eager_us(
                s,

@@ -15,9 +15,9 @@
 #include "spindle/engine/generator.h"
 #include "spindle/engine/loader.h"
 #include "spindle/engine/sample_stream.h"
-#include "spindle/gpu/device_generator.h"
+#include "spindle/engine_cuda/device_generator.h"
 
-namespace spindle::gpu {
+namespace spindle::engine_cuda {
 namespace {
 
 using engine::Arch;
@@ -229,4 +229,4 @@ TEST(GpuGenerator, BadRequestsAndKvExhaustionLeaveCacheClean) {
 }
 
 }  // namespace
-}  // namespace spindle::gpu
+}  // namespace spindle::engine_cuda

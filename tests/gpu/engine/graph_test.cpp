@@ -1,4 +1,4 @@
-// CUDA-graph decode (DeviceForwardOptions::use_graph, backend/gpu/src/graph.h): replayed decode
+// CUDA-graph decode (DeviceForwardOptions::use_graph, backend/engine_cuda/src/graph.h): replayed decode
 // steps give logits bitwise equal to eager forwards of the same batches (same kernels), over
 // contexts crossing the graph context buckets, a sequence released and another created mid-way
 // (another graph shape), and an adapter evicted and reloaded into its slot between replays;
@@ -11,10 +11,10 @@
 
 #include "gpu_fixtures.h"
 #include "spindle/engine/lora.h"
-#include "spindle/gpu/device_generator.h"
-#include "spindle/gpu/device_model.h"
+#include "spindle/engine_cuda/device_generator.h"
+#include "spindle/engine_cuda/device_model.h"
 
-namespace spindle::gpu {
+namespace spindle::engine_cuda {
 namespace {
 
 using engine::Arch;
@@ -201,4 +201,4 @@ TEST(GpuGraph, GeneratorGreedyTokensEqualWithAndWithoutGraphs) {
 }
 
 }  // namespace
-}  // namespace spindle::gpu
+}  // namespace spindle::engine_cuda

@@ -10,9 +10,9 @@
 #include "gpu_fixtures.h"
 #include "shared_fixtures.h"
 #include "spindle/engine/loader.h"
-#include "spindle/gpu/device_model.h"
+#include "spindle/engine_cuda/device_model.h"
 
-namespace spindle::gpu {
+namespace spindle::engine_cuda {
 namespace {
 
 using engine::Arch;
@@ -123,4 +123,4 @@ TEST(GpuHeteroBatch, AdaptersOfManyRanksMatchCpuOnStories260KFp32) {
 }
 
 }  // namespace
-}  // namespace spindle::gpu
+}  // namespace spindle::engine_cuda

@@ -8,9 +8,9 @@
 
 #include "gpu_fixtures.h"
 #include "spindle/core/error.h"
-#include "spindle/gpu/device_model.h"
+#include "spindle/engine_cuda/device_model.h"
 
-namespace spindle::gpu {
+namespace spindle::engine_cuda {
 namespace {
 
 using engine::Arch;
@@ -123,4 +123,4 @@ TEST(GpuLoraPool, BadSlotsAndMisfitAdaptersAreRefused) {
 }
 
 }  // namespace
-}  // namespace spindle::gpu
+}  // namespace spindle::engine_cuda

@@ -13,10 +13,10 @@
 #include "spindle/cluster/all_reduce.h"
 #include "train_fixtures.h"
 
-namespace spindle::gpu {
+namespace spindle::engine_cuda {
 namespace {
 
-using namespace spindle::gpu::testing;
+using namespace spindle::engine_cuda::testing;
 using spindle::testing::max_abs;
 
 void check_two_ranks(bool nccl) {
@@ -85,4 +85,4 @@ TEST(GpuDataParallel, TwoRanksOnTwoDevicesThroughNcclEqualTheCpuWithTheWholeBatc
 }
 
 }  // namespace
-}  // namespace spindle::gpu
+}  // namespace spindle::engine_cuda

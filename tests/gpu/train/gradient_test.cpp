@@ -9,10 +9,10 @@
 
 #include "train_fixtures.h"
 
-namespace spindle::gpu {
+namespace spindle::engine_cuda {
 namespace {
 
-using namespace spindle::gpu::testing;
+using namespace spindle::engine_cuda::testing;
 using engine::LossConfig;
 
 std::string case_name(Arch arch, LossFn fn) {
@@ -143,4 +143,4 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 }  // namespace
-}  // namespace spindle::gpu
+}  // namespace spindle::engine_cuda

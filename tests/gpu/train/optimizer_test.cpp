@@ -7,10 +7,10 @@
 #include "spindle/core/error.h"
 #include "train_fixtures.h"
 
-namespace spindle::gpu {
+namespace spindle::engine_cuda {
 namespace {
 
-using namespace spindle::gpu::testing;
+using namespace spindle::engine_cuda::testing;
 
 TEST(GpuTrainer, AdamWStepsEqualTheCpuTrainer) {
   SPINDLE_REQUIRE_GPU();
@@ -133,4 +133,4 @@ TEST(GpuTrainer, RejectsBadBatchesBeforeAnyWork) {
 }
 
 }  // namespace
-}  // namespace spindle::gpu
+}  // namespace spindle::engine_cuda

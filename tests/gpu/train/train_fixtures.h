@@ -15,9 +15,9 @@
 #include "../../unit/model/model_fixtures.h"
 #include "../gpu_test_util.h"
 #include "spindle/engine/trainer.h"
-#include "spindle/gpu/trainer.h"
+#include "spindle/engine_cuda/trainer.h"
 
-namespace spindle::gpu::testing {
+namespace spindle::engine_cuda::testing {
 
 using engine::Arch;
 using engine::LoraTarget;
@@ -139,4 +139,4 @@ inline void expect_lora_close(const LoraWeights& got, const LoraWeights& want, d
   }
 }
 
-}  // namespace spindle::gpu::testing
+}  // namespace spindle::engine_cuda::testing

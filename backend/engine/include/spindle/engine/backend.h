@@ -1,7 +1,7 @@
 #pragma once
 // The execution-backend interface (DESIGN.md "Execution backends"): everything the scheduler,
 // the residency manager, EngineStack, rl and the service need from an engine, with a CPU
-// implementation (engine/backend_cpu.h) and a CUDA one (gpu/execution_backend.h) chosen at run
+// implementation (engine/backend_cpu.h) and a CUDA one (engine_cuda/execution_backend.h) chosen at run
 // time (execution/select.h). vLLM's punica_base.py is the model for stating each call's exact
 // semantics here; callers hold only these types and never learn which implementation runs.
 //

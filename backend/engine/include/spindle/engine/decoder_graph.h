@@ -3,7 +3,7 @@
 // over ops/*): the forward from the embedding to the logits and the backward from ∂loss/∂x_final
 // to the embedding, as a sequence of ops. Each execution backend supplies the ops (kernels,
 // memory, streams); the graph decides what runs in which order, and what is kept for the
-// backward. The CPU engine (engine/src/cpu_ops.h) and the CUDA engine (gpu/src/device_ops.h)
+// backward. The CPU engine (engine/src/cpu_ops.h) and the CUDA engine (engine_cuda/src/device_ops.h)
 // instantiate it; MoE and MLA blocks (a later issue) are added here, once.
 //
 // The Ops type a backend provides (all calls act on the rows of the state's batch, T rows):

@@ -1,5 +1,5 @@
 #pragma once
-// Host-side pieces of a forward that engine::Model and gpu::DeviceModel share, so that both
+// Host-side pieces of a forward that engine::Model and engine_cuda::DeviceModel share, so that both
 // reject the same batches with the same messages and lay out the same LoRA segments.
 
 #include <cstdint>

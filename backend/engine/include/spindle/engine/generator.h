@@ -42,7 +42,7 @@ struct GeneratorOptions {
   int64_t max_batch_tokens = 4096;  // prefill chunking budget per forward
 };
 
-// One prefill forward of Generator and gpu::DeviceGenerator: whole requests, stably sorted by
+// One prefill forward of Generator and engine_cuda::DeviceGenerator: whole requests, stably sorted by
 // adapter slot so SGMV segments are long (logits rows follow this order).
 struct PrefillChunk {
   std::vector<BatchSequence> batch;
@@ -55,7 +55,7 @@ PrefillChunk next_prefill_chunk(const std::vector<GenerationRequest>& requests, 
                                 int64_t max_batch_tokens, const std::function<SeqId()>& create_seq,
                                 std::vector<SeqId>& prompt_seqs);
 
-// One decode step of Generator and gpu::DeviceGenerator: the entries of `live` not yet done
+// One decode step of Generator and engine_cuda::DeviceGenerator: the entries of `live` not yet done
 // (Live has done, slot, seq), stably sorted by adapter slot so SGMV segments are long, each
 // feeding last_token(entry). Fills `rows` (indices into live), `step_tokens` (which `batch`
 // points into) and `batch`; returns false when every entry is done.

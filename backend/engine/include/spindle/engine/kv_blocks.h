@@ -1,7 +1,7 @@
 #pragma once
 // Block bookkeeping of a paged KV cache (vLLM's block layout), with no storage: the sequences'
 // block tables, block reference counts and the free list. engine::KvCache (host memory) and
-// gpu::DeviceKvCache (device memory) own one each and move the bytes themselves. Blocks are
+// engine_cuda::DeviceKvCache (device memory) own one each and move the bytes themselves. Blocks are
 // reference counted, so n samples of one prompt share the prompt's blocks (fork); a partially
 // filled last block that is shared is copied only when its sequence writes into it
 // (copy-on-write, the copy named by append's result). Full blocks stay shared for life.

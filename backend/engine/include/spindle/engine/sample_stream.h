@@ -37,7 +37,7 @@ void top_logprobs(const float* logits, int64_t vocab, int32_t k, int32_t* ids, f
 // string (cut from the text), max_tokens or `max_len` reached (`length`). `prompt_last` is the
 // prompt's last token (the decode context of the first piece); `cached_len` is the sequence's
 // length in the KV cache, the new token not included. `tokenizer` may be null. SampleStream
-// and gpu::DeviceGenerator (which samples on the device) share it.
+// and engine_cuda::DeviceGenerator (which samples on the device) share it.
 bool append_sampled_token(Completion& out, int32_t token, float logprob, int32_t prompt_last,
                           int64_t cached_len, int64_t max_len, const SamplingParams& params,
                           const Tokenizer* tokenizer);

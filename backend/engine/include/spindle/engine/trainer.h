@@ -38,7 +38,7 @@ struct TrainDatum {
   int32_t slot = -1;                   // adapter slot (LoraTrainer); ignored by FullTrainer
 };
 
-// Checks a training batch (LoraTrainer, FullTrainer and gpu::DeviceTrainer share it):
+// Checks a training batch (LoraTrainer, FullTrainer and engine_cuda::DeviceTrainer share it):
 // non-empty, each datum with input tokens and as many in-vocab targets, the loss config and
 // the loss inputs `fn` needs (validate_loss_inputs). Throws invalid_argument naming the datum.
 void validate_train_batch(std::span<const TrainDatum> batch, LossFn fn, const LossConfig& config,

@@ -1,5 +1,5 @@
 #pragma once
-// CUDA runtime helpers shared by every CUDA kernel and by the GPU engine (backend/gpu).
+// CUDA runtime helpers shared by every CUDA kernel and by the GPU engine (backend/engine_cuda).
 //
 // Error policy (the kernels boundary, see kernel_error.h): a violated kernel contract throws
 // std::invalid_argument naming the kernel (SPINDLE_KERNEL_REQUIRE); a failing CUDA runtime,

@@ -1,0 +1,110 @@
+#pragma once
+// What a GPU forward produced: the twin of engine::ForwardState (engine/model.h), with every
+// tensor in device memory. Field names match the CPU's LayerActivations / ForwardState, so a
+// backward pass written against the CPU engine reads the same names here.
+//
+// dtypes: activations are the model's Precision (T = float or bf16); tensors marked fp32 are
+// fp32 in both modes (norm statistics, LoRA scratch). Shapes are [rows, cols] as noted.
+// Host-side tables (positions, tokens, segments, ...) are kept next to their device mirrors,
+// which hold the same values (packed into one pinned staging buffer and copied on the model's
+// stream during the forward).
+//
+// Threading: one engine loop owns a state; it is reused across forwards (memory grows, never
+// shrinks) and must not be shared between DeviceModels running concurrently.
+
+#include <cstdint>
+#include <vector>
+
+#include "spindle/core/tensor.h"
+#include "spindle/engine_cuda/device_tensor.h"
+#include "spindle/kernels/cuda/attention.h"
+#include "spindle/kernels/lora.h"
+
+namespace spindle::engine_cuda {
+
+// Routed experts' intermediates (engine::MoeActivations); the CUDA engine has no MoE kernels
+// yet (DeviceWeights refuses MoE models), so these stay empty.
+struct DeviceMoeActivations {
+  DeviceTensor gate, up, act;
+};
+
+// Intermediates of one decoder layer over the batch's T rows (as engine::LayerActivations).
+struct DeviceLayerActivations {
+  DeviceTensor x_in;          // [T, dim] residual stream entering the layer (keep_activations)
+  DeviceTensor xn_attn;       // [T, dim] after attn_norm
+  DeviceTensor inv_rms_attn;  // [T, 1] fp32
+  DeviceTensor q_pre;         // [T, q_dim] before q_norm (Qwen3, keep_activations only)
+  DeviceTensor k_pre;         // [T, kv_dim] before k_norm (Qwen3, keep_activations only)
+  DeviceTensor inv_rms_q;     // [T·n_heads, 1] fp32 (Qwen3, keep_activations only)
+  DeviceTensor inv_rms_k;     // [T·n_kv_heads, 1] fp32 (Qwen3, keep_activations only)
+  DeviceTensor q;             // [T, q_dim] after (q_norm and) RoPE
+  DeviceTensor k;             // [T, kv_dim] after (k_norm and) RoPE
+  DeviceTensor v;             // [T, kv_dim]
+  DeviceTensor attn;          // [T, q_dim] attention output before o_proj
+  DeviceTensor x_mid;         // [T, dim] residual after attention (keep_activations)
+  DeviceTensor xn_mlp;        // [T, dim] after ffn_norm
+  DeviceTensor inv_rms_mlp;   // [T, 1] fp32
+  DeviceTensor gate;          // [T, hidden]
+  DeviceTensor up;            // [T, hidden]
+  DeviceTensor act;           // [T, hidden] silu(gate)·up
+  DeviceMoeActivations moe;   // sparse layers (none on the GPU yet)
+};
+
+// A typed view of device memory owned elsewhere (DeviceForwardState::tables).
+template <class T>
+struct DeviceTable {
+  T* ptr = nullptr;
+  T* data() const { return ptr; }
+};
+
+struct DeviceForwardState {
+  int64_t T = 0;                  // rows (new tokens) in the batch
+  int64_t rows_out = 0;           // logits / x_final rows (sequences, or T for all-token rows)
+  bool keep_activations = false;  // as the last forward was run
+  bool all_tokens = false;        // all_tokens or hidden_only
+
+  // Host tables of the last forward (same meaning as engine::ForwardState's).
+  std::vector<int32_t> positions;                   // [T]
+  std::vector<int32_t> tokens;                      // [T] input tokens
+  std::vector<int64_t> cache_slots;                 // [T] flat KV slots
+  std::vector<kernels::LoraSegment> segments;       // over all T rows
+  std::vector<kernels::LoraSegment> out_segments;   // over the rows_out rows
+  std::vector<kernels::cuda::DeviceAttnSeq> attn_seqs;  // [n_seqs]
+  std::vector<int32_t> block_tables;                // concatenated; attn_seqs[i].table_offset
+  std::vector<int32_t> last_rows;                   // [n_seqs] last row of each sequence
+  std::vector<int32_t> slots_used;                  // distinct adapter slots >= 0 in the batch
+
+  // Device mirrors of the tables above: views into `tables`' device buffer, valid until the
+  // next forward with this state (one packed H2D copy per forward, see TableStaging).
+  DeviceTable<int32_t> d_positions;
+  DeviceTable<int32_t> d_tokens;
+  DeviceTable<int64_t> d_cache_slots;
+  DeviceTable<kernels::LoraSegment> d_segments;
+  DeviceTable<kernels::LoraSegment> d_out_segments;
+  DeviceTable<kernels::cuda::DeviceAttnSeq> d_attn_seqs;
+  DeviceTable<int32_t> d_last_rows;
+  DeviceTable<int32_t> d_block_tables;  // packed last (its length varies step to step)
+  TableStaging tables;
+  // Attention launch bounds: max n_new and the max_ctx passed to the kernel (the real maximum,
+  // or a graph's context bucket, which is larger).
+  int32_t attn_max_new = 0;
+  int32_t attn_max_ctx = 0;
+
+  // n_layers entries with keep_activations, else 1 (reused by every layer).
+  std::vector<DeviceLayerActivations> layers;
+  DeviceTensor x_last;         // [T, dim] the residual stream; after the forward, the residual
+                               // after the last layer (kept in both modes)
+  DeviceTensor x_gather;       // [rows_out, dim] last rows of each sequence (last_token only)
+  DeviceTensor inv_rms_final;  // [rows_out, 1] fp32
+  DeviceTensor x_final;        // [rows_out, dim] after the final norm
+  DeviceTensor logits;         // [rows_out, vocab] (not written for hidden_only)
+  DeviceTensor lora_h;         // [T, max_rank] fp32 SGMV scratch
+  DeviceTensor lora_dh;        // [T, max_rank] fp32 backward scratch (the backward's to use)
+  DeviceTensor attn_scratch;   // fp32 split-KV decode partials (cuda::attention_scratch_bytes)
+
+  // The logits copied to the host as fp32 [rows_out, vocab] when the forward was asked to
+  // (DeviceForwardOptions::copy_logits); empty otherwise.
+  Tensor host_logits;
+};
+
+}  // namespace spindle::engine_cuda

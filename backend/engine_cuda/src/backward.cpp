@@ -1,0 +1,85 @@
+// Backward through the decoder on the device for LoRA gradients: engine::DecoderGraph's
+// backward over DeviceOps (device_ops.h), and the projection backward it and the unembedding's
+// chunks use. Reads the activations a keep_activations forward left in DeviceForwardState; the
+// base is read only.
+
+#include <cmath>
+
+#include "backward.h"
+#include "device_ops.h"
+#include "spindle/core/error.h"
+#include "spindle/kernels/cuda/activation.h"
+#include "spindle/kernels/cuda/attention.h"
+#include "spindle/kernels/cuda/gemm.h"
+#include "spindle/kernels/cuda/lora.h"
+#include "spindle/kernels/cuda/norm.h"
+#include "spindle/kernels/cuda/rope.h"
+
+namespace spindle::engine_cuda::internal {
+
+namespace cuda = kernels::cuda;
+using engine::LoraTarget;
+using kernels::Trans;
+
+template <class T>
+void project_backward(TrainContext& ctx, int64_t layer, LoraTarget target, const T* x, int64_t ld_x,
+                      int64_t rows, const DeviceTensor& W, const T* dy, int64_t ld_dy,
+                      const cuda::DeviceSegments& segs, bool adapted, T* dx, int64_t ld_dx,
+                      float beta_dx) {
+  const cudaStream_t s = ctx.model.stream();
+  const int64_t k = W.cols(), n = W.rows();
+  // dx[rows, k] = dy[rows, n] · W[n, k] (+ beta·dx)
+  cuda::gemm<T>(ctx.model.blas(), Trans::no, Trans::no, rows, k, n, 1.0f, dy, ld_dy, W.data<T>(), k,
+                beta_dx, dx, ld_dx, s);
+  if (!adapted || ctx.grads == nullptr) return;
+  const auto view = ctx.pool.view(layer, target);
+  if (!view) return;
+  TrainScratch& sc = ctx.scratch;
+  const int64_t R = view->max_rank;
+  if (sc.lora_h.rows() < rows || sc.lora_h.cols() != R) {
+    sc.lora_h.ensure(std::max(rows, ctx.st.T), R, Precision::fp32);
+    sc.lora_dh.ensure(std::max(rows, ctx.st.T), R, Precision::fp32);
+  }
+  float* h = sc.lora_h.data<float>();
+  float* dh = sc.lora_dh.data<float>();
+  const size_t scratch_bytes = cuda::lora_backward_scratch_bytes(*view, segs);
+  ensure_capacity(sc.kernel_scratch, scratch_bytes);
+  void* scratch = sc.kernel_scratch.data();
+  cuda::lora_shrink<T>(x, ld_x, *view, segs, h, s);
+  cuda::lora_expand_backward<T>(h, dy, ld_dy, /*col_offset=*/0, *view, segs, dh,
+                                ctx.grads->dB(layer, target), scratch, scratch_bytes, s);
+  cuda::lora_shrink_backward<T>(x, ld_x, dh, *view, segs, ctx.grads->dA(layer, target), dx, ld_dx,
+                                scratch, scratch_bytes, s);
+}
+
+template <class T>
+void backward_layers(TrainContext& ctx) {
+  DeviceForwardState& st = ctx.st;
+  const engine::ModelConfig& c = ctx.model.weights().config();
+  SPINDLE_CHECK(st.keep_activations && st.all_tokens && int64_t(st.layers.size()) == c.n_layers,
+                invalid_argument,
+                "backward needs a forward with keep_activations and all-token rows");
+  const DeviceTensor& d_hidden = ctx.scratch.d_hidden;
+  SPINDLE_CHECK(d_hidden.rows() == st.T && d_hidden.cols() == c.dim, internal,
+                "backward: d_hidden is [{}, {}], expected [{}, {}]", d_hidden.rows(),
+                d_hidden.cols(), st.T, c.dim);
+  for (const auto& q : st.attn_seqs) {
+    SPINDLE_CHECK(q.n_past == 0, invalid_argument,
+                  "backward: training sequences must start at position 0 (one had {} cached)",
+                  q.n_past);
+  }
+  DeviceOps<T> ops(ctx);
+  engine::DecoderGraph<DeviceOps<T>>(ops).backward(d_hidden);
+}
+
+#define SPINDLE_GPU_BACKWARD_INSTANTIATE(T)                                                 \
+  template void project_backward<T>(TrainContext&, int64_t, LoraTarget, const T*, int64_t,  \
+                                    int64_t, const DeviceTensor&, const T*, int64_t,        \
+                                    const cuda::DeviceSegments&, bool, T*, int64_t, float); \
+  template void backward_layers<T>(TrainContext&);
+
+SPINDLE_GPU_BACKWARD_INSTANTIATE(float)
+SPINDLE_GPU_BACKWARD_INSTANTIATE(cuda::bf16)
+#undef SPINDLE_GPU_BACKWARD_INSTANTIATE
+
+}  // namespace spindle::engine_cuda::internal

@@ -1,0 +1,75 @@
+#pragma once
+// The compute of DeviceTrainer (trainer.h): scoring the unembedding in row chunks (with its
+// backward) and the backward through every layer, templated on the element type (float or
+// bf16) and explicitly instantiated for both. The caller has validated the batch, run a
+// hidden_only forward with keep_activations into `st` and uploaded the per-row loss inputs.
+
+#include <cstdint>
+#include <vector>
+
+#include "spindle/engine/loss.h"
+#include "spindle/engine_cuda/device_model.h"
+#include "spindle/engine_cuda/train_grads.h"
+#include "spindle/kernels/attention.h"
+#include "spindle/kernels/cuda/loss.h"
+
+namespace spindle::engine_cuda::internal {
+
+// One unembedding chunk: rows [r0, r1) of x_final; its LoRA segments (renumbered from r0) are
+// chunk_segs[seg_offset, seg_offset + seg_count) on the device.
+struct ScoreChunk {
+  int64_t r0 = 0, r1 = 0;
+  int32_t seg_offset = 0, seg_count = 0;
+};
+
+// Device buffers reused across calls (grown, never shrunk). Activations-shaped tensors are
+// the model's Precision; the per-row loss buffers are fp32 [T].
+struct TrainScratch {
+  DeviceTensor logits;                                        // [chunk, vocab]; dlogits in place
+  DeviceTensor d_hidden;                                      // [T, dim] ∂loss/∂x_final
+  DeviceTensor dx, d_xn;                                      // [T, dim]
+  DeviceTensor d_act, d_gate, d_up;                           // [T, hidden]
+  DeviceTensor d_attn, dq, dq_pre;                            // [T, q_dim]
+  DeviceTensor dk, dk_pre, dv;                                // [T, kv_dim]
+  DeviceTensor lora_h, lora_dh;                               // [T, max_rank] fp32
+  DeviceTensor moe_d_act, moe_d_gate, moe_d_up, moe_d_weight;  // sparse layers (none yet)
+  kernels::cuda::DeviceBuffer<int32_t> targets;               // [T]
+  kernels::cuda::DeviceBuffer<float> weight, q, adv;          // [T] loss inputs (0 / 1 when absent)
+  kernels::cuda::DeviceBuffer<float> logp, lse, loss, dlogp;  // [T] outputs
+  kernels::cuda::DeviceBuffer<uint8_t> clipped;               // [T]
+  kernels::cuda::DeviceBuffer<kernels::LoraSegment> chunk_segs;
+  kernels::cuda::DeviceBuffer<kernels::DenseSeq> dense_seqs;
+  // The backward kernels' own scratch (attention's softmax statistics, the LoRA gradients'
+  // row-chunk partial sums): the kernels never allocate; grown to the largest call.
+  kernels::cuda::DeviceBuffer<unsigned char> kernel_scratch;
+};
+
+struct TrainContext {
+  DeviceModel& model;
+  const DeviceLoraPool& pool;
+  DeviceForwardState& st;
+  TrainScratch& scratch;
+  DeviceLoraGrads* grads;  // null: forward only (no dlogits, no backward)
+};
+
+// Backward of y = x·Wᵀ + LoRA(x) for one (layer, target) over `rows` rows:
+// dx = dy·W + beta_dx·dx, then (when `segs` has adapted rows and the pool holds the target)
+// dx += the LoRA part and the slots' dA/dB accumulate. x: [rows, W.cols()] stride ld_x.
+template <class T>
+void project_backward(TrainContext& ctx, int64_t layer, engine::LoraTarget target, const T* x,
+                      int64_t ld_x, int64_t rows, const DeviceTensor& W, const T* dy, int64_t ld_dy,
+                      const kernels::cuda::DeviceSegments& segs, bool adapted, T* dx, int64_t ld_dx,
+                      float beta_dx);
+
+// Every chunk: logits → logp/lse → per-token loss terms; with ctx.grads, dlogits in place and
+// the unembedding's backward into scratch.d_hidden (+ lm_head LoRA gradients).
+template <class T>
+void score_chunks(TrainContext& ctx, const std::vector<ScoreChunk>& chunks,
+                  const kernels::cuda::LossParams& loss);
+
+// Backward from scratch.d_hidden through the final norm and every layer, accumulating the LoRA
+// gradients of the batch's slots into ctx.grads. Sequences start at position 0.
+template <class T>
+void backward_layers(TrainContext& ctx);
+
+}  // namespace spindle::engine_cuda::internal

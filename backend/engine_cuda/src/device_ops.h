@@ -1,0 +1,276 @@
+#pragma once
+// The CUDA engine's ops for the decoder graph (engine/decoder_graph.h), templated on the element
+// type T (float or bf16): device tensors, every op queued on the model's stream, the kernels of
+// spindle::kernels::cuda. Backend-specific fusions behind the graph's ops:
+//   - project(): the 1–3 projections of one input as one multi-output linear (one launch for
+//     bf16 decode batches) and one shrink + one expand launch for their LoRA adds;
+//   - fuse_qk_norm_rope_kv(): inference's qk norm, RoPE and KV write in one launch (bitwise the
+//     three steps).
+// The caller validated the batch and laid out the state's tables (host and device).
+// Threading: as DeviceModel (one engine thread; the device already made current).
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <initializer_list>
+#include <span>
+#include <vector>
+
+#include "backward.h"
+#include "device_forward.h"
+#include "spindle/core/error.h"
+#include "spindle/engine/decoder_graph.h"
+#include "spindle/kernels/cuda/activation.h"
+#include "spindle/kernels/cuda/attention.h"
+#include "spindle/kernels/cuda/gemm.h"
+#include "spindle/kernels/cuda/lora.h"
+#include "spindle/kernels/cuda/norm.h"
+#include "spindle/kernels/cuda/qk_rope.h"
+#include "spindle/kernels/cuda/rope.h"
+
+namespace spindle::engine_cuda::internal {
+
+namespace cuda = kernels::cuda;
+
+template <class T>
+class DeviceOps {
+ public:
+  using Act = DeviceTensor;
+  using Stat = DeviceTensor;
+  using Proj = engine::Projection<DeviceTensor, DeviceTensor>;
+
+  // Forward over `cache` (KV written and read there).
+  DeviceOps(ForwardContext& ctx, DeviceKvCache& cache)
+      : w_(ctx.weights),
+        blas_(ctx.blas),
+        s_(ctx.stream),
+        c_(ctx.weights.config()),
+        lora_(ctx.lora),
+        st_(ctx.st),
+        cache_(&cache),
+        fwd_(&ctx) {
+    const int64_t rows = st_.T;
+    adapted_ = !st_.slots_used.empty() && lora_ != nullptr;
+    segs_ = {st_.d_segments.data(), int32_t(st_.segments.size()), rows};
+    if (adapted_) {
+      // One [rows, max_rank] h per target of a multi-target LoRA call (lora_add_multi).
+      st_.lora_h.ensure(int64_t(cuda::kLoraMaxTargets) * rows, lora_->max_rank(), Precision::fp32);
+    }
+    // The decode attention's partials, sized for this call's (or graph bucket's) context.
+    const size_t attn_bytes = cuda::attention_scratch_bytes(
+        int32_t(st_.attn_seqs.size()), c_.n_heads, c_.n_kv_heads, c_.head_dim, st_.attn_max_ctx);
+    st_.attn_scratch.ensure(1, int64_t((attn_bytes + sizeof(float) - 1) / sizeof(float)),
+                            Precision::fp32);
+  }
+
+  // Backward of the forward that left its activations in ctx.st.
+  explicit DeviceOps(TrainContext& ctx)
+      : w_(ctx.model.weights()),
+        blas_(ctx.model.blas()),
+        s_(ctx.model.stream()),
+        c_(ctx.model.weights().config()),
+        lora_(&ctx.pool),
+        st_(ctx.st),
+        train_(&ctx) {
+    for (const auto& g : st_.segments) adapted_ |= g.slot >= 0;
+    segs_ = {st_.d_segments.data(), int32_t(st_.segments.size()), st_.T};
+  }
+
+  DeviceForwardState& state() { return st_; }
+  const engine::ModelConfig& config() const { return c_; }
+  const DeviceLayerWeights& layer(int64_t l) const { return w_.layer(l); }
+  const DeviceTensor& final_norm() const { return w_.final_norm(); }
+  // The GPU trains adapters only: no base gradients.
+  DeviceLayerWeights* layer_grads(int64_t) const { return nullptr; }
+  DeviceTensor* final_norm_grad() const { return nullptr; }
+
+  void shape(DeviceTensor& t, int64_t rows, int64_t cols) { t.ensure(rows, cols, P_); }
+  void shape_stat(DeviceTensor& t, int64_t rows) { t.ensure(rows, 1, Precision::fp32); }
+  void copy(const DeviceTensor& src, DeviceTensor& dst) { dst.copy_from(src, s_); }
+
+  void embed(DeviceTensor& x) {
+    cuda::embedding_gather(w_.tok_emb().data<T>(), c_.dim, st_.d_tokens.data(), st_.T, x.data<T>(),
+                           c_.dim, s_);
+  }
+  void rmsnorm(const DeviceTensor& x, const DeviceTensor& w, DeviceTensor& y, DeviceTensor* inv) {
+    const int64_t rows = x.rows(), n = x.cols();
+    y.ensure(rows, n, P_);
+    if (inv) inv->ensure(rows, 1, Precision::fp32);
+    cuda::rmsnorm(x.data<T>(), n, w.data<float>(), y.data<T>(), n, rows, n, c_.rms_eps,
+                  inv ? inv->data<float>() : nullptr, s_);
+  }
+  void rmsnorm_heads(DeviceTensor& x, int64_t heads, const DeviceTensor& w, DeviceTensor* inv) {
+    const int64_t hd = c_.head_dim;
+    cuda::rmsnorm(x.data<T>(), hd, w.data<float>(), x.data<T>(), hd, x.rows() * heads, hd,
+                  c_.rms_eps, inv ? inv->data<float>() : nullptr, s_);
+  }
+  void rope(DeviceTensor& x, int64_t heads, bool inverse) {
+    cuda::rope(x.data<T>(), x.cols(), x.rows(), heads, c_.head_dim, st_.d_positions.data(),
+               w_.rope_inv_freq().data<float>(), kernels::RopeStyle::half, inverse, s_);
+  }
+  bool fuse_qk_norm_rope_kv(int64_t l, DeviceLayerActivations& a) {
+    const DeviceLayerWeights& w = w_.layer(l);
+    const bool qwen3 = c_.qk_norm();
+    cuda::qk_norm_rope_kv_write(
+        a.q.data<T>(), c_.q_dim(), c_.n_heads, a.k.data<T>(), a.v.data<T>(), c_.kv_dim(), st_.T,
+        qwen3 ? w.q_norm.data<float>() : nullptr, qwen3 ? w.k_norm.data<float>() : nullptr,
+        c_.rms_eps, st_.d_positions.data(), w_.rope_inv_freq().data<float>(),
+        kernels::RopeStyle::half, cache_->layer<T>(l), st_.d_cache_slots.data(), s_);
+    return true;
+  }
+  void kv_write(int64_t l, const DeviceTensor& k, const DeviceTensor& v) {
+    cuda::kv_cache_write(cache_->layer<T>(l), k.data<T>(), v.data<T>(), c_.kv_dim(), st_.T,
+                         st_.d_cache_slots.data(), s_);
+  }
+  void attention(int64_t l, const DeviceTensor& q, DeviceTensor& out) {
+    out.ensure(st_.T, c_.q_dim(), P_);
+    cuda::attention_paged(q.data<T>(), c_.q_dim(), out.data<T>(), c_.q_dim(), c_.n_heads,
+                          cache_->layer<T>(l), st_.d_attn_seqs.data(),
+                          int32_t(st_.attn_seqs.size()), st_.d_block_tables.data(),
+                          st_.attn_max_new, st_.attn_max_ctx, 1.0f / std::sqrt(float(c_.head_dim)),
+                          st_.attn_scratch.data<float>(), st_.attn_scratch.bytes(), s_);
+  }
+
+  // 1..3 projections of the same x over every row: one multi-output linear, then the targets'
+  // LoRA adds (one shrink and one expand launch), bitwise the per-target calls.
+  void project(int64_t l, const DeviceTensor& x, std::initializer_list<Proj> projs) {
+    const int64_t rows = x.rows(), k = x.cols();
+    std::array<cuda::LinearOut<T>, 3> outs;
+    size_t count = 0;
+    for (const Proj& p : projs) {
+      const int64_t n = p.w->rows();
+      p.y->ensure(rows, n, P_);
+      outs.at(count++) = {p.w->template data<T>(), n, p.y->template data<T>(), n};
+    }
+    cuda::linear_multi<T>(blas_, x.data<T>(), k, rows, k,
+                          std::span<const cuda::LinearOut<T>>(outs.data(), count), /*beta=*/0.0f,
+                          s_);
+    if (!adapted_) return;
+    std::array<cuda::LoraMultiTarget<T>, cuda::kLoraMaxTargets> targets;
+    size_t n_targets = 0;
+    for (const Proj& p : projs) {
+      const auto view = lora_->view(l, p.target);
+      if (!view) continue;
+      float* h = st_.lora_h.data<float>() + int64_t(n_targets) * st_.T * view->max_rank;
+      targets.at(n_targets++) = {*view, h, p.y->template data<T>(), p.w->rows(),
+                                 /*col_offset=*/0};
+    }
+    const std::span<const cuda::LoraMultiTarget<T>> span(targets.data(), n_targets);
+    cuda::lora_shrink_multi<T>(x.data<T>(), k, span, segs_, s_);
+    cuda::lora_expand_multi<T>(span, segs_, s_);
+  }
+  void project_add(int64_t l, engine::LoraTarget target, const DeviceTensor& x,
+                   const DeviceTensor& W, DeviceTensor& y) {
+    cuda::linear(blas_, x.data<T>(), x.cols(), x.rows(), x.cols(), W.data<T>(), W.rows(),
+                 y.data<T>(), y.cols(), /*beta=*/1.0f, s_);
+    if (!adapted_) return;
+    const auto view = lora_->view(l, target);
+    if (!view) return;
+    cuda::lora_shrink(x.data<T>(), x.cols(), *view, segs_, st_.lora_h.data<float>(), s_);
+    cuda::lora_expand(st_.lora_h.data<float>(), *view, segs_, y.data<T>(), y.cols(),
+                      /*col_offset=*/0, s_);
+  }
+  void swiglu(const DeviceTensor& gate, const DeviceTensor& up, DeviceTensor& act) {
+    act.ensure(gate.rows(), gate.cols(), P_);
+    cuda::swiglu(gate.data<T>(), up.data<T>(), act.data<T>(), gate.rows() * gate.cols(), s_);
+  }
+  void gather_last_rows(const DeviceTensor& x, DeviceTensor& out) {
+    out.ensure(st_.rows_out, c_.dim, P_);
+    cuda::embedding_gather(x.data<T>(), c_.dim, st_.d_last_rows.data(), st_.rows_out, out.data<T>(),
+                           c_.dim, s_);
+  }
+  void logits() {
+    run_unembed<T>(*fwd_, 0, st_.rows_out, st_.d_out_segments.data(),
+                   int32_t(st_.out_segments.size()), adapted_, st_.logits);
+  }
+
+  // Routed experts: DeviceWeights refuses MoE models, so the graph never reaches these.
+  void moe_route(int64_t, const DeviceTensor&, DeviceMoeActivations&) { no_moe(); }
+  void moe_gate_up(int64_t, DeviceMoeActivations&) { no_moe(); }
+  void moe_down_combine(int64_t, DeviceMoeActivations&, DeviceTensor&) { no_moe(); }
+  void moe_down_combine_backward(int64_t, const DeviceMoeActivations&, const DeviceTensor&,
+                                 DeviceTensor&, DeviceTensor&) {
+    no_moe();
+  }
+  void moe_gate_up_backward(int64_t, const DeviceMoeActivations&, const DeviceTensor&,
+                            const DeviceTensor&, DeviceTensor&) {
+    no_moe();
+  }
+  void moe_route_backward(int64_t, const DeviceTensor&, const DeviceMoeActivations&,
+                          const DeviceTensor&, DeviceTensor&) {
+    no_moe();
+  }
+
+  // ---- backward ----
+  void begin_backward() {
+    std::vector<kernels::DenseSeq> dense;
+    max_n_ = 0;
+    for (const auto& q : st_.attn_seqs) {
+      dense.push_back({q.row_begin, q.n_new});
+      max_n_ = std::max(max_n_, q.n_new);
+    }
+    n_dense_ = int32_t(dense.size());
+    upload_table(dense, train_->scratch.dense_seqs, s_);
+  }
+  TrainScratch& scratch() { return train_->scratch; }
+
+  void project_backward(int64_t l, engine::LoraTarget target, const DeviceTensor& x,
+                        const DeviceTensor& W, const DeviceTensor& dy, DeviceTensor& dx,
+                        float beta_dx, DeviceTensor* dW) {
+    SPINDLE_CHECK(dW == nullptr, internal, "the CUDA engine trains adapters only");
+    internal::project_backward<T>(*train_, l, target, x.data<T>(), x.cols(), st_.T, W, dy.data<T>(),
+                                  W.rows(), segs_, adapted_, dx.data<T>(), W.cols(), beta_dx);
+  }
+  void rmsnorm_backward(const DeviceTensor& x, const DeviceTensor& w, const DeviceTensor& inv,
+                        const DeviceTensor& dy, DeviceTensor& dx, float beta_dx, DeviceTensor* dw) {
+    const int64_t rows = x.rows(), n = x.cols();
+    cuda::rmsnorm_backward<T>(x.data<T>(), n, w.data<float>(), inv.data<float>(), dy.data<T>(), n,
+                              dx.data<T>(), n, rows, n, beta_dx, s_);
+  }
+  void rmsnorm_heads_backward(const DeviceTensor& x_pre, int64_t heads, const DeviceTensor& w,
+                              const DeviceTensor& inv, const DeviceTensor& dy, DeviceTensor& dx,
+                              DeviceTensor* dw) {
+    const int64_t hd = c_.head_dim;
+    cuda::rmsnorm_backward<T>(x_pre.data<T>(), hd, w.data<float>(), inv.data<float>(), dy.data<T>(),
+                              hd, dx.data<T>(), hd, x_pre.rows() * heads, hd, 0.0f, s_);
+  }
+  void swiglu_backward(const DeviceTensor& gate, const DeviceTensor& up, const DeviceTensor& d_act,
+                       DeviceTensor& d_gate, DeviceTensor& d_up) {
+    cuda::swiglu_backward<T>(gate.data<T>(), up.data<T>(), d_act.data<T>(), d_gate.data<T>(),
+                             d_up.data<T>(), gate.rows() * gate.cols(), s_);
+  }
+  void attention_backward(const DeviceTensor& q, const DeviceTensor& k, const DeviceTensor& v,
+                          const DeviceTensor& d_out, DeviceTensor& dq, DeviceTensor& dk,
+                          DeviceTensor& dv) {
+    auto& scratch = train_->scratch.kernel_scratch;
+    const size_t bytes = cuda::attention_backward_scratch_bytes(n_dense_, max_n_, c_.n_heads);
+    ensure_capacity(scratch, bytes);
+    cuda::attention_backward<T>(q.data<T>(), k.data<T>(), v.data<T>(), d_out.data<T>(),
+                                dq.data<T>(), dk.data<T>(), dv.data<T>(), c_.n_heads, c_.n_kv_heads,
+                                c_.head_dim, train_->scratch.dense_seqs.data(), n_dense_, max_n_,
+                                1.0f / std::sqrt(float(c_.head_dim)), scratch.data(), bytes, s_);
+  }
+  void embedding_backward(const DeviceTensor&) {}  // the base is frozen on the GPU
+
+ private:
+  [[noreturn]] void no_moe() const {
+    SPINDLE_THROW(unsupported, "routed experts ({}) do not run on the CUDA engine yet",
+                  engine::arch_name(c_.arch));
+  }
+
+  const DeviceWeights& w_;
+  kernels::cuda::Blas& blas_;
+  cudaStream_t s_;
+  const engine::ModelConfig& c_;
+  const DeviceLoraPool* lora_;
+  DeviceForwardState& st_;
+  DeviceKvCache* cache_ = nullptr;
+  ForwardContext* fwd_ = nullptr;
+  TrainContext* train_ = nullptr;
+  static constexpr Precision P_ = precision_of<T>();
+  bool adapted_ = false;
+  cuda::DeviceSegments segs_;
+  int32_t max_n_ = 0, n_dense_ = 0;
+};
+
+}  // namespace spindle::engine_cuda::internal
