@@ -280,17 +280,40 @@ void validate_lora_load(const LoraWeights& adapter, int32_t slot, const ModelCon
   }
 }
 
-void pack_lora_slot(const float* A, const float* B, int64_t r, int64_t d_in, int64_t d_out,
+namespace {
+
+// Rows [0, r) of a [max_rank, d_in] and columns [0, r) of b [d_out, max_rank]: what a module of
+// rank r occupies in a slot. copy_lora_rank writes A [r, d_in] and B [d_out, r] there;
+// zero_lora_rank zeroes it. Neither touches the rest.
+void copy_lora_rank(const float* A, const float* B, int64_t r, int64_t d_in, int64_t d_out,
                     int64_t max_rank, float* a, float* b) {
-  const int64_t R = max_rank;
   std::memcpy(a, A, size_t(r * d_in) * sizeof(float));
-  std::memset(a + r * d_in, 0, size_t((R - r) * d_in) * sizeof(float));
-  if (r == R) {  // B's rows are already max_rank wide: one copy
+  if (r == max_rank) {  // B's rows are already max_rank wide: one copy
     std::memcpy(b, B, size_t(d_out * r) * sizeof(float));
     return;
   }
+  for (int64_t j = 0; j < d_out; ++j) std::memcpy(b + j * max_rank, B + j * r, size_t(r) * sizeof(float));
+}
+
+void zero_lora_rank(int64_t r, int64_t d_in, int64_t d_out, int64_t max_rank, float* a,
+                    float* b) {
+  std::memset(a, 0, size_t(r * d_in) * sizeof(float));
+  if (r == max_rank) {
+    std::memset(b, 0, size_t(d_out * r) * sizeof(float));
+    return;
+  }
+  for (int64_t j = 0; j < d_out; ++j) std::memset(b + j * max_rank, 0, size_t(r) * sizeof(float));
+}
+
+}  // namespace
+
+void pack_lora_slot(const float* A, const float* B, int64_t r, int64_t d_in, int64_t d_out,
+                    int64_t max_rank, float* a, float* b) {
+  const int64_t R = max_rank;
+  copy_lora_rank(A, B, r, d_in, d_out, R, a, b);
+  std::memset(a + r * d_in, 0, size_t((R - r) * d_in) * sizeof(float));
+  if (r == R) return;
   for (int64_t j = 0; j < d_out; ++j) {
-    std::memcpy(b + j * R, B + j * r, size_t(r) * sizeof(float));
     std::memset(b + j * R + r, 0, size_t(R - r) * sizeof(float));
   }
 }
@@ -376,7 +399,8 @@ void LoraSlotPool::load(int32_t slot, const LoraWeights& adapter) {
       const LoraPair& p = adapter.modules[size_t(l)][size_t(t)];
       if (p.empty()) continue;
       Module& m = *module(l, t);
-      pack_lora_slot(p, R, m.A.data() + int64_t(slot) * R * m.d_in,
+      copy_lora_rank(p.A.data(), p.B.data(), r, m.d_in, m.d_out, R,
+                     m.A.data() + int64_t(slot) * R * m.d_in,
                      m.B.data() + int64_t(slot) * m.d_out * R);
       m.rank[size_t(slot)] = int32_t(r);
       m.scale[size_t(slot)] = adapter.scale();
@@ -389,7 +413,7 @@ void LoraSlotPool::load(int32_t slot, const LoraWeights& adapter) {
       auto& m = *expert_modules_[l][size_t(expert_proj(t))];
       const int64_t S = options_.max_slots, din = m.d_in, dout = m.d_out;
       for (int64_t e = 0; e < config_.moe.n_experts; ++e) {
-        pack_lora_slot(p.A.data() + e * r * din, p.B.data() + e * dout * r, r, din, dout, R,
+        copy_lora_rank(p.A.data() + e * r * din, p.B.data() + e * dout * r, r, din, dout, R,
                        m.A.data() + (e * S + slot) * R * din,
                        m.B.data() + (e * S + slot) * dout * R);
       }
@@ -406,8 +430,9 @@ void LoraSlotPool::clear(int32_t slot) {
   for (auto& layer : modules_) {
     for (auto& m : layer) {
       if (!m || m->rank[size_t(slot)] == 0) continue;
-      std::memset(m->A.data() + int64_t(slot) * R * m->d_in, 0, size_t(R * m->d_in) * 4);
-      std::memset(m->B.data() + int64_t(slot) * m->d_out * R, 0, size_t(R * m->d_out) * 4);
+      zero_lora_rank(m->rank[size_t(slot)], m->d_in, m->d_out, R,
+                     m->A.data() + int64_t(slot) * R * m->d_in,
+                     m->B.data() + int64_t(slot) * m->d_out * R);
       m->rank[size_t(slot)] = 0;
       m->scale[size_t(slot)] = 0.0f;
     }
@@ -417,8 +442,9 @@ void LoraSlotPool::clear(int32_t slot) {
     for (auto& m : layer) {
       if (!m || m->rank[size_t(slot)] == 0) continue;
       for (int64_t e = 0; e < config_.moe.n_experts; ++e) {
-        std::memset(m->A.data() + (e * S + slot) * R * m->d_in, 0, size_t(R * m->d_in) * 4);
-        std::memset(m->B.data() + (e * S + slot) * m->d_out * R, 0, size_t(R * m->d_out) * 4);
+        zero_lora_rank(m->rank[size_t(slot)], m->d_in, m->d_out, R,
+                       m->A.data() + (e * S + slot) * R * m->d_in,
+                       m->B.data() + (e * S + slot) * m->d_out * R);
       }
       m->rank[size_t(slot)] = 0;
       m->scale[size_t(slot)] = 0.0f;

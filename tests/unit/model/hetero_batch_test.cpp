@@ -199,5 +199,80 @@ TEST(HeteroBatch, AdapterChangesOutputAndBaseRowsStayBase) {
   EXPECT_EQ(diff_base, 0.0f);
 }
 
+// A slot reloaded with smaller ranks, then cleared: every byte past each module's rank stays zero
+// (LoraSlotPool's invariant, which lets load and clear touch O(rank) memory), the slot holds
+// exactly the new adapter (A rows and B columns [0, r) are its tensors), and a forward through it
+// equals a fresh pool holding that adapter alone. Qwen3-MoE, so routed experts are covered.
+TEST(HeteroBatch, ReloadedSlotHoldsOnlyTheNewAdapterAndZeroPastItsRank) {
+  const ModelWeights base = testing::random_weights(testing::tiny_config(Arch::qwen3_moe), 21);
+  const ModelConfig& c = base.config;
+  const LoraPoolOptions opts{.max_slots = 2, .max_rank = 8};
+  LoraSlotPool pool(c, opts);
+  const LoraWeights big = LoraWeights::random(c, 8, 16.0f, kEveryTarget, 31, 0.3f, 0.3f);
+  const LoraWeights small = LoraWeights::random(c, 2, 4.0f, kEveryTarget, 32, 0.3f, 0.3f);
+  const LoraWeights mid = LoraWeights::random(c, 5, 10.0f, kEveryTarget, 33, 0.3f, 0.3f);
+  pool.load(0, big);
+  pool.load(1, big);
+  pool.load(0, small);  // 8 -> 2: rows and columns [2, 8) must be zeroed
+  pool.load(1, mid);
+  pool.clear(1);        // cleared: all zero
+
+  // Every (layer, target) view, dense and per expert: slot 0 = `small` then zeros, slot 1 zeros.
+  int64_t checked = 0;
+  auto check = [&](const kernels::LoraSlots& v, const float* A, const float* B,
+                   const std::string& where) {
+    const int64_t R = v.max_rank, r = small.rank;
+    ASSERT_EQ(v.rank[0], r) << where;
+    ASSERT_EQ(v.rank[1], 0) << where;
+    for (int64_t i = 0; i < R; ++i)
+      for (int64_t k = 0; k < v.d_in; ++k) {
+        const float want = i < r && A != nullptr ? A[i * v.d_in + k] : 0.0f;
+        ASSERT_EQ(v.A[i * v.d_in + k], want) << where << " A row " << i;
+        ASSERT_EQ(v.A[(R + i) * v.d_in + k], 0.0f) << where << " cleared slot, A row " << i;
+      }
+    for (int64_t j = 0; j < v.d_out; ++j)
+      for (int64_t i = 0; i < R; ++i) {
+        const float want = i < r && B != nullptr ? B[j * r + i] : 0.0f;
+        ASSERT_EQ(v.B[j * R + i], want) << where << " B column " << i;
+        ASSERT_EQ(v.B[(v.d_out + j) * R + i], 0.0f) << where << " cleared slot, B column " << i;
+      }
+    ++checked;
+  };
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    for (LoraTarget t : kAllLoraTargets) {
+      if (!lora_target_per_layer(t) && l > 0) continue;  // the unembedding lives at layer 0
+      if (auto v = pool.view(l, t)) {
+        const LoraPair& p = small.modules[size_t(l)][size_t(t)];
+        check(*v, p.A.data(), p.B.data(), "layer " + std::to_string(l) + " " + lora_target_name(t));
+      }
+      if (expert_proj(t) < 0) continue;
+      for (int64_t e = 0; e < c.moe.n_experts; ++e) {
+        const auto v = pool.expert_view(l, t, e);
+        if (!v) break;
+        const ExpertLoraPair& p = small.experts[size_t(l)][size_t(expert_proj(t))];
+        const int64_t r = small.rank;
+        check(*v, p.A.data() + e * r * v->d_in, p.B.data() + e * v->d_out * r,
+              "layer " + std::to_string(l) + " expert " + std::to_string(e) + " " +
+                  lora_target_name(t));
+      }
+    }
+  }
+  EXPECT_GT(checked, 0);
+
+  // The forward through the reloaded slot equals a fresh pool with `small` alone.
+  LoraSlotPool fresh(c, opts);
+  fresh.load(0, small);
+  const Model model(base);
+  const std::vector<int32_t> p = {3, 1, 4, 1, 5, 9, 2, 6};
+  auto logits = [&](const LoraSlotPool& with) {
+    KvCache cache(c, {.block_size = 4, .n_blocks = 0, .max_seqs = 1});
+    ForwardState st;
+    const BatchSequence one{cache.create(), p, 0};
+    model.forward({&one, 1}, cache, &with, st, {.logits = LogitsFor::all_tokens});
+    return std::vector<float>(st.logits.row(0), st.logits.row(0) + int64_t(p.size()) * c.vocab_size);
+  };
+  EXPECT_EQ(logits(pool), logits(fresh));
+}
+
 }  // namespace
 }  // namespace spindle::engine

@@ -117,7 +117,7 @@ struct LoraPoolOptions {
   std::vector<LoraTarget> targets = {kAllLoraTargets.begin(), kAllLoraTargets.end()};
 };
 
-// Slot-pool helpers shared by LoraSlotPool and gpu::DeviceLoraPool (same checks, same
+// Slot-pool helpers shared by LoraSlotPool and engine_cuda::DeviceLoraPool (same checks, same
 // messages, same packing).
 // max_slots in [1, 4096] and max_rank in [1, 128]; invalid_argument otherwise.
 void validate_lora_pool_options(const LoraPoolOptions& options);
@@ -146,7 +146,11 @@ class LoraSlotPool final : public SlotPool {
   int32_t max_rank() const override { return options_.max_rank; }
   const ModelConfig& config() const { return config_; }
 
-  // Copies `adapter` into `slot` (validated first; nothing changes on error).
+  // Copies `adapter` into `slot` (validated first; nothing changes on error). Invariant of every
+  // slot: A rows and B columns from the module's rank up to max_rank are zero (the pool starts
+  // zeroed, clear() zeroes the [0, rank) part, load() writes only [0, r) of a cleared slot), so a
+  // load or clear touches O(rank) memory, not O(max_rank): a cold load of a rank-8 adapter into
+  // a max-rank-64 pool writes its own bytes, not 16x them on the engine thread.
   void load(int32_t slot, const LoraWeights& adapter) override;
   void clear(int32_t slot) override;
   bool occupied(int32_t slot) const override;
