@@ -6,7 +6,8 @@
 #include <algorithm>
 #include <bit>
 #include <nlohmann/json.hpp>
-#include <set>
+#include <optional>
+#include <utility>
 
 #include "spindle/core/error.h"
 
@@ -52,59 +53,6 @@ std::string clip(std::string_view s) {
   return std::string(s.substr(0, kMax)) + "...";
 }
 
-// First pass over the JSON: rejects nesting deeper than kMaxJsonDepth and duplicate keys in
-// any object (nlohmann's DOM silently keeps the last), without building anything.
-class HeaderSax : public nlohmann::json_sax<json> {
- public:
-  std::string error;
-
-  bool null() override { return true; }
-  bool boolean(bool) override { return true; }
-  bool number_integer(number_integer_t) override { return true; }
-  bool number_unsigned(number_unsigned_t) override { return true; }
-  bool number_float(number_float_t, const string_t&) override { return true; }
-  bool string(string_t&) override { return true; }
-  bool binary(binary_t&) override { return true; }
-  bool start_object(std::size_t) override {
-    keys_.emplace_back();
-    return check_depth();
-  }
-  bool key(string_t& k) override {
-    if (!keys_.back().insert(k).second) {
-      error = fmt::format("duplicate key '{}'{}", clip(k),
-                          keys_.size() == 1 ? " (two tensors with the same name)" : "");
-      return false;
-    }
-    return true;
-  }
-  bool end_object() override {
-    keys_.pop_back();
-    --depth_;
-    return true;
-  }
-  bool start_array(std::size_t) override { return check_depth(); }
-  bool end_array() override {
-    --depth_;
-    return true;
-  }
-  bool parse_error(std::size_t, const std::string&,
-                   const nlohmann::detail::exception& ex) override {
-    error = fmt::format("not valid JSON: {}", ex.what());
-    return false;
-  }
-
- private:
-  bool check_depth() {
-    if (++depth_ > kMaxJsonDepth) {
-      error = fmt::format("JSON nests deeper than {} levels", kMaxJsonDepth);
-      return false;
-    }
-    return true;
-  }
-  int depth_ = 0;
-  std::vector<std::set<std::string>> keys_;
-};
-
 uint64_t as_u64(const json& v, const std::string& source, const std::string& where) {
   SPINDLE_CHECK(v.is_number_unsigned(), format,
                 "{}: {} must be a non-negative integer, got {} ({})", source, where, clip(v.dump()),
@@ -112,38 +60,48 @@ uint64_t as_u64(const json& v, const std::string& source, const std::string& whe
   return v.get<uint64_t>();
 }
 
-SafetensorsEntry parse_entry(const std::string& name, const json& v, uint64_t data_size,
-                             const std::string& source) {
-  const std::string what = fmt::format("tensor '{}'", clip(name));
-  SPINDLE_CHECK(v.is_object(), format, "{}: {}: entry must be an object, got {}", source, what,
-                v.type_name());
-  for (const char* field : {"dtype", "shape", "data_offsets"}) {
-    SPINDLE_CHECK(v.contains(field), format, "{}: {}: missing field '{}'", source, what, field);
+// One tensor entry's fields as the header spelled them (null: absent), checked in a fixed order
+// whatever order the JSON gave them in.
+struct RawEntry {
+  std::string name;
+  std::optional<json> dtype, shape, data_offsets;
+};
+
+SafetensorsEntry parse_entry(RawEntry& raw, uint64_t data_size, const std::string& source) {
+  // Messages name the tensor; built only on failure (a header may hold 10^5 entries).
+  const auto what = [&] { return fmt::format("tensor '{}'", clip(raw.name)); };
+  const std::pair<const char*, const std::optional<json>*> fields[] = {
+      {"dtype", &raw.dtype}, {"shape", &raw.shape}, {"data_offsets", &raw.data_offsets}};
+  for (const auto& [field, value] : fields) {
+    SPINDLE_CHECK(value->has_value(), format, "{}: {}: missing field '{}'", source, what(), field);
   }
   SafetensorsEntry e;
-  e.name = name;
-
-  const json& dt = v["dtype"];
-  SPINDLE_CHECK(dt.is_string(), format, "{}: {}: dtype must be a string, got {}", source, what,
+  const json& dt = *raw.dtype;
+  SPINDLE_CHECK(dt.is_string(), format, "{}: {}: dtype must be a string, got {}", source, what(),
                 dt.type_name());
   const DtypeInfo* info = find_dtype(dt.get_ref<const std::string&>());
   SPINDLE_CHECK(info != nullptr, unsupported,
                 "{}: {}: unknown or unsupported dtype '{}' (expected one of F32, F16, BF16, I32, "
                 "I64, U8, F64, I8, I16, U16, U32, U64, BOOL, F8_E4M3, F8_E5M2)",
-                source, what, clip(dt.get_ref<const std::string&>()));
+                source, what(), clip(dt.get_ref<const std::string&>()));
   e.dtype = info->name;
   e.known_dtype = info->dtype;
   e.element_size = info->size;
 
-  const json& shape = v["shape"];
-  SPINDLE_CHECK(shape.is_array(), format, "{}: {}: shape must be an array, got {}", source, what,
+  const json& shape = *raw.shape;
+  SPINDLE_CHECK(shape.is_array(), format, "{}: {}: shape must be an array, got {}", source, what(),
                 shape.type_name());
   uint64_t numel = 1;
   bool overflow = false;
+  e.shape.reserve(shape.size());
   for (size_t i = 0; i < shape.size(); ++i) {
-    const uint64_t d = as_u64(shape[i], source, fmt::format("{}: shape[{}]", what, i));
-    SPINDLE_CHECK(d <= kMaxDim, format, "{}: {}: shape[{}] = {} is implausibly large", source, what,
-                  i, d);
+    const json& dim = shape[i];
+    if (!dim.is_number_unsigned()) {
+      (void)as_u64(dim, source, fmt::format("{}: shape[{}]", what(), i));
+    }
+    const uint64_t d = dim.get<uint64_t>();
+    SPINDLE_CHECK(d <= kMaxDim, format, "{}: {}: shape[{}] = {} is implausibly large", source,
+                  what(), i, d);
     e.shape.push_back(int64_t(d));
     overflow = overflow || __builtin_mul_overflow(numel, d, &numel);
   }
@@ -153,29 +111,222 @@ SafetensorsEntry parse_entry(const std::string& name, const json& v, uint64_t da
     overflow = false;
   }
 
-  const json& offs = v["data_offsets"];
+  const json& offs = *raw.data_offsets;
   SPINDLE_CHECK(offs.is_array() && offs.size() == 2, format,
-                "{}: {}: data_offsets must be an array [begin, end], got {}", source, what,
+                "{}: {}: data_offsets must be an array [begin, end], got {}", source, what(),
                 clip(offs.dump()));
-  e.data_begin = as_u64(offs[0], source, what + ": data_offsets[0]");
-  e.data_end = as_u64(offs[1], source, what + ": data_offsets[1]");
+  for (size_t i = 0; i < 2; ++i) {
+    if (!offs[i].is_number_unsigned()) {
+      (void)as_u64(offs[i], source, fmt::format("{}: data_offsets[{}]", what(), i));
+    }
+  }
+  e.data_begin = offs[0].get<uint64_t>();
+  e.data_end = offs[1].get<uint64_t>();
   SPINDLE_CHECK(e.data_begin <= e.data_end, format,
-                "{}: {}: data_offsets [{}, {}] end before they begin", source, what, e.data_begin,
+                "{}: {}: data_offsets [{}, {}] end before they begin", source, what(), e.data_begin,
                 e.data_end);
   SPINDLE_CHECK(e.data_end <= data_size, format,
                 "{}: {}: data_offsets [{}, {}] reach past the data section ({} bytes); the file "
                 "is truncated or the header is corrupt",
-                source, what, e.data_begin, e.data_end, data_size);
+                source, what(), e.data_begin, e.data_end, data_size);
   uint64_t want_bytes = 0;
   overflow = overflow || __builtin_mul_overflow(numel, uint64_t(e.element_size), &want_bytes);
-  SPINDLE_CHECK(!overflow, format, "{}: {}: shape {} overflows 64-bit byte counts", source, what,
+  SPINDLE_CHECK(!overflow, format, "{}: {}: shape {} overflows 64-bit byte counts", source, what(),
                 shape_str(e.shape));
   SPINDLE_CHECK(want_bytes == e.byte_size(), format,
                 "{}: {}: data_offsets [{}, {}] span {} bytes, but shape {} of {} needs {}", source,
-                what, e.data_begin, e.data_end, e.byte_size(), shape_str(e.shape), e.dtype,
+                what(), e.data_begin, e.data_end, e.byte_size(), shape_str(e.shape), e.dtype,
                 want_bytes);
+  e.name = std::move(raw.name);  // last: the messages above name it
   return e;
 }
+
+// The header in ONE pass over its JSON, without a DOM of the whole header: entries are built
+// as their objects close (only dtype, shape and data_offsets are kept, as small json values),
+// "__metadata__" goes straight into the map, everything else is skipped. It rejects what the
+// DOM would hide or choke on: nesting deeper than kMaxJsonDepth and a key repeated in any
+// object (nlohmann's DOM silently keeps the last). Syntax and structure errors stop the parse
+// through `error` (reported as "header ..."); an entry's own errors throw from end_object.
+// A header with several faults reports the first one met in document order.
+class HeaderBuilder : public nlohmann::json_sax<json> {
+ public:
+  HeaderBuilder(SafetensorsHeader& out, uint64_t data_size, const std::string& source)
+      : out_(out), data_size_(data_size), source_(source) {}
+  std::string error;
+
+  bool null() override { return scalar(json(nullptr)); }
+  bool boolean(bool v) override { return scalar(json(v)); }
+  bool number_integer(number_integer_t v) override { return scalar(json(v)); }
+  bool number_unsigned(number_unsigned_t v) override { return scalar(json(v)); }
+  bool number_float(number_float_t v, const string_t&) override { return scalar(json(v)); }
+  bool string(string_t& v) override { return scalar(json(std::move(v))); }
+  bool binary(binary_t&) override { return scalar(json(nullptr)); }  // not in text JSON
+
+  bool start_object(std::size_t) override { return open(/*object=*/true); }
+  bool start_array(std::size_t) override { return open(/*object=*/false); }
+  bool key(string_t& k) override {
+    Frame& f = frames_.back();
+    if (f.kind == Kind::root) {
+      if (k == "__metadata__" && std::exchange(metadata_seen_, true)) return duplicate(k, true);
+    } else if (f.kind == Kind::metadata) {
+      if (out_.metadata.count(k) != 0) return duplicate(k, false);
+    } else {
+      if (std::find(f.keys.begin(), f.keys.end(), k) != f.keys.end()) return duplicate(k, false);
+      f.keys.push_back(k);
+    }
+    f.key = std::move(k);
+    return true;
+  }
+  bool end_object() override { return close(); }
+  bool end_array() override { return close(); }
+  bool parse_error(std::size_t, const std::string&,
+                   const nlohmann::detail::exception& ex) override {
+    error = fmt::format("not valid JSON: {}", ex.what());
+    return false;
+  }
+
+  // Called after a successful parse: a header that is not an object refused, entries sorted by
+  // name, a name given twice refused.
+  void finish() {
+    if (root_type_ != nullptr) {
+      SPINDLE_THROW(format, "{}: header must be a JSON object, got {}", source_, root_type_);
+    }
+    auto& entries = out_.entries;
+    std::sort(entries.begin(), entries.end(),
+              [](const auto& a, const auto& b) { return a.name < b.name; });
+    for (size_t i = 1; i < entries.size(); ++i) {
+      SPINDLE_CHECK(entries[i - 1].name != entries[i].name, format,
+                    "{}: header duplicate key '{}' (two tensors with the same name)", source_,
+                    clip(entries[i].name));
+    }
+  }
+
+ private:
+  // root: the header object; metadata: "__metadata__"; entry: a tensor's object; field: a
+  // value under construction for one of the entry's kept fields; skip: anything else.
+  enum class Kind { root, metadata, entry, field, skip };
+  struct Frame {
+    Frame(Kind k, bool is_object, json* v = nullptr) : kind(k), object(is_object), value(v) {}
+    Kind kind;
+    bool object;
+    json* value;                    // field frames: the container being filled
+    std::string key;                // the last key of an object frame
+    std::vector<std::string> keys;  // entry / field / skip objects: keys seen (small objects)
+  };
+
+  bool duplicate(const std::string& k, bool top) {
+    error = fmt::format("duplicate key '{}'{}", clip(k),
+                        top ? " (two tensors with the same name)" : "");
+    return false;
+  }
+
+  // The slot of the entry's kept field named `key`, or null for a key to skip.
+  std::optional<json>* field_slot(const std::string& key) {
+    if (key == "dtype") return &entry_.dtype;
+    if (key == "shape") return &entry_.shape;
+    if (key == "data_offsets") return &entry_.data_offsets;
+    return nullptr;
+  }
+
+  // A value (scalar, or a container now opening) inside the current frame. Returns the json
+  // to fill when the value belongs to a kept field, else null.
+  json* place(json v) {
+    Frame& f = frames_.back();
+    switch (f.kind) {
+      case Kind::entry:
+        if (auto* slot = field_slot(f.key)) return &slot->emplace(std::move(v));
+        return nullptr;
+      case Kind::field:
+        if (f.object) return &((*f.value)[f.key] = std::move(v));
+        f.value->push_back(std::move(v));
+        return &f.value->back();
+      default:
+        return nullptr;
+    }
+  }
+
+  bool scalar(json v) {
+    if (frames_.empty()) {  // reported by finish(), so a syntax error still comes first
+      root_type_ = v.type_name();
+      return true;
+    }
+    Frame& f = frames_.back();
+    if (f.kind == Kind::root) return wrong_top_value(f.key, v.type_name());
+    if (f.kind == Kind::metadata) {
+      SPINDLE_CHECK(v.is_string(), format,
+                    "{}: __metadata__ value of '{}' must be a string, got {}", source_, clip(f.key),
+                    v.type_name());
+      out_.metadata.emplace(std::move(f.key), std::move(v.get_ref<std::string&>()));
+      return true;
+    }
+    place(std::move(v));
+    return true;
+  }
+
+  bool wrong_top_value(const std::string& key, const char* type) {
+    if (key == "__metadata__") {
+      SPINDLE_THROW(format, "{}: __metadata__ must be an object, got {}", source_, type);
+    }
+    SPINDLE_THROW(format, "{}: tensor '{}': entry must be an object, got {}", source_, clip(key),
+                  type);
+  }
+
+  bool open(bool object) {
+    if (++depth_ > kMaxJsonDepth) {
+      error = fmt::format("JSON nests deeper than {} levels", kMaxJsonDepth);
+      return false;
+    }
+    const char* type = object ? "object" : "array";
+    if (frames_.empty()) {
+      if (!object) root_type_ = type;  // skipped, then reported by finish()
+      frames_.push_back({object ? Kind::root : Kind::skip, object});
+      return true;
+    }
+    Frame& f = frames_.back();
+    switch (f.kind) {
+      case Kind::root:
+        if (!object) return wrong_top_value(f.key, type);
+        if (f.key == "__metadata__") {
+          frames_.push_back({Kind::metadata, true});
+        } else {
+          entry_ = RawEntry{std::move(f.key), {}, {}, {}};
+          frames_.push_back({Kind::entry, true});
+        }
+        return true;
+      case Kind::metadata:
+        SPINDLE_THROW(format, "{}: __metadata__ value of '{}' must be a string, got {}", source_,
+                      clip(f.key), type);
+      case Kind::entry:
+      case Kind::field:
+        if (json* v = place(object ? json::object() : json::array())) {
+          frames_.push_back({Kind::field, object, v});
+          return true;
+        }
+        break;
+      case Kind::skip:
+        break;
+    }
+    frames_.push_back({Kind::skip, object});
+    return true;
+  }
+
+  bool close() {
+    --depth_;
+    const Kind kind = frames_.back().kind;
+    frames_.pop_back();
+    if (kind == Kind::entry) out_.entries.push_back(parse_entry(entry_, data_size_, source_));
+    return true;
+  }
+
+  SafetensorsHeader& out_;
+  const uint64_t data_size_;
+  const std::string& source_;
+  std::vector<Frame> frames_;
+  RawEntry entry_;  // the entry being read (entries do not nest)
+  bool metadata_seen_ = false;
+  const char* root_type_ = nullptr;  // the header's JSON type when it is not an object
+  int depth_ = 0;
+};
 
 }  // namespace
 
@@ -214,39 +365,14 @@ SafetensorsHeader parse_safetensors_header(const uint8_t* bytes, size_t n_bytes,
   const char* text = reinterpret_cast<const char*>(bytes + 8);
   const uint64_t data_size = file_size - 8 - n;
 
-  HeaderSax sax;
-  if (!json::sax_parse(text, text + n, &sax)) {
-    SPINDLE_THROW(format, "{}: header {}", source,
-                  sax.error.empty() ? std::string("is not valid JSON") : sax.error);
-  }
-  json doc;
-  try {
-    doc = json::parse(text, text + n);
-  } catch (const json::exception& ex) {
-    SPINDLE_THROW(format, "{}: header is not valid JSON: {}", source, ex.what());
-  }
-  SPINDLE_CHECK(doc.is_object(), format, "{}: header must be a JSON object, got {}", source,
-                doc.type_name());
-
   SafetensorsHeader h;
   h.data_offset = 8 + n;
-  for (const auto& [key, value] : doc.items()) {
-    if (key == "__metadata__") {
-      SPINDLE_CHECK(value.is_object(), format, "{}: __metadata__ must be an object, got {}", source,
-                    value.type_name());
-      for (const auto& [mk, mv] : value.items()) {
-        SPINDLE_CHECK(mv.is_string(), format,
-                      "{}: __metadata__ value of '{}' must be a string, got {}", source, clip(mk),
-                      mv.type_name());
-        h.metadata.emplace(mk, mv.get<std::string>());
-      }
-      continue;
-    }
-    h.entries.push_back(parse_entry(key, value, data_size, source));
+  HeaderBuilder builder(h, data_size, source);
+  if (!json::sax_parse(text, text + n, &builder)) {
+    SPINDLE_THROW(format, "{}: header {}", source,
+                  builder.error.empty() ? std::string("is not valid JSON") : builder.error);
   }
-  // nlohmann objects iterate in key order, so entries are sorted by name already.
-  SPINDLE_ASSERT(std::is_sorted(h.entries.begin(), h.entries.end(),
-                                [](const auto& a, const auto& b) { return a.name < b.name; }));
+  builder.finish();
 
   std::vector<const SafetensorsEntry*> by_offset;
   for (const auto& e : h.entries) {
