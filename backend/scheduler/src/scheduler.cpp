@@ -5,6 +5,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <variant>
 
@@ -95,14 +96,23 @@ struct Scheduler::Impl {
     s.session_sample_jobs = counters_.session_sample_jobs;
     s.faults = counters_.faults;
     s.residency = residency_.stats();
-    s.placements = residency_.snapshot();
+    // Every step while few revisions are placed; past that (a host cache of thousands of
+    // revisions) at most 10 times a second: the list is O(revisions) strings, and rebuilding
+    // it after every step was a tenth of the engine thread under a storm of cold loads.
+    // Not copied when not rebuilt: the published list stays in stats_.
+    const auto now = std::chrono::steady_clock::now();
+    std::optional<std::vector<adapters::RevisionPlacement>> placements;
+    if (residency_.known_count() <= kFreshPlacements ||
+        now - placements_at_ >= std::chrono::milliseconds(100)) {
+      placements = residency_.snapshot();
+      placements_at_ = now;
+    }
     s.device_slots = serving_pool_.max_slots();
     for (int32_t slot = 0; slot < serving_pool_.max_slots(); ++slot) {
       s.device_slots_used += serving_pool_.occupied(slot) ? 1 : 0;
     }
     // Free device memory is a driver (or /proc) query: refreshed at most once a second. The
     // device, dtype and pool sizes never change.
-    const auto now = std::chrono::steady_clock::now();
     if (now - memory_at_ >= std::chrono::seconds(1)) {
       try {
         memory_ = backend_.memory();
@@ -117,6 +127,7 @@ struct Scheduler::Impl {
     s.serving_pool_bytes = serving_pool_.bytes();
     s.training_pool_bytes = training_.pool().bytes();
     std::lock_guard lock(stats_mutex_);
+    s.placements = placements ? std::move(*placements) : std::move(stats_.placements);
     stats_ = std::move(s);
   }
 
@@ -174,6 +185,8 @@ struct Scheduler::Impl {
   const std::string dtype_;
   engine::MemoryReport memory_;  // engine thread, refreshed by publish()
   std::chrono::steady_clock::time_point memory_at_;
+  static constexpr size_t kFreshPlacements = 256;  // placed revisions listed after every step
+  std::chrono::steady_clock::time_point placements_at_;  // engine thread: the last rebuild
 
   std::mutex mutex_;  // guards incoming_, stopping_, drain_, joined_
   std::condition_variable cv_;

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <thread>
 
 #include "scheduler_fixtures.h"
 
@@ -177,6 +179,45 @@ TEST(SchedulerResidency, AdmissionIsRoundRobinAcrossTenants) {
   EXPECT_LT(position_b, 5);  // B's turn comes right after A's first job, not after 50
   // FIFO within a tenant: A's jobs finish in submission order (same lengths).
   EXPECT_TRUE(std::is_sorted(position_a.begin(), position_a.end()));
+}
+
+}  // namespace
+}  // namespace spindle::scheduler
+
+namespace spindle::scheduler {
+namespace {
+
+// Past a few hundred placed revisions the placements list is rebuilt at most ten times a
+// second instead of after every engine step; it still catches up with every revision.
+TEST(SchedulerResidency, LargePlacementListsCatchUp) {
+  auto env = testing::tiny_env();
+  constexpr int kAdapters = 300;  // past the 256 listed after every step
+  for (int i = 0; i < kAdapters; ++i) {
+    env->add_adapter("a" + std::to_string(i), 2, uint64_t(100 + i), /*warm=*/true);
+  }
+  Scheduler sched(*env->backend, nullptr, env->pool, env->residency);
+  std::vector<SampleWaiter> w(kAdapters);
+  for (int i = 0; i < kAdapters; ++i) {
+    SampleJob j = job_for("a" + std::to_string(i), {1, 5}, 1, uint64_t(i));
+    j.done = w[size_t(i)].callback();
+    ASSERT_TRUE(sched.submit_sample(std::move(j)));
+  }
+  for (auto& x : w) ASSERT_TRUE(x.get().ok());
+  // Every revision was acquired, so each is listed (device or host) once the list is rebuilt.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  size_t listed = 0;
+  while (std::chrono::steady_clock::now() < deadline) {
+    SampleJob poke = job_for("", {1, 2}, 1);  // a step, which publishes the stats
+    SampleWaiter done;
+    poke.done = done.callback();
+    ASSERT_TRUE(sched.submit_sample(std::move(poke)));
+    ASSERT_TRUE(done.get().ok());
+    listed = sched.stats().placements.size();
+    if (listed == size_t(kAdapters)) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(listed, size_t(kAdapters));
+  for (const auto& p : sched.stats().placements) EXPECT_EQ(p.in_use, 0) << p.revision_id;
 }
 
 }  // namespace

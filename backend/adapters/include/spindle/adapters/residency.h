@@ -79,6 +79,7 @@ class ResidencyManager {
   // Where each placed revision sits now (device, host or loading); cold ones are omitted, and
   // at most a few times the slot count of cold ids are remembered between snapshots.
   std::vector<RevisionPlacement> snapshot() const;
+  size_t known_count() const { return known_.size(); }  // ids snapshot() walks (bound of its size)
   std::optional<int32_t> slot_of(const std::string& revision_id) const;
   ResidencyStats stats() const { return stats_; }
   size_t pending_loads() const { return pending_.size(); }
