@@ -295,27 +295,26 @@ void copy_lora_rank(const float* A, const float* B, int64_t r, int64_t d_in, int
   for (int64_t j = 0; j < d_out; ++j) std::memcpy(b + j * max_rank, B + j * r, size_t(r) * sizeof(float));
 }
 
-void zero_lora_rank(int64_t r, int64_t d_in, int64_t d_out, int64_t max_rank, float* a,
-                    float* b) {
-  std::memset(a, 0, size_t(r * d_in) * sizeof(float));
-  if (r == max_rank) {
-    std::memset(b, 0, size_t(d_out * r) * sizeof(float));
+// Zeroes rows [from, to) of a [max_rank, d_in] and columns [from, to) of b [d_out, max_rank].
+void zero_lora_ranks(int64_t from, int64_t to, int64_t d_in, int64_t d_out, int64_t max_rank,
+                     float* a, float* b) {
+  if (to <= from) return;
+  std::memset(a + from * d_in, 0, size_t((to - from) * d_in) * sizeof(float));
+  if (from == 0 && to == max_rank) {
+    std::memset(b, 0, size_t(d_out * max_rank) * sizeof(float));
     return;
   }
-  for (int64_t j = 0; j < d_out; ++j) std::memset(b + j * max_rank, 0, size_t(r) * sizeof(float));
+  for (int64_t j = 0; j < d_out; ++j) {
+    std::memset(b + j * max_rank + from, 0, size_t(to - from) * sizeof(float));
+  }
 }
 
 }  // namespace
 
 void pack_lora_slot(const float* A, const float* B, int64_t r, int64_t d_in, int64_t d_out,
                     int64_t max_rank, float* a, float* b) {
-  const int64_t R = max_rank;
-  copy_lora_rank(A, B, r, d_in, d_out, R, a, b);
-  std::memset(a + r * d_in, 0, size_t((R - r) * d_in) * sizeof(float));
-  if (r == R) return;
-  for (int64_t j = 0; j < d_out; ++j) {
-    std::memset(b + j * R + r, 0, size_t(R - r) * sizeof(float));
-  }
+  copy_lora_rank(A, B, r, d_in, d_out, max_rank, a, b);
+  zero_lora_ranks(r, max_rank, d_in, d_out, max_rank, a, b);
 }
 
 void pack_lora_slot(const LoraPair& pair, int64_t max_rank, float* a, float* b) {
@@ -337,6 +336,7 @@ LoraSlotPool::LoraSlotPool(const ModelConfig& config, LoraPoolOptions options)
       m.A = Tensor::zeros({S, R, d_in});
       m.B = Tensor::zeros({S, d_out, R});
       m.rank.assign(size_t(S), 0);
+      m.dirty.assign(size_t(S), 0);
       m.scale.assign(size_t(S), 0.0f);
       m.d_in = d_in;
       m.d_out = d_out;
@@ -355,6 +355,7 @@ LoraSlotPool::LoraSlotPool(const ModelConfig& config, LoraPoolOptions options)
       m.A = Tensor::zeros({E, S, R, d_in});
       m.B = Tensor::zeros({E, S, d_out, R});
       m.rank.assign(size_t(S), 0);
+      m.dirty.assign(size_t(S), 0);
       m.scale.assign(size_t(S), 0.0f);
       m.d_in = d_in;
       m.d_out = d_out;
@@ -394,14 +395,20 @@ void LoraSlotPool::load(int32_t slot, const LoraWeights& adapter) {
   });
   clear(slot);
   const int64_t R = options_.max_rank, r = adapter.rank;
+  // Writes rows/columns [0, r) and zeroes what an earlier adapter left in [r, dirty).
+  auto place = [&](const float* A, const float* B, int64_t d_in, int64_t d_out, int32_t& dirty,
+                   float* a, float* b) {
+    copy_lora_rank(A, B, r, d_in, d_out, R, a, b);
+    zero_lora_ranks(r, dirty, d_in, d_out, R, a, b);
+    dirty = int32_t(r);
+  };
   for (int64_t l = 0; l < config_.n_layers; ++l) {
     for (LoraTarget t : kAllLoraTargets) {
       const LoraPair& p = adapter.modules[size_t(l)][size_t(t)];
       if (p.empty()) continue;
       Module& m = *module(l, t);
-      copy_lora_rank(p.A.data(), p.B.data(), r, m.d_in, m.d_out, R,
-                     m.A.data() + int64_t(slot) * R * m.d_in,
-                     m.B.data() + int64_t(slot) * m.d_out * R);
+      place(p.A.data(), p.B.data(), m.d_in, m.d_out, m.dirty[size_t(slot)],
+            m.A.data() + int64_t(slot) * R * m.d_in, m.B.data() + int64_t(slot) * m.d_out * R);
       m.rank[size_t(slot)] = int32_t(r);
       m.scale[size_t(slot)] = adapter.scale();
     }
@@ -413,10 +420,11 @@ void LoraSlotPool::load(int32_t slot, const LoraWeights& adapter) {
       auto& m = *expert_modules_[l][size_t(expert_proj(t))];
       const int64_t S = options_.max_slots, din = m.d_in, dout = m.d_out;
       for (int64_t e = 0; e < config_.moe.n_experts; ++e) {
-        copy_lora_rank(p.A.data() + e * r * din, p.B.data() + e * dout * r, r, din, dout, R,
-                       m.A.data() + (e * S + slot) * R * din,
-                       m.B.data() + (e * S + slot) * dout * R);
+        int32_t dirty = m.dirty[size_t(slot)];  // the same for every expert of the slot
+        place(p.A.data() + e * r * din, p.B.data() + e * dout * r, din, dout, dirty,
+              m.A.data() + (e * S + slot) * R * din, m.B.data() + (e * S + slot) * dout * R);
       }
+      m.dirty[size_t(slot)] = int32_t(r);
       m.rank[size_t(slot)] = int32_t(r);
       m.scale[size_t(slot)] = adapter.scale();
     }
@@ -426,26 +434,18 @@ void LoraSlotPool::load(int32_t slot, const LoraWeights& adapter) {
 
 void LoraSlotPool::clear(int32_t slot) {
   check_slot(slot);
-  const int64_t R = options_.max_rank;
+  // No memory is touched: kernels read a slot's first `rank` rows only, and the next load
+  // zeroes what this adapter leaves past its own rank (dirty).
   for (auto& layer : modules_) {
     for (auto& m : layer) {
-      if (!m || m->rank[size_t(slot)] == 0) continue;
-      zero_lora_rank(m->rank[size_t(slot)], m->d_in, m->d_out, R,
-                     m->A.data() + int64_t(slot) * R * m->d_in,
-                     m->B.data() + int64_t(slot) * m->d_out * R);
+      if (!m) continue;
       m->rank[size_t(slot)] = 0;
       m->scale[size_t(slot)] = 0.0f;
     }
   }
-  const int64_t S = options_.max_slots;
   for (auto& layer : expert_modules_) {
     for (auto& m : layer) {
-      if (!m || m->rank[size_t(slot)] == 0) continue;
-      for (int64_t e = 0; e < config_.moe.n_experts; ++e) {
-        zero_lora_rank(m->rank[size_t(slot)], m->d_in, m->d_out, R,
-                       m->A.data() + (e * S + slot) * R * m->d_in,
-                       m->B.data() + (e * S + slot) * m->d_out * R);
-      }
+      if (!m) continue;
       m->rank[size_t(slot)] = 0;
       m->scale[size_t(slot)] = 0.0f;
     }

@@ -146,11 +146,12 @@ class LoraSlotPool final : public SlotPool {
   int32_t max_rank() const override { return options_.max_rank; }
   const ModelConfig& config() const { return config_; }
 
-  // Copies `adapter` into `slot` (validated first; nothing changes on error). Invariant of every
-  // slot: A rows and B columns from the module's rank up to max_rank are zero (the pool starts
-  // zeroed, clear() zeroes the [0, rank) part, load() writes only [0, r) of a cleared slot), so a
-  // load or clear touches O(rank) memory, not O(max_rank): a cold load of a rank-8 adapter into
-  // a max-rank-64 pool writes its own bytes, not 16x them on the engine thread.
+  // Copies `adapter` into `slot` (validated first; nothing changes on error). Each module of a
+  // slot keeps `dirty`: rows of A and columns of B at and past it are zero, so a load writes
+  // [0, r) and zeroes only [r, dirty), and clear() touches no memory (the kernels read the first
+  // `rank` rows of a slot, none of a cleared one). A cold load of a rank-8 adapter into the
+  // daemon's max-rank-64 pool writes its own bytes, not 16x them, on the engine thread; a
+  // storm of them was a tenth of that thread in memsets of cold pool memory.
   void load(int32_t slot, const LoraWeights& adapter) override;
   void clear(int32_t slot) override;
   bool occupied(int32_t slot) const override;
@@ -169,6 +170,7 @@ class LoraSlotPool final : public SlotPool {
     Tensor A;                    // [max_slots, max_rank, d_in]
     Tensor B;                    // [max_slots, d_out, max_rank]
     std::vector<int32_t> rank;   // [max_slots]
+    std::vector<int32_t> dirty;  // [max_slots]: rows/columns past it are zero
     std::vector<float> scale;    // [max_slots]
     int64_t d_in = 0, d_out = 0;
   };
@@ -177,8 +179,9 @@ class LoraSlotPool final : public SlotPool {
   struct ExpertModule {
     Tensor A;                   // [n_experts, max_slots, max_rank, d_in]
     Tensor B;                   // [n_experts, max_slots, d_out, max_rank]
-    std::vector<int32_t> rank;  // [max_slots]
-    std::vector<float> scale;   // [max_slots]
+    std::vector<int32_t> rank;   // [max_slots]
+    std::vector<int32_t> dirty;  // [max_slots], for every expert of the slot
+    std::vector<float> scale;    // [max_slots]
     int64_t d_in = 0, d_out = 0;
   };
   Module* module(int64_t layer, LoraTarget target);
