@@ -7,8 +7,8 @@
 #include <utility>
 #include <vector>
 
-#include "spindled_process.h"
 #include "spindle/protocol/client.h"
+#include "spindled_process.h"
 
 namespace spindle::bench {
 

@@ -57,10 +57,10 @@ const std::vector<int32_t> kPrompt = {1, 403, 407, 261, 378, 285, 262, 281};  //
 // One completed request.
 struct Done {
   int adapter = 0;
-  double at_s = 0;        // completion, seconds after the part's start
+  double at_s = 0;  // completion, seconds after the part's start
   double latency_ms = 0;
   int tokens = 0;
-  bool first = false;     // the first request of this adapter since the daemon started
+  bool first = false;  // the first request of this adapter since the daemon started
 };
 
 // A group of clients with one request shape. `pick` returns the adapter of a client's next
@@ -81,7 +81,8 @@ struct LaneResult {
   }
   std::vector<double> latencies(bool first) const {
     std::vector<double> v;
-    for (const Done& d : done) if (d.first == first) v.push_back(d.latency_ms);
+    for (const Done& d : done)
+      if (d.first == first) v.push_back(d.latency_ms);
     return v;
   }
 };
@@ -90,8 +91,7 @@ struct LaneResult {
 class Traffic {
  public:
   Traffic(ClientOptions options, std::vector<std::string> addresses)
-      : options_(std::move(options)), addresses_(std::move(addresses)),
-        seen_(addresses_.size()) {}
+      : options_(std::move(options)), addresses_(std::move(addresses)), seen_(addresses_.size()) {}
 
   // Runs every lane at once for `seconds` (a client finishes the request it is in); one
   // result per lane. Every client thread is joined before it returns.
@@ -169,8 +169,10 @@ class Traffic {
         for (const auto& s : reply.sequences) d.tokens += int(s.tokens.size());
         r.done.push_back(d);
       } catch (const ClientError& e) {
-        if (e.code() == "timeout" || e.code() == "transport") ++r.lost;
-        else ++r.errors;
+        if (e.code() == "timeout" || e.code() == "transport")
+          ++r.lost;
+        else
+          ++r.errors;
         if (r.errors + r.lost < 3) std::fprintf(stderr, "request failed: %s\n", e.what());
       }
     }
@@ -208,9 +210,9 @@ void run_zipf_serving(const ServiceBenchOptions& opts) {
   const double secs = opts.zipf_seconds;
   const fs::path dir = opts.work_dir / "zipf";
   const std::vector<std::string> args = {
-      "--model", model.string(), "--serving-slots", std::to_string(opts.zipf_slots),
-      "--max-queue", "8192", "--max-running", "1024", "--kv-blocks", "16384",
-      "--device", opts.device};
+      "--model",     model.string(), "--serving-slots", std::to_string(opts.zipf_slots),
+      "--max-queue", "8192",         "--max-running",   "1024",
+      "--kv-blocks", "16384",        "--device",        opts.device};
   std::vector<std::string> addresses;
   {
     DaemonProcess d(opts.spindled, dir, args, 120);
@@ -218,9 +220,10 @@ void run_zipf_serving(const ServiceBenchOptions& opts) {
     const std::string base = admin.capabilities().bases.at(0).id;
     const auto t_reg = Clock::now();
     addresses = register_adapters(d.client_options(), base, "zipf-", n + storm_n, /*threads=*/8);
-    std::printf("zipf serving on %s: registered %d rank-8 adapters (+%d for the storm) in %.1f s; "
-                "restarting the daemon so every revision is cold\n",
-                opts.device.c_str(), n, storm_n, seconds_since(t_reg));
+    std::printf(
+        "zipf serving on %s: registered %d rank-8 adapters (+%d for the storm) in %.1f s; "
+        "restarting the daemon so every revision is cold\n",
+        opts.device.c_str(), n, storm_n, seconds_since(t_reg));
     d.stop();
   }
   DaemonProcess d(opts.spindled, dir, args, 120);
@@ -236,8 +239,8 @@ void run_zipf_serving(const ServiceBenchOptions& opts) {
       traffic.run({{clients, 16, [&](std::mt19937_64& g) { return zipf(g); }}}, secs, 2);
   print_health("zipf", distinct);
   const double single_tok_s = single[0].tok_s(secs), distinct_tok_s = distinct[0].tok_s(secs);
-  std::printf("single_tok_s = %.1f\ndistinct_tok_s = %.1f\ndistinct/single = %.2f\n",
-              single_tok_s, distinct_tok_s, distinct_tok_s / single_tok_s);
+  std::printf("single_tok_s = %.1f\ndistinct_tok_s = %.1f\ndistinct/single = %.2f\n", single_tok_s,
+              distinct_tok_s, distinct_tok_s / single_tok_s);
   // The same traffic again: the adapters the first pass requested are in host memory now, so
   // what is left of the gap to single is slot refills and heterogeneous batches, not loads.
   const auto again =
@@ -245,15 +248,17 @@ void run_zipf_serving(const ServiceBenchOptions& opts) {
   print_health("zipf again", again);
   std::printf("distinct_again/single = %.2f (host memory warm: %zu cold loads left)\n",
               again[0].tok_s(secs) / single_tok_s, again[0].latencies(/*first=*/true).size());
-  const auto waits = cold_waits(distinct[0], percentile(distinct[0].latencies(/*first=*/false), 0.5));
+  const auto waits =
+      cold_waits(distinct[0], percentile(distinct[0].latencies(/*first=*/false), 0.5));
   std::printf("cold loads in the Zipf part: %zu (request p50 %.2f ms)\n", waits.size(),
               percentile(distinct[0].latencies(false), 0.5));
   std::printf("cold_load_wait_p50_ms = %.2f\ncold_load_wait_p99_ms = %.2f\n",
               percentile(waits, 0.5), percentile(waits, 0.99));
   const auto st = Client(d.client_options()).status();
-  std::printf("server after the Zipf part: device hit rate %.2f, host hit rate %.2f, mean load "
-              "wait %.2f ms\n",
-              st.device_hit_rate, st.host_hit_rate, st.mean_load_wait_ms);
+  std::printf(
+      "server after the Zipf part: device hit rate %.2f, host hit rate %.2f, mean load "
+      "wait %.2f ms\n",
+      st.device_hit_rate, st.host_hit_rate, st.mean_load_wait_ms);
 
   // 2. A storm of cold loads beside warm traffic.
   const int warm_n = std::max(1, std::min(32, opts.zipf_slots / 4));
@@ -269,12 +274,13 @@ void run_zipf_serving(const ServiceBenchOptions& opts) {
   print_health("undisturbed", undisturbed);
   std::atomic<int> next_storm{n};
   const int storm_end = n + storm_n;
-  const auto storm = traffic.run(
-      {warm, {clients - half, 1, [&](std::mt19937_64&) {
-                const int a = next_storm++;
-                return a < storm_end ? a : -1;
-              }}},
-      secs, 5);
+  const auto storm = traffic.run({warm,
+                                  {clients - half, 1,
+                                   [&](std::mt19937_64&) {
+                                     const int a = next_storm++;
+                                     return a < storm_end ? a : -1;
+                                   }}},
+                                 secs, 5);
   print_health("storm", storm);
   // The storm may run out of never-seen adapters before the part ends: compare over its span.
   double storm_span = secs;
@@ -284,7 +290,8 @@ void run_zipf_serving(const ServiceBenchOptions& opts) {
   }
   auto warm_tok_s_within = [](const LaneResult& l, double span) {
     double t = 0;
-    for (const Done& x : l.done) if (x.at_s <= span) t += x.tokens;
+    for (const Done& x : l.done)
+      if (x.at_s <= span) t += x.tokens;
     return span > 0 ? t / span : 0.0;
   };
   const double alone_tok_s = alone[0].tok_s(secs);
@@ -292,19 +299,22 @@ void run_zipf_serving(const ServiceBenchOptions& opts) {
   const double storm_tok_s = warm_tok_s_within(storm[0], storm_span);
   const auto storm_waits =
       cold_waits(storm[1], percentile(undisturbed[1].latencies(/*first=*/false), 0.5));
-  std::printf("storm: %d warm clients on %d adapters, %d clients on cold ones (%zu cold loads in "
-              "%.2f s)\n",
-              half, warm_n, clients - half, storm_waits.size(), storm_span);
+  std::printf(
+      "storm: %d warm clients on %d adapters, %d clients on cold ones (%zu cold loads in "
+      "%.2f s)\n",
+      half, warm_n, clients - half, storm_waits.size(), storm_span);
   std::printf("warm_alone_tok_s = %.1f\nwarm_undisturbed_tok_s = %.1f\nwarm_storm_tok_s = %.1f\n",
               alone_tok_s, undisturbed_tok_s, storm_tok_s);
   std::printf("warm_storm/undisturbed = %.2f\n", storm_tok_s / undisturbed_tok_s);
-  std::printf("the other half: %.1f requests/s on warm adapters (undisturbed), %.1f on cold ones "
-              "(storm)\n",
-              double(undisturbed[1].done.size()) / secs, double(storm[1].done.size()) / storm_span);
-  std::printf("storm_loads_per_s = %.1f\nstorm_cold_wait_p50_ms = %.2f\nstorm_cold_wait_p99_ms = "
-              "%.2f\n",
-              double(storm_waits.size()) / storm_span, percentile(storm_waits, 0.5),
-              percentile(storm_waits, 0.99));
+  std::printf(
+      "the other half: %.1f requests/s on warm adapters (undisturbed), %.1f on cold ones "
+      "(storm)\n",
+      double(undisturbed[1].done.size()) / secs, double(storm[1].done.size()) / storm_span);
+  std::printf(
+      "storm_loads_per_s = %.1f\nstorm_cold_wait_p50_ms = %.2f\nstorm_cold_wait_p99_ms = "
+      "%.2f\n",
+      double(storm_waits.size()) / storm_span, percentile(storm_waits, 0.5),
+      percentile(storm_waits, 0.99));
 }
 
 }  // namespace spindle::bench

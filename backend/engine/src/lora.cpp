@@ -282,9 +282,9 @@ void validate_lora_load(const LoraWeights& adapter, int32_t slot, const ModelCon
 
 namespace {
 
-// Rows [0, r) of a [max_rank, d_in] and columns [0, r) of b [d_out, max_rank]: what a module of
-// rank r occupies in a slot. copy_lora_rank writes A [r, d_in] and B [d_out, r] there;
-// zero_lora_rank zeroes it. Neither touches the rest.
+// Rows [0, r) of a [max_rank, d_in] and columns [0, r) of b [d_out, max_rank] are what a module
+// of rank r occupies in a slot: copy_lora_rank writes A [r, d_in] and B [d_out, r] there and
+// touches nothing else.
 void copy_lora_rank(const float* A, const float* B, int64_t r, int64_t d_in, int64_t d_out,
                     int64_t max_rank, float* a, float* b) {
   std::memcpy(a, A, size_t(r * d_in) * sizeof(float));
@@ -292,7 +292,9 @@ void copy_lora_rank(const float* A, const float* B, int64_t r, int64_t d_in, int
     std::memcpy(b, B, size_t(d_out * r) * sizeof(float));
     return;
   }
-  for (int64_t j = 0; j < d_out; ++j) std::memcpy(b + j * max_rank, B + j * r, size_t(r) * sizeof(float));
+  for (int64_t j = 0; j < d_out; ++j) {
+    std::memcpy(b + j * max_rank, B + j * r, size_t(r) * sizeof(float));
+  }
 }
 
 // Zeroes rows [from, to) of a [max_rank, d_in] and columns [from, to) of b [d_out, max_rank].

@@ -273,7 +273,8 @@ TEST(HeteroBatch, ReloadedSlotHoldsOnlyTheNewAdapterAndZeroPastItsRank) {
     ForwardState st;
     const BatchSequence one{cache.create(), p, 0};
     model.forward({&one, 1}, cache, &with, st, {.logits = LogitsFor::all_tokens});
-    return std::vector<float>(st.logits.row(0), st.logits.row(0) + int64_t(p.size()) * c.vocab_size);
+    const float* first = st.logits.row(0);
+    return std::vector<float>(first, first + int64_t(p.size()) * c.vocab_size);
   };
   EXPECT_EQ(logits(pool), logits(fresh));
 }
