@@ -141,7 +141,7 @@ def choose_answer(endpoint: str, config: rl_loop.Config) -> tuple[str, float]:
 
 
 def test_rl_loop_reward_rises(cookbook, tmp_path):
-    config = rl_loop.Config(base_url=cookbook.endpoint, log_path=str(tmp_path))
+    config = rl_loop.Config(base_url=cookbook.endpoint, log_path=str(tmp_path), learning_rate=1e-2)
     answer, base_rate = choose_answer(cookbook.endpoint, config)
     rows = [{"question": f"Tell me a story about {s}.", "answer": answer} for s in STORY_SUBJECTS]
     datasets.register("spindle/story-words", {"train": rows * 10})
