@@ -6,20 +6,31 @@
 # lib/ holds every non-system, non-CUDA shared library the executables load (from ldd);
 # shared/ holds the stories260K fixture when SPINDLE_SHARED_DIR (default ../shared) has it.
 # On the GPU machine: tar xf gpu-bundle.tar.xz && gpu-bundle/run.sh [OUT_DIR]
+# (SPINDLE_GPU_BENCH=0 skips the GPU bench; SPINDLE_SERVICE_BENCH=1 adds the daemon benches).
 set -euo pipefail
 build=${1:-build/default}
 shared=${SPINDLE_SHARED_DIR:-$(cd "$(dirname "$0")/.." && pwd)/../shared}
 dest=$build/gpu-bundle
 rm -rf "$dest" && mkdir -p "$dest/bin" "$dest/lib"
 
-# test_gpu_*: the CUDA engine's own suites. test_backend and test_scheduler: the device-neutral
-# suites (one body per behaviour, every backend), run here with SPINDLE_TEST_DEVICE=cuda.
-mapfile -t exes < <(find "$build/tests" -maxdepth 2 -type f -perm -u+x \
+# test_gpu_*: the CUDA engine's own suites. test_backend, test_scheduler and test_device_daemon:
+# the device-neutral suites (one body per behaviour, every backend), run here with
+# SPINDLE_TEST_DEVICE=cuda; test_device_daemon starts app/spindled --device cuda (issue 13's
+# service tests). spindle-bench: the daemon benches with --device cuda (SPINDLE_SERVICE_BENCH=1).
+mapfile -t exes < <(find "$build/tests" -maxdepth 3 -type f -perm -u+x \
                       \( -name 'test_gpu_*' -o -name 'spindle-bench-gpu' -o -name test_backend \
-                         -o -name test_scheduler \) | sort)
+                         -o -name test_scheduler -o -name test_device_daemon \
+                         -o -name spindle-bench \) | sort)
 [[ ${#exes[@]} -gt 0 ]] || { echo "gpu-bundle: no test_gpu_* executables under $build" >&2; exit 1; }
 cp "${exes[@]}" "$dest/bin/"
 cp "$(dirname "$0")/../tests/bench/gpu.sh" "$dest/bin/" 2>/dev/null || true
+# The daemon and its reward host where the tests look for them (SPINDLE_BINARY_DIR/app), and
+# the built-in reward plugins.
+mkdir -p "$dest/app" "$dest/plugins"
+for app in spindled spindle-reward-host; do
+  [[ -x $build/app/$app ]] && cp "$build/app/$app" "$dest/app/" && exes+=("$build/app/$app")
+done
+cp "$build"/plugins/*.so "$dest/plugins/" 2>/dev/null || true
 
 # System libraries (glibc, libstdc++, libgcc) exist on any Linux; CUDA's come with the driver
 # machine's toolkit. Everything else travels.
@@ -44,9 +55,12 @@ mkdir -p "$out"
 nccl=$(find / -name 'libnccl.so.2' -not -path '*/proc/*' 2>/dev/null | head -1)
 export LD_LIBRARY_PATH=$here/lib:/usr/local/cuda/lib64:${nccl:+$(dirname "$nccl"):}${LD_LIBRARY_PATH:-}
 export SPINDLE_SHARED_DIR=$here/shared
+export SPINDLE_BINARY_DIR=$here SPINDLE_REWARD_PLUGIN_PATH=$here/plugins
+export SPINDLE_REWARD_HOST=$here/app/spindle-reward-host
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
 status=0
-for t in "$here"/bin/test_gpu_* "$here"/bin/test_backend "$here"/bin/test_scheduler; do
+for t in "$here"/bin/test_gpu_* "$here"/bin/test_backend "$here"/bin/test_scheduler \
+         "$here"/bin/test_device_daemon; do
   [[ -x $t ]] || continue
   name=$(basename "$t")
   echo "=== $name"
@@ -58,6 +72,17 @@ if [[ -x $here/bin/spindle-bench-gpu && ${SPINDLE_GPU_BENCH:-1} == 1 ]]; then
   echo "=== spindle-bench-gpu"
   PATH=$here/bin:$PATH timeout "${SPINDLE_GPU_BENCH_TIMEOUT:-360}" \
     bash "$here/bin/gpu.sh" 2>&1 | tee "$out/bench.log" || status=1
+fi
+if [[ -x $here/bin/spindle-bench && ${SPINDLE_SERVICE_BENCH:-0} == 1 ]]; then
+  bench() {
+    echo "=== spindle-bench $*"
+    timeout "${SPINDLE_SERVICE_BENCH_TIMEOUT:-300}" "$here/bin/spindle-bench" "$@" 2>&1 |
+      tee -a "$out/service_bench.log" || status=1
+  }
+  daemon=(--device cuda --spindled "$here/app/spindled" --shared "$here/shared")
+  bench service --only zipf "${daemon[@]}"
+  bench service --only handoff --shapes 0.6b,4b "${daemon[@]}"
+  bench grpo --device cuda --shared "$here/shared"
 fi
 exit $status
 RUN

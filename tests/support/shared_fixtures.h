@@ -15,7 +15,12 @@ inline std::filesystem::path shared_dir() {
   return SPINDLE_SHARED_DIR_DEFAULT;
 }
 
-inline std::filesystem::path binary_dir() { return SPINDLE_BINARY_DIR; }
+// The build folder whose app/ holds spindled and the other binaries: env SPINDLE_BINARY_DIR
+// (a GPU bundle unpacked elsewhere sets it), else the build this test came from.
+inline std::filesystem::path binary_dir() {
+  if (const char* env = std::getenv("SPINDLE_BINARY_DIR"); env && *env) return env;
+  return SPINDLE_BINARY_DIR;
+}
 
 }  // namespace spindle::testing
 
