@@ -19,6 +19,9 @@ namespace spindle::bench {
 
 using Clock = std::chrono::steady_clock;
 
+// A short stories260K prompt ("Once upon a time"-like token ids) for the daemon benches.
+inline const std::vector<int32_t> kStoriesPrompt = {1, 403, 407, 261, 378, 285, 262, 281};
+
 // Inverse-CDF Zipf sampler over [0, n): rank 0 the most popular.
 class Zipf {
  public:

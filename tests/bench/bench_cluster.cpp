@@ -91,7 +91,6 @@ struct ClusterBenchOptions {
 };
 
 constexpr const char* kTenant = "local";  // the tenant of the token spindled creates
-const std::vector<int32_t> kPrompt = {1, 403, 407, 261, 378, 285, 262, 281};  // stories260K ids
 
 // ---- children: stopped on every path -----------------------------------------------------
 
@@ -259,7 +258,7 @@ LoadResult run_load(const ClientOptions& options, const std::vector<std::string>
         bool saw_unavailable = false, ok = false;
         for (int attempt = 0; attempt <= 200 && !ok; ++attempt) {
           try {
-            client->sample(addr, kPrompt, 1, p);
+            client->sample(addr, kStoriesPrompt, 1, p);
             ok = true;
           } catch (const ClientError& e) {
             if (e.code() != "unavailable") {
@@ -322,7 +321,7 @@ double throughput(const ClientOptions& options, const std::vector<std::string>& 
 double timed_sample_us(Client& c, const std::string& addr, const protocol::SamplingParamsMsg& p,
                        std::vector<int32_t>* tokens = nullptr) {
   const auto t0 = Clock::now();
-  const auto r = c.sample(addr, kPrompt, 1, p);
+  const auto r = c.sample(addr, kStoriesPrompt, 1, p);
   const double us = seconds_since(t0) * 1e6;
   if (tokens) *tokens = r.sequences.at(0).tokens;
   return us;

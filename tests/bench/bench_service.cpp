@@ -54,7 +54,7 @@ struct RowResult {
 
 RowResult run_row(const ClientOptions& options, const std::vector<std::string>& addresses,
                   int clients, int adapters, int per_client) {
-  const std::vector<int32_t> prompt = {1, 403, 407, 261, 378, 285, 262, 281};  // stories260K ids
+  const std::vector<int32_t>& prompt = kStoriesPrompt;
   std::vector<std::vector<double>> lat(static_cast<size_t>(clients));
   std::atomic<int> errors{0}, lost{0};
   std::atomic<int64_t> tokens{0};

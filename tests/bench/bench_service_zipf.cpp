@@ -53,8 +53,6 @@ using protocol::Client;
 using protocol::ClientError;
 using protocol::ClientOptions;
 
-const std::vector<int32_t> kPrompt = {1, 403, 407, 261, 378, 285, 262, 281};  // stories260K ids
-
 // One completed request.
 struct Done {
   int adapter = 0;
@@ -75,10 +73,13 @@ struct Lane {
 struct LaneResult {
   std::vector<Done> done;
   int errors = 0, lost = 0;
-  double tok_s(double seconds) const {
+  // Tokens/s of the requests completed within the first `span` seconds of the part (a client
+  // finishes the request it is in after the part ends; those do not count).
+  double tok_s(double span) const {
     double t = 0;
-    for (const Done& d : done) t += d.tokens;
-    return seconds > 0 ? t / seconds : 0.0;
+    for (const Done& d : done)
+      if (d.at_s <= span) t += d.tokens;
+    return span > 0 ? t / span : 0.0;
   }
   std::vector<double> latencies(bool first) const {
     std::vector<double> v;
@@ -136,7 +137,7 @@ class Traffic {
     protocol::SamplingParamsMsg p;
     p.max_tokens = 1;
     for (int a : adapters) {
-      c.sample(addresses_[size_t(a)], kPrompt, 1, p);
+      c.sample(addresses_[size_t(a)], kStoriesPrompt, 1, p);
       seen_[size_t(a)] = true;
     }
   }
@@ -165,7 +166,7 @@ class Traffic {
       const bool first = !seen_[size_t(a)].exchange(true);
       const auto start = Clock::now();
       try {
-        const auto reply = client->sample(addresses_[size_t(a)], kPrompt, 1, p);
+        const auto reply = client->sample(addresses_[size_t(a)], kStoriesPrompt, 1, p);
         Done d{a, seconds_since(t0), seconds_since(start) * 1e3, 0, first};
         for (const auto& s : reply.sequences) d.tokens += int(s.tokens.size());
         r.done.push_back(d);
@@ -289,15 +290,9 @@ void run_zipf_serving(const ServiceBenchOptions& opts) {
     storm_span = 0;
     for (const Done& x : storm[1].done) storm_span = std::max(storm_span, x.at_s);
   }
-  auto warm_tok_s_within = [](const LaneResult& l, double span) {
-    double t = 0;
-    for (const Done& x : l.done)
-      if (x.at_s <= span) t += x.tokens;
-    return span > 0 ? t / span : 0.0;
-  };
   const double alone_tok_s = alone[0].tok_s(secs);
   const double undisturbed_tok_s = undisturbed[0].tok_s(secs);
-  const double storm_tok_s = warm_tok_s_within(storm[0], storm_span);
+  const double storm_tok_s = storm[0].tok_s(storm_span);
   const auto storm_ms = storm[1].latencies(/*first=*/true);
   const auto one_token_ms = undisturbed[1].latencies(/*first=*/false);
   std::printf(
