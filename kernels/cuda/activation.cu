@@ -65,6 +65,24 @@ __global__ void embedding_scatter_add_kernel(const T* d_out, int64_t ld_d_out,
   }
 }
 
+template <class T>
+__global__ void moe_combine_kernel(const T* src, int64_t ld_src, const int32_t* pos,
+                                   const float* w, int64_t rows, int64_t K, int64_t dim,
+                                   float beta, T* x, int64_t ld_x) {
+  const int64_t total = rows * dim;
+  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < total;
+       idx += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t t = idx / dim;
+    const int64_t c = idx - t * dim;
+    float acc = beta == 0.0f ? 0.0f : beta * to_f32(x[t * ld_x + c]);
+    for (int64_t k = 0; k < K; ++k) {
+      const float v = to_f32(src[int64_t{pos[t * K + k]} * ld_src + c]);
+      acc += w != nullptr ? w[t * K + k] * v : v;
+    }
+    x[t * ld_x + c] = from_f32<T>(acc);
+  }
+}
+
 }  // namespace
 
 template <class T>
@@ -127,13 +145,29 @@ void embedding_scatter_add(const T* d_out, int64_t ld_d_out, const int32_t* toke
   check_launch(kKernel);
 }
 
+template <class T>
+void moe_combine(const T* src, int64_t ld_src, const int32_t* pos, const float* w, int64_t rows,
+                 int64_t K, int64_t dim, float beta, T* x, int64_t ld_x, cudaStream_t stream) {
+  constexpr const char* kKernel = "cuda::moe_combine";
+  SPINDLE_KERNEL_REQUIRE(rows >= 0 && K >= 1 && dim > 0, kKernel, "rows >= 0, K >= 1, dim > 0");
+  SPINDLE_KERNEL_REQUIRE(ld_src >= dim && ld_x >= dim, kKernel, "ld_src >= dim and ld_x >= dim");
+  if (rows == 0) return;
+  SPINDLE_KERNEL_REQUIRE(src != nullptr && pos != nullptr && x != nullptr, kKernel,
+                         "src, pos and x must be non-null");
+  moe_combine_kernel<T><<<detail::grid_for(rows * dim, kThreads), kThreads, 0, stream>>>(
+      src, ld_src, pos, w, rows, K, dim, beta, x, ld_x);
+  check_launch(kKernel);
+}
+
 #define SPINDLE_INSTANTIATE_ACTIVATION(T)                                                        \
   template void swiglu<T>(const T*, const T*, T*, int64_t, cudaStream_t);                        \
   template void swiglu_backward<T>(const T*, const T*, const T*, T*, T*, int64_t, cudaStream_t); \
   template void embedding_gather<T>(const T*, int64_t, const int32_t*, int64_t, T*, int64_t,     \
                                     cudaStream_t);                                               \
   template void embedding_scatter_add<T>(const T*, int64_t, const int32_t*, int64_t, int64_t,    \
-                                         float*, cudaStream_t);
+                                         float*, cudaStream_t);                            \
+  template void moe_combine<T>(const T*, int64_t, const int32_t*, const float*, int64_t, int64_t, \
+                               int64_t, float, T*, int64_t, cudaStream_t);
 SPINDLE_INSTANTIATE_ACTIVATION(float)
 SPINDLE_INSTANTIATE_ACTIVATION(bf16)
 #undef SPINDLE_INSTANTIATE_ACTIVATION

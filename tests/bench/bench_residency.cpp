@@ -3,9 +3,10 @@
 //      layers, hidden 2048, moe_intermediate 768, rank 8) from disk to host, page cache
 //      dropped before each timing (posix_fadvise DONTNEED): packed_speedup = per/packed.
 //   1b. the same adapter shape LIVE: a Qwen3-30B-A3B-shaped LoRA (rank 8 on q, k, v, o and
-//      every expert's gate/up/down) read from disk, decoded and loaded into a slot of the CPU
-//      engine's slot pool, as a packed revision blob vs a per-expert PEFT directory (one
-//      tensor per expert and projection, what PEFT writes): packed_live_speedup = per/packed.
+//      every expert's gate/up/down) read from disk, decoded and loaded into a slot of the
+//      engine's slot pool on `--device` (cpu, or cuda: the device slot, waited for), as a
+//      packed revision blob vs a per-expert PEFT directory (one tensor per expert and
+//      projection, what PEFT writes): packed_live_speedup (DEVICE) = per/packed.
 //   2. host-cache hit vs cold load latency through the loader (p50/p99).
 //   3. warm-request throughput (acquire -> LoRA shrink of every layer -> release) while
 //      `--storm` cold loads are in flight vs none: warm_during_storm = storm/none.
@@ -28,6 +29,7 @@
 #include "spindle/adapters/revision_format.h"
 #include "spindle/core/file_io.h"
 #include "spindle/engine/lora.h"
+#include "spindle/execution/select.h"
 #include "spindle/kernels/lora.h"
 
 namespace spindle::bench {
@@ -46,6 +48,8 @@ struct ResidencyBenchOptions {
   int loader_nice = 10;  // LoaderOptions::thread_nice
   double warm_seconds = 1.0;  // baseline window for warm throughput
   bool quick = false;
+  std::string device = "cpu";  // the live MoE load's slot pool: cpu | cuda[:N]
+  bool live_only = false;      // only part 1b
   std::string dir;
 };
 
@@ -128,7 +132,10 @@ void run_moe_live(const ResidencyBenchOptions& o, const fs::path& dir) {
                                        w, {.base_model_id = c.name, .base_checksum = "bench"})));
     adapters::save_peft(w, peft, {.base_model_name_or_path = c.name});
   }
-  engine::LoraSlotPool pool(c, {.max_slots = 1, .max_rank = int32_t(o.rank)});
+  const auto pool_ptr =
+      execution::open_slot_pool(c, {.max_slots = 1, .max_rank = int32_t(o.rank)}, o.device);
+  engine::SlotPool& pool = *pool_ptr;
+  const std::string device = pool.device().name();
   std::printf(
       "moe live load: %lld layers x %lld experts, rank %lld on q,k,v,o + experts, %.1f "
       "MiB; slot pool %.1f MiB\n",
@@ -141,19 +148,23 @@ void run_moe_live(const ResidencyBenchOptions& o, const fs::path& dir) {
     {
       const auto d = adapters::decode_revision(read_file_to_string(blob, size_t(1) << 40), "blob");
       pool.load(0, d.weights);
+      pool.synchronize();  // servable: on a GPU, landed in the device slot
     }
     packed_s.push_back(seconds_since(t0));
     pool.clear(0);
+    pool.synchronize();
     drop_cache(peft / "adapter_model.safetensors");
     t0 = Clock::now();
     pool.load(0, adapters::load_peft(peft, c));
+    pool.synchronize();
     per_s.push_back(seconds_since(t0));
     pool.clear(0);
+    pool.synchronize();
   }
   const double p = median(packed_s), e = median(per_s);
-  std::printf("cold load into a CPU engine slot: packed blob %.3f s, per-expert PEFT %.3f s\n", p,
-              e);
-  std::printf("packed_live_speedup (cpu) = %.2f\n", e / p);
+  std::printf("cold load into a %s engine slot: packed blob %.3f s, per-expert PEFT %.3f s\n",
+              device.c_str(), p, e);
+  std::printf("packed_live_speedup (%s) = %.2f\n", device.c_str(), e / p);
   fs::remove(blob);
   fs::remove_all(peft);
 }
@@ -282,6 +293,11 @@ void run_residency_bench(const ResidencyBenchOptions& o_in) {
                                            ("spindle_bench_residency_" + std::to_string(::getpid()))
                                      : fs::path(o.dir);
   fs::create_directories(dir);
+  if (o.live_only) {
+    run_moe_live(o, dir);
+    if (o.dir.empty()) fs::remove_all(dir);
+    return;
+  }
   run_moe(o, dir);
   run_moe_live(o, dir);
   const RevisionSet revs = make_revisions(o, dir, 4 + o.storm);
@@ -304,6 +320,9 @@ void register_residency_bench(CLI::App& app) {
   cmd->add_option("--loader-threads", o->loader_threads, "loader threads")->check(CLI::Range(1, 64))->capture_default_str();
   cmd->add_option("--loader-nice", o->loader_nice, "nice increment of loader threads")->check(CLI::Range(0, 19))->capture_default_str();
   cmd->add_option("--dir", o->dir, "scratch directory (default: fresh, under /tmp)");
+  cmd->add_option("--device", o->device, "slot pool of the live MoE load: cpu | cuda[:N]")
+      ->capture_default_str();
+  cmd->add_flag("--live-only", o->live_only, "only the live MoE load (packed_live_speedup)");
   cmd->add_flag("--quick", o->quick, "smoke run: 4 MoE layers, 4-layer dense revisions, storm 20");
   cmd->callback([o] { run_residency_bench(*o); });
 }

@@ -272,9 +272,8 @@ void validate_lora_load(const LoraWeights& adapter, int32_t slot, const ModelCon
       if (experts || !adapter.modules[size_t(l)][size_t(t)].empty()) {
         SPINDLE_CHECK(has_storage(l, t), unsupported,
                       "adapter targets {}{} but the slot pool has no storage for it (pool targets "
-                      "are fixed at start-up{})",
-                      experts ? "mlp.experts." : "", lora_target_name(t),
-                      experts ? "; LoRA on routed experts runs on the CPU engine only" : "");
+                      "are fixed at start-up)",
+                      experts ? "mlp.experts." : "", lora_target_name(t));
       }
     }
   }

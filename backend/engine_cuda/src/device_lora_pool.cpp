@@ -36,6 +36,26 @@ DeviceLoraPool::DeviceLoraPool(const engine::ModelConfig& config, engine::LoraPo
       modules_[size_t(l)][size_t(t)] = std::move(m);
     }
   }
+  expert_modules_.resize(size_t(config_.n_layers));
+  const int64_t E = config_.moe.n_experts;
+  for (int64_t l = 0; l < config_.n_layers; ++l) {
+    for (LoraTarget t : options_.targets) {
+      if (!engine::lora_experts_exist(config_, l, t)) continue;
+      auto& slot = expert_modules_[size_t(l)][size_t(engine::expert_proj(t))];
+      if (slot) continue;  // a target listed twice
+      auto [d_in, d_out] = engine::lora_expert_dims(config_, t);
+      Module m;
+      m.A = cuda::DeviceBuffer<float>(size_t(E * S * R * d_in));
+      m.B = cuda::DeviceBuffer<float>(size_t(E * S * d_out * R));
+      m.A.zero();
+      m.B.zero();
+      m.d_in = d_in;
+      m.d_out = d_out;
+      m.index = n_modules_++;
+      per_slot_floats += size_t(E * R * (d_in + d_out));
+      slot = std::move(m);
+    }
+  }
   rank_host_.assign(size_t(n_modules_ * S), 0);
   scale_host_.assign(size_t(n_modules_ * S), 0.0f);
   rank_dev_ = cuda::DeviceBuffer<int32_t>(rank_host_.size());
@@ -74,6 +94,18 @@ DeviceLoraPool::Module* DeviceLoraPool::module(int64_t layer, LoraTarget target)
 
 const DeviceLoraPool::Module* DeviceLoraPool::module(int64_t layer, LoraTarget target) const {
   return const_cast<DeviceLoraPool*>(this)->module(layer, target);
+}
+
+DeviceLoraPool::Module* DeviceLoraPool::expert_module(int64_t layer, LoraTarget target) {
+  const int p = engine::expert_proj(target);
+  if (p < 0 || layer < 0 || layer >= int64_t(expert_modules_.size())) return nullptr;
+  auto& m = expert_modules_[size_t(layer)][size_t(p)];
+  return m ? &*m : nullptr;
+}
+
+const DeviceLoraPool::Module* DeviceLoraPool::expert_module(int64_t layer,
+                                                            LoraTarget target) const {
+  return const_cast<DeviceLoraPool*>(this)->expert_module(layer, target);
 }
 
 void DeviceLoraPool::check_slot(int32_t slot) const {
@@ -124,7 +156,9 @@ void DeviceLoraPool::clear(int32_t slot) {
 void DeviceLoraPool::load_now(int32_t slot, const engine::LoraWeights& adapter) {
   check_slot(slot);
   engine::validate_lora_load(adapter, slot, config_, options_.max_rank,
-                             [&](int64_t l, LoraTarget t) { return module(l, t) != nullptr; });
+                             [&](int64_t l, LoraTarget t) {
+                               return module(l, t) != nullptr || expert_module(l, t) != nullptr;
+                             });
   wait_staging_free();
   const int64_t S = options_.max_slots, R = options_.max_rank, r = adapter.rank;
   for (int64_t m = 0; m < n_modules_; ++m) {
@@ -149,6 +183,33 @@ void DeviceLoraPool::load_now(int32_t slot, const engine::LoraWeights& adapter) 
                                   size_t(m.d_out * R) * sizeof(float), cudaMemcpyHostToDevice, s),
                   "cudaMemcpyAsync (LoRA B)");
       used += size_t(R * (m.d_in + m.d_out));
+      rank_host_[size_t(m.index * S + slot)] = int32_t(r);
+      scale_host_[size_t(m.index * S + slot)] = adapter.scale();
+    }
+  }
+  // Routed experts: every expert's [max_rank, d_in] (and [d_out, max_rank]) block packed one
+  // after the other, then one strided copy into the slot's block of each expert.
+  const int64_t E = config_.moe.n_experts;
+  for (size_t l = 0; l < adapter.experts.size(); ++l) {
+    for (LoraTarget t : engine::kExpertProjTargets) {
+      const engine::ExpertLoraPair& p = adapter.experts[l][size_t(engine::expert_proj(t))];
+      if (p.empty()) continue;
+      Module& m = *expert_module(int64_t(l), t);
+      float* a = stage + used;
+      float* b = a + E * R * m.d_in;
+      for (int64_t e = 0; e < E; ++e) {
+        engine::pack_lora_slot(p.A.data() + e * r * m.d_in, p.B.data() + e * m.d_out * r, r,
+                               m.d_in, m.d_out, R, a + e * R * m.d_in, b + e * m.d_out * R);
+      }
+      const size_t a_bytes = size_t(R * m.d_in) * sizeof(float);
+      const size_t b_bytes = size_t(m.d_out * R) * sizeof(float);
+      cuda::check(cudaMemcpy2DAsync(m.A.data() + int64_t(slot) * R * m.d_in, a_bytes * size_t(S),
+                                    a, a_bytes, a_bytes, size_t(E), cudaMemcpyHostToDevice, s),
+                  "cudaMemcpy2DAsync (expert LoRA A)");
+      cuda::check(cudaMemcpy2DAsync(m.B.data() + int64_t(slot) * m.d_out * R, b_bytes * size_t(S),
+                                    b, b_bytes, b_bytes, size_t(E), cudaMemcpyHostToDevice, s),
+                  "cudaMemcpy2DAsync (expert LoRA B)");
+      used += size_t(E * R * (m.d_in + m.d_out));
       rank_host_[size_t(m.index * S + slot)] = int32_t(r);
       scale_host_[size_t(m.index * S + slot)] = adapter.scale();
     }
@@ -212,9 +273,33 @@ std::optional<cuda::DeviceLoraSlots> DeviceLoraPool::view(int64_t layer, LoraTar
   return v;
 }
 
+std::optional<cuda::DeviceLoraSlots> DeviceLoraPool::expert_view(int64_t layer, LoraTarget target,
+                                                                  int64_t expert) const {
+  const Module* m = expert_module(layer, target);
+  if (!m) return std::nullopt;
+  SPINDLE_CHECK(expert >= 0 && expert < config_.moe.n_experts, invalid_argument,
+                "expert {} out of range [0, {})", expert, config_.moe.n_experts);
+  const int64_t S = options_.max_slots, R = options_.max_rank;
+  cuda::DeviceLoraSlots v;
+  v.A = m->A.data() + expert * S * R * m->d_in;
+  v.B = m->B.data() + expert * S * m->d_out * R;
+  v.rank = rank_dev_.data() + m->index * S;
+  v.scale = scale_dev_.data() + m->index * S;
+  v.max_slots = S;
+  v.max_rank = R;
+  v.d_in = m->d_in;
+  v.d_out = m->d_out;
+  return v;
+}
+
 size_t DeviceLoraPool::bytes() const {
   size_t total = rank_dev_.bytes() + scale_dev_.bytes();
   for (const auto& layer : modules_) {
+    for (const auto& m : layer) {
+      if (m) total += m->A.bytes() + m->B.bytes();
+    }
+  }
+  for (const auto& layer : expert_modules_) {
     for (const auto& m : layer) {
       if (m) total += m->A.bytes() + m->B.bytes();
     }

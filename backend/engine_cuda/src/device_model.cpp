@@ -197,7 +197,8 @@ void DeviceModel::forward(std::span<const BatchSequence> batch, DeviceKvCache& c
                           const DeviceLoraPool* lora, DeviceForwardState& st,
                           const DeviceForwardOptions& options) {
   validate(batch, cache, lora);
-  const bool graph = graph_eligible(batch, options);
+  // A routed-experts forward waits for its routing on the host mid-forward: never captured.
+  const bool graph = graph_eligible(batch, options) && config().moe.n_experts == 0;
   const size_t bytes = lay_out(batch, cache, lora, st, options, graph);
   if (graph) {
     run_graph(cache, lora, st, options, bytes);

@@ -20,6 +20,7 @@
 #include "device_forward.h"
 #include "spindle/core/error.h"
 #include "spindle/engine/decoder_graph.h"
+#include "spindle/engine/moe_routing.h"
 #include "spindle/kernels/cuda/activation.h"
 #include "spindle/kernels/cuda/attention.h"
 #include "spindle/kernels/cuda/gemm.h"
@@ -184,10 +185,99 @@ class DeviceOps {
                    int32_t(st_.out_segments.size()), adapted_, st_.logits);
   }
 
-  // Routed experts: DeviceWeights refuses MoE models, so the graph never reaches these.
-  void moe_route(int64_t, const DeviceTensor&, DeviceMoeActivations&) { no_moe(); }
-  void moe_gate_up(int64_t, DeviceMoeActivations&) { no_moe(); }
-  void moe_down_combine(int64_t, DeviceMoeActivations&, DeviceTensor&) { no_moe(); }
+  // Routed experts (inference). The router's logits are computed here and downloaded; the
+  // choice and its grouping are engine::route_experts on the host (one implementation with the
+  // CPU engine), so this op waits for the stream once per sparse layer (DeviceModel never
+  // captures an MoE forward into a graph). Then one GEMM per expert segment of the sorted rows
+  // and one SGMV segment per (expert, slot) run for the experts' LoRA.
+  void moe_route(int64_t l, const DeviceTensor& xn, DeviceMoeActivations& m) {
+    const DeviceLayerWeights& L = w_.layer(l);
+    const int64_t n = st_.T, D = c_.dim, E = c_.moe.n_experts, K = c_.moe.top_k;
+    m.logits.ensure(n, E, P_);
+    cuda::linear(blas_, xn.data<T>(), D, n, D, L.router.data<T>(), E, m.logits.data<T>(), E,
+                 /*beta=*/0.0f, s_);
+    const std::vector<float> logits = m.logits.download(s_);  // waits for the stream
+    m.probs.resize(size_t(n * E));
+    m.weight.resize(size_t(n * K));
+    engine::route_experts(c_, logits.data(), L.router_bias.empty() ? nullptr : L.router_bias.data(),
+                          n, st_.segments, m.probs.data(), m.weight.data(), m.routing);
+    // Token t's rows in sorted order, ascending (the order the CPU engine adds them in).
+    const auto& order = m.routing.order;
+    std::vector<int32_t> rows(size_t(n * K)), pos(size_t(n * K)), filled(size_t(n), 0);
+    std::vector<float> weight(size_t(n * K));
+    for (int64_t i = 0; i < n * K; ++i) {
+      const int32_t j = order[size_t(i)], t = j / int32_t(K);
+      rows[size_t(i)] = t;
+      const int64_t at = int64_t(t) * K + filled[size_t(t)]++;
+      pos[size_t(at)] = int32_t(i);
+      weight[size_t(at)] = m.weight[size_t(j)];
+    }
+    upload_table(rows, m.d_rows, s_);
+    upload_table(pos, m.d_pos, s_);
+    upload_table(weight, m.d_weight, s_);
+    upload_table(m.routing.lora_segs, m.d_lora_segs, s_);
+    m.xg.ensure(n * K, D, P_);
+    cuda::embedding_gather(xn.data<T>(), D, m.d_rows.data(), n * K, m.xg.data<T>(), D, s_);
+  }
+  void moe_gate_up(int64_t l, DeviceMoeActivations& m) {
+    const DeviceLayerWeights& L = w_.layer(l);
+    const int64_t D = c_.dim, F = c_.moe.expert_dim, rows = m.xg.rows();
+    m.gate.ensure(rows, F, P_);
+    m.up.ensure(rows, F, P_);
+    const auto& offsets = m.routing.offsets;
+    for (size_t e = 0; e + 1 < offsets.size(); ++e) {
+      const int64_t o = offsets[e], n = offsets[e + 1] - o;
+      if (n == 0) continue;
+      const T* x = m.xg.data<T>() + o * D;
+      const std::array<cuda::LinearOut<T>, 2> outs = {
+          cuda::LinearOut<T>{L.expert_gate.data<T>() + int64_t(e) * F * D, F,
+                             m.gate.data<T>() + o * F, F},
+          cuda::LinearOut<T>{L.expert_up.data<T>() + int64_t(e) * F * D, F, m.up.data<T>() + o * F,
+                             F}};
+      cuda::linear_multi<T>(blas_, x, D, n, D, std::span<const cuda::LinearOut<T>>(outs),
+                            /*beta=*/0.0f, s_);
+      const auto segs = expert_segments(m, int64_t(e), n);
+      if (segs.count == 0) continue;
+      std::array<cuda::LoraMultiTarget<T>, 2> targets;
+      size_t n_targets = 0;
+      for (engine::LoraTarget t : {engine::LoraTarget::gate, engine::LoraTarget::up}) {
+        const auto view = lora_->expert_view(l, t, int64_t(e));
+        if (!view) continue;
+        float* h = st_.lora_h.data<float>() + int64_t(n_targets) * st_.T * view->max_rank;
+        T* y = (t == engine::LoraTarget::gate ? m.gate : m.up).template data<T>() + o * F;
+        targets.at(n_targets++) = {*view, h, y, F, /*col_offset=*/0};
+      }
+      if (n_targets == 0) continue;
+      const std::span<const cuda::LoraMultiTarget<T>> span(targets.data(), n_targets);
+      cuda::lora_shrink_multi<T>(x, D, span, segs, s_);
+      cuda::lora_expand_multi<T>(span, segs, s_);
+    }
+  }
+  void moe_down_combine(int64_t l, DeviceMoeActivations& m, DeviceTensor& x) {
+    const DeviceLayerWeights& L = w_.layer(l);
+    const int64_t D = c_.dim, F = c_.moe.expert_dim, K = c_.moe.top_k, rows = m.act.rows();
+    m.out.ensure(rows, D, P_);
+    const auto& offsets = m.routing.offsets;
+    for (size_t e = 0; e + 1 < offsets.size(); ++e) {
+      const int64_t o = offsets[e], n = offsets[e + 1] - o;
+      if (n == 0) continue;
+      const T* act = m.act.data<T>() + o * F;
+      T* out = m.out.data<T>() + o * D;
+      cuda::linear(blas_, act, F, n, F, L.expert_down.data<T>() + int64_t(e) * D * F, D, out, D,
+                   /*beta=*/0.0f, s_);
+      const auto segs = expert_segments(m, int64_t(e), n);
+      if (segs.count == 0) continue;
+      if (const auto view = lora_->expert_view(l, engine::LoraTarget::down, int64_t(e))) {
+        cuda::lora_shrink(act, F, *view, segs, st_.lora_h.data<float>(), s_);
+        cuda::lora_expand(st_.lora_h.data<float>(), *view, segs, out, D, /*col_offset=*/0, s_);
+      }
+    }
+    cuda::moe_combine<T>(m.out.data<T>(), D, m.d_pos.data(), m.d_weight.data(), st_.T, K, D,
+                         /*beta=*/1.0f, x.data<T>(), D, s_);
+  }
+
+  // Routed experts' backward: the CUDA engine trains dense models only so far (DeviceTrainer
+  // refuses an MoE base first).
   void moe_down_combine_backward(int64_t, const DeviceMoeActivations&, const DeviceTensor&,
                                  DeviceTensor&, DeviceTensor&) {
     no_moe();
@@ -254,8 +344,19 @@ class DeviceOps {
 
  private:
   [[noreturn]] void no_moe() const {
-    SPINDLE_THROW(unsupported, "routed experts ({}) do not run on the CUDA engine yet",
+    SPINDLE_THROW(unsupported, "training routed experts ({}) does not run on the CUDA engine yet",
                   engine::arch_name(c_.arch));
+  }
+  // Expert e's LoRA segments (rows from the expert's first sorted row, n rows) on the device;
+  // count 0 when no row of the expert is adapted.
+  cuda::DeviceSegments expert_segments(const DeviceMoeActivations& m, int64_t e, int64_t n) const {
+    if (!adapted_) return {};
+    const auto& r = m.routing;
+    const int64_t b = r.lora_seg_offsets[size_t(e)], en = r.lora_seg_offsets[size_t(e + 1)];
+    bool any = false;
+    for (int64_t i = b; i < en; ++i) any |= r.lora_segs[size_t(i)].slot >= 0;
+    if (!any) return {};
+    return {m.d_lora_segs.data() + b, int32_t(en - b), n};
   }
 
   const DeviceWeights& w_;

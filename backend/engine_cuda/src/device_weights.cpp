@@ -1,5 +1,7 @@
 #include "spindle/engine_cuda/device_weights.h"
 
+#include <algorithm>
+
 #include "spindle/core/error.h"
 #include "spindle/engine/model.h"
 
@@ -14,15 +16,27 @@ DeviceTensor upload(const Tensor& t, Precision dtype) {
   return d;
 }
 
+// Every expert's `member` [d_out, d_in] stacked into one [n_experts·d_out, d_in] tensor.
+DeviceTensor upload_stacked(const std::vector<engine::ExpertWeights>& experts,
+                            Tensor engine::ExpertWeights::*member, Precision dtype) {
+  if (experts.empty()) return {};
+  const Tensor& first = experts.front().*member;
+  const int64_t rows = first.dim(0), cols = first.dim(1);
+  std::vector<float> host(size_t(int64_t(experts.size()) * rows * cols));
+  for (size_t e = 0; e < experts.size(); ++e) {
+    const Tensor& t = experts[e].*member;
+    std::copy(t.data(), t.data() + t.numel(), host.begin() + int64_t(e) * rows * cols);
+  }
+  DeviceTensor d(int64_t(experts.size()) * rows, cols, dtype);
+  d.upload(host.data(), int64_t(host.size()));
+  return d;
+}
+
 }  // namespace
 
 DeviceWeights::DeviceWeights(const engine::ModelWeights& w, Precision precision)
     : config_(w.config), precision_(precision) {
   w.validate("DeviceWeights upload");
-  SPINDLE_CHECK(w.config.moe.n_experts == 0, unsupported,
-                "{}: {} (routed experts) does not run on the CUDA engine yet; serve it with "
-                "--device cpu",
-                w.config.name, engine::arch_name(w.config.arch));
   SPINDLE_CHECK(!w.config.mla_attention(), unsupported,
                 "{}: multi-head latent attention (kv_lora_rank {}) does not run on the CUDA "
                 "engine yet; serve it with --device cpu",
@@ -48,6 +62,11 @@ DeviceWeights::DeviceWeights(const engine::ModelWeights& w, Precision precision)
     D.w_gate = upload(L.w_gate, p);
     D.w_up = upload(L.w_up, p);
     D.w_down = upload(L.w_down, p);
+    D.router = upload(L.router, p);
+    D.router_bias.assign(L.router_bias.data(), L.router_bias.data() + L.router_bias.numel());
+    D.expert_gate = upload_stacked(L.experts, &engine::ExpertWeights::w_gate, p);
+    D.expert_up = upload_stacked(L.experts, &engine::ExpertWeights::w_up, p);
+    D.expert_down = upload_stacked(L.experts, &engine::ExpertWeights::w_down, p);
     layers_.push_back(std::move(D));
   }
   final_norm_ = upload(w.final_norm, f32);
@@ -61,7 +80,8 @@ size_t DeviceWeights::bytes() const {
   size_t total = tok_emb_.bytes() + final_norm_.bytes() + lm_head_.bytes() + inv_freq_.bytes();
   for (const DeviceLayerWeights& L : layers_) {
     for (const DeviceTensor* t : {&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.q_norm, &L.k_norm,
-                                  &L.ffn_norm, &L.w_gate, &L.w_up, &L.w_down}) {
+                                  &L.ffn_norm, &L.w_gate, &L.w_up, &L.w_down, &L.router, &L.expert_gate,
+                                  &L.expert_up, &L.expert_down}) {
       total += t->bytes();
     }
   }

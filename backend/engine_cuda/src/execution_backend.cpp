@@ -183,4 +183,22 @@ std::unique_ptr<engine::ExecutionBackend> make_cuda_backend(const engine::ModelW
   return std::make_unique<CudaBackend>(weights, options);
 }
 
+std::unique_ptr<engine::SlotPool> make_cuda_slot_pool(const engine::ModelConfig& config,
+                                                      const engine::LoraPoolOptions& options,
+                                                      int32_t device) {
+  const int n = cuda::device_count();
+  SPINDLE_CHECK(device >= 0 && device < n, unsupported,
+                "device cuda:{} does not exist: this machine has {} CUDA device(s)", device, n);
+  const engine::Device d{engine::DeviceKind::cuda, device};
+  return device_call(
+      d,
+      [&] {
+        return fmt::format("allocating a slot pool of {} slots × rank {}", options.max_slots,
+                           options.max_rank);
+      },
+      [&]() -> std::unique_ptr<engine::SlotPool> {
+        return std::make_unique<DeviceLoraPool>(config, options, d);
+      });
+}
+
 }  // namespace spindle::engine_cuda

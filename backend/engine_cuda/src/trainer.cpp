@@ -99,6 +99,11 @@ const DeviceTrainer::State& DeviceTrainer::state(int32_t slot) const {
 void DeviceTrainer::attach(int32_t slot, const engine::LoraWeights& weights,
                            const engine::AdamW& optimizer) {
   const cudaStream_t s = model_.stream();
+  const engine::ModelConfig& c = model_.weights().config();
+  SPINDLE_CHECK(c.moe.n_experts == 0, unsupported,
+                "{}: training on a routed-experts base ({}) does not run on the CUDA engine yet "
+                "(it serves it); train with --device cpu",
+                c.name, engine::arch_name(c.arch));
   engine::validate_lora_optimizer(optimizer, weights, "attach");
   pool_.load(slot, weights);  // validates shapes, rank and targets; queued on the loader stream
   pool_.wait_loaded(slot, s);

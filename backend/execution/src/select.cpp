@@ -6,6 +6,7 @@
 
 #include "spindle/core/error.h"
 #include "spindle/engine/backend_cpu.h"
+#include "spindle/engine/lora.h"
 #ifdef SPINDLE_HAVE_CUDA
 #include "spindle/engine_cuda/execution_backend.h"
 #include "spindle/kernels/cuda/runtime.h"
@@ -77,6 +78,20 @@ std::unique_ptr<engine::ExecutionBackend> open_backend(const engine::ModelWeight
                 .precision = dtype == DType::bf16 ? engine_cuda::Precision::bf16 : engine_cuda::Precision::fp32});
 #else
   (void)dtype;
+  SPINDLE_THROW(internal, "resolve_device returned a CUDA device in a build without CUDA");
+#endif
+}
+
+std::unique_ptr<engine::SlotPool> open_slot_pool(const engine::ModelConfig& config,
+                                                 const engine::LoraPoolOptions& options,
+                                                 std::string_view spec) {
+  const engine::Device device = resolve_device(spec);
+  if (device.kind == engine::DeviceKind::cpu) {
+    return std::make_unique<engine::LoraSlotPool>(config, options);
+  }
+#ifdef SPINDLE_HAVE_CUDA
+  return engine_cuda::make_cuda_slot_pool(config, options, device.index);
+#else
   SPINDLE_THROW(internal, "resolve_device returned a CUDA device in a build without CUDA");
 #endif
 }

@@ -110,6 +110,14 @@ TEST(GpuHeteroBatch, AdaptersOfManyRanksMatchCpuOnRandomLlamaFp32) {
                Precision::fp32, 1e-4f);
 }
 
+// Routed experts: the adapters carry LoRA on every expert's gate/up/down (slot 2 on down only,
+// beside a dense layer's down), so rows group by (expert, slot) inside each sparse layer.
+TEST(GpuHeteroBatch, AdaptersOnExpertsMatchCpuOnRandomQwen3MoeFp32) {
+  SPINDLE_REQUIRE_GPU();
+  check_hetero(testing::random_weights(testing::gpu_tiny_config(Arch::qwen3_moe), 13),
+               Precision::fp32, 1e-4f);
+}
+
 TEST(GpuHeteroBatch, AdaptersOfManyRanksMatchCpuOnRandomQwen3Bf16) {
   SPINDLE_REQUIRE_GPU();
   check_hetero(testing::random_weights(testing::gpu_tiny_config(Arch::qwen3), 11),

@@ -9,6 +9,7 @@
 #include "gpu_fixtures.h"
 #include "spindle/core/error.h"
 #include "spindle/engine_cuda/device_model.h"
+#include "spindle/engine_cuda/trainer.h"
 
 namespace spindle::engine_cuda {
 namespace {
@@ -120,6 +121,81 @@ TEST(GpuLoraPool, BadSlotsAndMisfitAdaptersAreRefused) {
   // q and v storage for every layer, plus the [modules, slots] rank and scale tables.
   const size_t per_layer = size_t(3 * 8 * (c.dim + c.q_dim()) + 3 * 8 * (c.dim + c.kv_dim()));
   EXPECT_EQ(pool.bytes(), 4 * (per_layer * size_t(c.n_layers) + 2 * 2 * size_t(c.n_layers) * 3));
+}
+
+// Routed experts: expert e's view of slot s holds exactly expert e's A [r, d_in] in rows [0, r)
+// of its [max_rank, d_in] block and B [d_out, r] in columns [0, r) of its [d_out, max_rank]
+// block (zero past r), after a higher-rank adapter occupied the slot first; other slots stay
+// untouched. A pool without expert storage refuses an adapter on experts by name, and the CUDA
+// trainer refuses to train on a routed-experts base, naming --device cpu.
+TEST(GpuLoraPool, ExpertLoraLandsInEachExpertsBlockAndTrainingIsRefused) {
+  SPINDLE_REQUIRE_GPU();
+  const engine::ModelWeights w =
+      testing::random_weights(testing::gpu_tiny_config(Arch::qwen3_moe), 6);
+  const engine::ModelConfig& c = w.config;
+  const int64_t E = c.moe.n_experts, R = 8, S = 3;
+  const LoraTarget experts[] = {LoraTarget::gate, LoraTarget::up, LoraTarget::down};
+  const LoraWeights big = LoraWeights::random(c, 8, 8.0f, experts, 7, 0.2f, 0.2f);
+  const LoraWeights a = LoraWeights::random(c, 3, 6.0f, experts, 8, 0.2f, 0.2f);
+  ASSERT_TRUE(a.has_experts());
+  DeviceLoraPool pool(c, {.max_slots = int32_t(S), .max_rank = int32_t(R)});
+  pool.load(1, big);
+  pool.load(1, a);
+  pool.load(2, big);
+  pool.synchronize();
+  for (const int64_t l : {int64_t{0}, int64_t{2}}) {  // the sparse layers
+    for (const LoraTarget t : experts) {
+      const auto& p = a.experts[size_t(l)][size_t(engine::expert_proj(t))];
+      const auto [d_in, d_out] = engine::lora_expert_dims(c, t);
+      for (int64_t e = 0; e < E; ++e) {
+        const auto v = pool.expert_view(l, t, e);
+        ASSERT_TRUE(v.has_value());
+        std::vector<float> A(size_t(S * R * d_in)), B(size_t(S * d_out * R));
+        kernels::cuda::check(cudaMemcpy(A.data(), v->A, A.size() * 4, cudaMemcpyDeviceToHost), "A");
+        kernels::cuda::check(cudaMemcpy(B.data(), v->B, B.size() * 4, cudaMemcpyDeviceToHost), "B");
+        const float* a_slot = A.data() + 1 * R * d_in;
+        const float* b_slot = B.data() + 1 * d_out * R;
+        for (int64_t i = 0; i < R; ++i) {
+          for (int64_t j = 0; j < d_in; ++j) {
+            const float want = i < 3 ? p.A.data()[(e * 3 + i) * d_in + j] : 0.0f;
+            ASSERT_EQ(a_slot[i * d_in + j], want) << "layer " << l << " expert " << e << " A";
+          }
+        }
+        for (int64_t j = 0; j < d_out; ++j) {
+          for (int64_t i = 0; i < R; ++i) {
+            const float want = i < 3 ? p.B.data()[(e * d_out + j) * 3 + i] : 0.0f;
+            ASSERT_EQ(b_slot[j * R + i], want) << "layer " << l << " expert " << e << " B";
+          }
+        }
+        // Slot 0 was never loaded.
+        EXPECT_EQ(A[0], 0.0f);
+        EXPECT_EQ(B[0], 0.0f);
+      }
+    }
+  }
+  EXPECT_FALSE(pool.expert_view(1, LoraTarget::gate, 0).has_value());  // layer 1 is dense
+  EXPECT_FALSE(pool.expert_view(0, LoraTarget::q, 0).has_value());
+
+  DeviceLoraPool attn_only(c, {.max_slots = 1, .max_rank = 8, .targets = {LoraTarget::q}});
+  try {
+    attn_only.load(0, a);
+    ADD_FAILURE() << "an adapter on experts loaded into a pool without expert storage";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::unsupported) << e.what();
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("mlp.experts.gate_proj"));
+  }
+
+  const DeviceWeights dw(w, Precision::fp32);
+  DeviceModel model(dw);
+  DeviceTrainer trainer(model, pool);
+  try {
+    trainer.attach(0, a);
+    ADD_FAILURE() << "training on a routed-experts base was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::unsupported) << e.what();
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("--device cpu"));
+  }
+  EXPECT_FALSE(trainer.attached(0));
 }
 
 }  // namespace

@@ -91,6 +91,42 @@ TEST(GpuModel, Qwen3Fp32MatchesCpu) {
   SPINDLE_REQUIRE_GPU();
   check_against_cpu(Arch::qwen3, Precision::fp32);
 }
+// Routed experts (fp32, the exactness mode: a bf16 router may pick another expert on a near
+// tie, which is not an error but fails an elementwise comparison).
+TEST(GpuModel, Qwen3MoeFp32MatchesCpu) {
+  SPINDLE_REQUIRE_GPU();
+  check_against_cpu(Arch::qwen3_moe, Precision::fp32);
+}
+
+// A routed-experts decode step never becomes a CUDA graph (its routing is chosen on the host
+// mid-forward); with graphs asked for, decode steps run eagerly and still equal the CPU.
+TEST(GpuModel, Qwen3MoeDecodeIsNeverCapturedAndMatchesCpu) {
+  SPINDLE_REQUIRE_GPU();
+  const engine::ModelWeights w =
+      testing::random_weights(testing::gpu_tiny_config(Arch::qwen3_moe), 23);
+  const engine::ModelConfig& c = w.config;
+  const DeviceWeights dw(w, Precision::fp32);
+  DeviceModel model(dw);
+  DeviceKvCache cache(c, {.block_size = 4, .n_blocks = 0, .max_seqs = 2}, Precision::fp32);
+  std::mt19937 rng(5);
+  const std::vector<int32_t> prompt = random_tokens(rng, 6, c.vocab_size);
+  CpuSequence cpu(w, nullptr);
+  cpu.feed(prompt);
+  const SeqId s = cache.create();
+  DeviceForwardState st;
+  const BatchSequence p0{s, prompt, -1};
+  model.forward({&p0, 1}, cache, nullptr, st, {.use_graph = true});
+  for (int step = 0; step < 3; ++step) {
+    const std::vector<int32_t> tok = random_tokens(rng, 1, c.vocab_size);
+    const std::vector<float> want = cpu.feed(tok);
+    const BatchSequence b{s, tok, -1};
+    model.forward({&b, 1}, cache, nullptr, st, {.use_graph = true});
+    EXPECT_TRUE(rows_close(st.host_logits.data(), want.data(), 1, c.vocab_size, 1e-4f,
+                           "decode step " + std::to_string(step)));
+  }
+  EXPECT_EQ(model.cached_graphs(), 0u);
+}
+
 TEST(GpuModel, LlamaBf16MatchesCpu) {
   SPINDLE_REQUIRE_GPU();
   check_against_cpu(Arch::llama, Precision::bf16);

@@ -115,6 +115,50 @@ TYPED_TEST(PointwiseActivation, EmbeddingScatterAddAccumulatesRepeatedTokens) {
   EXPECT_TRUE(all_close(d_table.download(), want, 1e-6, 1e-6, "d_table"));
 }
 
+// moe_combine: x[t] = beta·x[t] + Σ_k w·src[pos], against a double loop; weighted with beta 1
+// (the experts' combine) and unweighted with beta 0 over a NaN-filled x (the gradient scatter,
+// which must never read x).
+TYPED_TEST(PointwiseActivation, MoeCombineAddsEachTokensRowsInOrder) {
+  using T = TypeParam;
+  SPINDLE_REQUIRE_CUDA_DEVICE();
+  Stream stream;
+  const int64_t rows = 7, K = 3, dim = 41, ld_src = 44, ld_x = 48, src_rows = rows * K;
+  const auto src = quantize<T>(random_floats(size_t(src_rows * ld_src), 31u, -2.0f, 2.0f));
+  // A permutation of the source rows, token t's K rows at pos[t·K..].
+  std::vector<int32_t> pos(size_t(rows * K));
+  for (int64_t i = 0; i < rows * K; ++i) pos[size_t(i)] = int32_t((i * 5 + 3) % src_rows);
+  const auto w = random_floats(size_t(rows * K), 32u, 0.0f, 1.0f);
+  const auto x0 = quantize<T>(random_floats(size_t(rows * ld_x), 33u, -1.0f, 1.0f));
+  auto d_src = upload_as<T>(src);
+  auto d_pos = upload_vec(pos);
+  auto d_w = upload_vec(w);
+  for (const bool weighted : {true, false}) {
+    SCOPED_TRACE(testing::Message() << "weighted " << weighted);
+    const float beta = weighted ? 1.0f : 0.0f;
+    std::vector<double> want(x0.begin(), x0.end());
+    for (int64_t t = 0; t < rows; ++t) {
+      for (int64_t c = 0; c < dim; ++c) {
+        double acc = weighted ? double(x0[size_t(t * ld_x + c)]) : 0.0;
+        for (int64_t k = 0; k < K; ++k) {
+          const double v = src[size_t(pos[size_t(t * K + k)] * ld_src + c)];
+          acc += weighted ? double(w[size_t(t * K + k)]) * v : v;
+        }
+        want[size_t(t * ld_x + c)] = acc;
+      }
+    }
+    std::vector<float> start = x0;
+    if (!weighted) {  // columns past dim stay as they were; the rest must not be read
+      for (int64_t t = 0; t < rows; ++t)
+        for (int64_t c = 0; c < dim; ++c) start[size_t(t * ld_x + c)] = NAN;
+    }
+    auto d_x = upload_as<T>(start);
+    moe_combine<T>(d_src.data(), ld_src, d_pos.data(), weighted ? d_w.data() : nullptr, rows, K,
+                   dim, beta, d_x.data(), ld_x, stream.get());
+    stream.synchronize();
+    EXPECT_TRUE(all_close(download_floats(d_x), want, Tol<T>::abs, Tol<T>::rel, "x"));
+  }
+}
+
 TEST(PointwiseActivationContracts, ViolationsThrowInvalidArgument) {
   float* f = reinterpret_cast<float*>(uintptr_t{256});
   const int32_t* p = reinterpret_cast<const int32_t*>(uintptr_t{256});
@@ -134,6 +178,14 @@ TEST(PointwiseActivationContracts, ViolationsThrowInvalidArgument) {
   EXPECT_THROW(embedding_scatter_add<float>(f, 4, nullptr, 1, 4, f, nullptr),
                std::invalid_argument);
   EXPECT_THROW(embedding_scatter_add<float>(f, 4, p, -1, 4, f, nullptr), std::invalid_argument);
+  EXPECT_THROW(moe_combine<float>(f, 8, p, f, 2, 0, 8, 1.0f, f, 8, nullptr),
+               std::invalid_argument);  // K 0
+  EXPECT_THROW(moe_combine<float>(f, 7, p, f, 2, 2, 8, 1.0f, f, 8, nullptr),
+               std::invalid_argument);  // ld_src < dim
+  EXPECT_THROW(moe_combine<bf16>(nullptr, 8, p, nullptr, 2, 2, 8, 0.0f, nullptr, 8, nullptr),
+               std::invalid_argument);
+  EXPECT_NO_THROW(moe_combine<float>(nullptr, 8, nullptr, nullptr, 0, 2, 8, 1.0f, nullptr, 8,
+                                     nullptr));
   EXPECT_NO_THROW(swiglu<float>(nullptr, nullptr, nullptr, 0, nullptr));
 }
 

@@ -5,7 +5,7 @@
 // steps, equal the CPU engine's with that adapter alone; a training session's losses, grad
 // norms and final weights over three steps equal engine::LoraTrainer's from the same initial
 // adapter; a state saved by a session on the device resumes in a CPU daemon and takes the same
-// next step.
+// next step; a routed-experts base serves adapters on its experts as the CPU engine does.
 
 #include <gtest/gtest.h>
 
@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "../../unit/model/model_fixtures.h"
 #include "device_under_test.h"
 #include "shared_fixtures.h"
 #include "spindled_process.h"
@@ -49,9 +50,9 @@ fs::path fresh_dir(const std::string& tag) {
 }
 
 struct DeviceDaemon {
-  DeviceDaemon(const fs::path& dir, const std::string& device)
+  DeviceDaemon(const fs::path& dir, const std::string& device, const fs::path& model = stories())
       : process(binary_dir() / "app" / "spindled", dir,
-                {"--model", stories().string(), "--device", device, "--dtype", "f32",
+                {"--model", model.string(), "--device", device, "--dtype", "f32",
                  "--log-level", "warn", "--serving-slots", "4"},
                 120) {}
   ClientOptions options() const {
@@ -192,6 +193,35 @@ std::vector<std::vector<int32_t>> sample_concurrently(const DeviceDaemon& d,
   return got;
 }
 
+// Every (prompt, address) at once, so each engine step holds rows of several adapters and of
+// the base: call p·n + k is prompt p by addresses[k] (addresses[0] the base, addresses[k] the
+// revision of adapters[k − 1]); each completion must equal the CPU engine's with that adapter
+// alone. And every pair of addresses from `first_pair` on differs on some prompt, so a slot
+// mix-up (rows served by another adapter's weights) cannot pass.
+void expect_greedy_like_cpu(const DeviceDaemon& d, const engine::Model& model,
+                            const std::vector<std::string>& addresses,
+                            const std::vector<engine::LoraWeights>& adapters,
+                            const std::vector<std::vector<int32_t>>& prompts, size_t first_pair) {
+  const size_t n = addresses.size();
+  std::vector<GreedyCall> calls;
+  for (const auto& prompt : prompts)
+    for (const auto& address : addresses) calls.push_back({address, prompt});
+  const auto got = sample_concurrently(d, calls);
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const size_t k = i % n;
+    const auto want = greedy_alone(model, k == 0 ? nullptr : &adapters[k - 1], calls[i].prompt);
+    EXPECT_EQ(got[i], want) << "prompt " << i / n << " by " << addresses[k];
+  }
+  for (size_t a = first_pair; a < n; ++a) {
+    for (size_t b = a + 1; b < n; ++b) {
+      bool differ = false;
+      for (size_t p = 0; p < prompts.size(); ++p) differ |= got[p * n + a] != got[p * n + b];
+      EXPECT_TRUE(differ) << addresses[a] << " and " << addresses[b]
+                          << " give the same greedy completion of every prompt";
+    }
+  }
+}
+
 // `data` as engine::LoraTrainer takes it: every datum on `slot`, unweighted (1 per token).
 std::vector<engine::TrainDatum> train_data(const std::vector<protocol::Datum>& data, int32_t slot) {
   std::vector<engine::TrainDatum> out;
@@ -258,27 +288,67 @@ TEST_F(DeviceDaemonTest, HeterogeneousBatchOfAdaptersEqualsEachAdapterAlone) {
     adapters.push_back(exported_adapter(c, addresses.back(), dir_ / r.policy, w.config));
   }
 
-  // Every (prompt, address) at once: call p·n + k is prompt p by address k, so each engine step
-  // holds rows of several adapters and of the base.
-  const auto& prompts = greedy_prompts();
-  const size_t n = addresses.size();
-  std::vector<GreedyCall> calls;
-  for (const auto& prompt : prompts)
-    for (const auto& address : addresses) calls.push_back({address, prompt});
-  const auto got = sample_concurrently(d, calls);
-  for (size_t i = 0; i < calls.size(); ++i) {
-    const size_t k = i % n;
-    const auto want = greedy_alone(model, k == 0 ? nullptr : &adapters[k - 1], calls[i].prompt);
-    EXPECT_EQ(got[i], want) << "prompt " << i / n << " by " << addresses[k];
+  expect_greedy_like_cpu(d, model, addresses, adapters, greedy_prompts(), /*first_pair=*/1);
+}
+
+// A routed-experts base (a tiny random Qwen3-MoE written as an HF directory: layers 0 and 2
+// routed, 8 experts, top 2) served by the daemon on the device under test: greedy samples of
+// the base and of two imported adapters with LoRA on every expert's gate/up/down and on
+// attention, requested concurrently (rows grouped by expert and slot inside one step), equal
+// the CPU engine's with that adapter alone. Training on it runs on the CPU engine; the CUDA
+// engine refuses it by name (not yet built there).
+TEST_F(DeviceDaemonTest, RoutedExpertsBaseServesAdaptersOnExpertsLikeTheCpuEngine) {
+  engine::ModelConfig config = tiny_config(engine::Arch::qwen3_moe);
+  config.head_dim = 16;  // the CUDA attention's multiple of 8
+  config.name = "tiny-qwen3-moe";
+  const engine::ModelWeights w = random_weights(config, 31);
+  const fs::path base_dir = dir_ / "moe_base";
+  engine::save_hf_dir(w, base_dir);
+  DeviceDaemon d(dir_ / "daemon", test_device(), base_dir);
+  Client c(d.options());
+  const std::string base = c.capabilities().bases.at(0).id;
+  using engine::LoraTarget;
+  const LoraTarget targets[] = {LoraTarget::q, LoraTarget::o, LoraTarget::gate, LoraTarget::up,
+                                LoraTarget::down};
+  std::vector<engine::LoraWeights> adapters;
+  std::vector<std::string> addresses = {base};
+  for (int i = 0; i < 2; ++i) {
+    adapters.push_back(engine::LoraWeights::random(w.config, 2 + 2 * i, 8.0f, targets, 40 + i,
+                                                   0.3f, 0.3f));
+    ASSERT_TRUE(adapters.back().has_experts());
+    const fs::path peft = dir_ / ("peft" + std::to_string(i));
+    adapters::save_peft(adapters.back(), peft, {.base_model_name_or_path = config.name});
+    std::ifstream cfg(peft / "adapter_config.json"), model(peft / "adapter_model.safetensors",
+                                                           std::ios::binary);
+    const std::string cfg_text{std::istreambuf_iterator<char>(cfg), {}};
+    const std::string model_bytes{std::istreambuf_iterator<char>(model), {}};
+    addresses.push_back(
+        c.import_peft("moe-" + std::to_string(i), base, cfg_text, model_bytes).policy.address);
   }
-  // Each pair of adapters differs on some prompt, so a slot mix-up (rows served by another
-  // adapter's weights) cannot pass.
-  for (size_t a = 1; a < n; ++a) {
-    for (size_t b = a + 1; b < n; ++b) {
-      bool differ = false;
-      for (size_t p = 0; p < prompts.size(); ++p) differ |= got[p * n + a] != got[p * n + b];
-      EXPECT_TRUE(differ) << addresses[a] << " and " << addresses[b]
-                          << " give the same greedy completion of every prompt";
+  const engine::Model cpu(w);
+  expect_greedy_like_cpu(d, cpu, addresses, adapters, {{1, 40, 41}, {1, 26, 77, 91, 8}, {1, 9}},
+                         /*first_pair=*/0);
+
+  protocol::CreateTrainingRequest req;
+  req.base_model = base;
+  req.policy = "moe-train";
+  req.rank = 2;
+  req.alpha = 4.0f;
+  protocol::Datum datum;
+  datum.model_input = {1, 40, 41, 42, 43};
+  datum.target_tokens = {40, 41, 42, 43, 44};
+  if (testing_cpu()) {
+    const auto session = c.create_training(req);
+    const double loss = c.forward_backward(session.session_id, {datum}).metric("loss:sum");
+    EXPECT_TRUE(std::isfinite(loss) && loss > 0) << loss;
+  } else {
+    try {
+      const auto session = c.create_training(req);
+      c.forward_backward(session.session_id, {datum});
+      ADD_FAILURE() << "training on a routed-experts base ran on the CUDA engine";
+    } catch (const protocol::ClientError& e) {
+      EXPECT_EQ(e.code(), "unsupported") << e.what();
+      EXPECT_NE(std::string(e.what()).find("--device cpu"), std::string::npos) << e.what();
     }
   }
 }

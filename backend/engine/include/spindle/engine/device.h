@@ -54,6 +54,9 @@ class SlotPool {
   virtual bool occupied(int32_t slot) const = 0;  // invalid_argument outside [0, max_slots)
   virtual std::optional<int32_t> first_free() const = 0;
   virtual size_t bytes() const = 0;  // device bytes held
+  // Waits (on the host) until every queued load and clear has landed; a no-op on the CPU.
+  // For timings and tools: the serving path never waits on the host.
+  virtual void synchronize() const = 0;
 };
 
 // A paged KV cache on the device (vLLM's block layout; KvBlockTable does the bookkeeping):

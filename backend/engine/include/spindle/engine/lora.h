@@ -156,6 +156,7 @@ class LoraSlotPool final : public SlotPool {
   void clear(int32_t slot) override;
   bool occupied(int32_t slot) const override;
   std::optional<int32_t> first_free() const override;
+  void synchronize() const override {}  // loads are synchronous on the CPU
 
   // The SGMV view of one (layer, target); nullopt if the pool has no storage for the target.
   std::optional<kernels::LoraSlots> view(int64_t layer, LoraTarget target) const;

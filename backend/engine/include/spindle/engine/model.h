@@ -20,6 +20,7 @@
 #include "spindle/core/tensor.h"
 #include "spindle/engine/kv_cache.h"
 #include "spindle/engine/lora.h"
+#include "spindle/engine/moe_routing.h"
 #include "spindle/engine/weights.h"
 
 namespace spindle::engine {
@@ -43,23 +44,15 @@ struct ForwardOptions {
   bool keep_activations = false;  // keep per-layer intermediates for a backward pass
 };
 
-// Intermediates of a routed-experts MLP (Qwen3-MoE) over T rows. An assignment j = t·top_k + i
-// is token t's i-th chosen expert; the expert GEMMs run over assignments sorted by expert
-// (order), one segment per expert (offsets), so rows of xg/gate/up/act/out are in sorted order.
-struct MoeActivations {
-  Tensor logits;                 // [T, n_experts] router logits
-  Tensor probs;                  // [T, n_experts] softmax (or sigmoid) of the logits
-  std::vector<int32_t> expert;   // [T·top_k] chosen expert of each assignment
-  Tensor weight;                 // [T·top_k] its combine weight (renormalised when norm_topk)
-  std::vector<int32_t> order;    // [T·top_k] assignments sorted by expert (stable in j)
-  std::vector<int64_t> offsets;  // [n_experts + 1] expert e's rows: [offsets[e], offsets[e+1])
-  // Within each expert's rows, assignments are sorted by adapter slot too: expert e's LoRA
-  // segments are lora_segs[lora_seg_offsets[e], lora_seg_offsets[e+1]), rows counted from
-  // offsets[e] (rows of base-only tokens carry slot −1).
-  std::vector<kernels::LoraSegment> lora_segs;
-  std::vector<int64_t> lora_seg_offsets;  // [n_experts + 1]
-  Tensor xg;                              // [T·top_k, dim] the assignments' input rows
-  Tensor gate, up, act;                   // [T·top_k, expert_dim]
+// Intermediates of a routed-experts MLP (Qwen3-MoE) over T rows: the choice and its grouping
+// (MoeRouting, engine/moe_routing.h: assignment j = t·top_k + i, expert GEMMs over the
+// assignments sorted by expert), so rows of xg/gate/up/act/out are in sorted order.
+struct MoeActivations : MoeRouting {
+  Tensor logits;  // [T, n_experts] router logits
+  Tensor probs;   // [T, n_experts] softmax (or sigmoid) of the logits
+  Tensor weight;  // [T·top_k] each assignment's combine weight (renormalised when norm_topk)
+  Tensor xg;      // [T·top_k, dim] the assignments' input rows
+  Tensor gate, up, act;  // [T·top_k, expert_dim]
   Tensor out;  // [T·top_k, dim] the experts' outputs (before the weights)
 };
 

@@ -1,7 +1,10 @@
 #pragma once
 // The adapter slot pool in device memory: the twin of engine::LoraSlotPool (engine/lora.h), with
 // the same layout per (layer, target): A [max_slots, max_rank, d_in], B [max_slots, d_out,
-// max_rank], rank [max_slots], scale [max_slots], all fp32 on the device.
+// max_rank], rank [max_slots], scale [max_slots], all fp32 on the device. Routed experts' gate /
+// up / down LoRA of a sparse layer are expert-major, as on the CPU: A [n_experts, max_slots,
+// max_rank, d_in], B [n_experts, max_slots, d_out, max_rank], so expert e's block is an
+// ordinary SGMV view; a slot's experts land with one strided copy per tensor.
 //
 // Loading is asynchronous and never blocks the batch loop: load() packs each (layer, target)
 // pair on the host into a pinned staging buffer and issues one cudaMemcpyAsync per packed
@@ -56,12 +59,17 @@ class DeviceLoraPool final : public engine::SlotPool {
   // no host wait).
   void wait_loaded(int32_t slot, cudaStream_t stream) const;
   // Host wait for every queued load.
-  void synchronize() const;
+  void synchronize() const override;
   cudaStream_t loader_stream() const { return loader_.get(); }
 
   // The SGMV view of one (layer, target); nullopt if the pool has no storage for the target.
   std::optional<kernels::cuda::DeviceLoraSlots> view(int64_t layer,
                                                      engine::LoraTarget target) const;
+  // The SGMV view of expert `expert`'s gate / up / down LoRA on a routed-experts layer (every
+  // slot); nullopt if the layer is dense or the pool has no storage for the target.
+  std::optional<kernels::cuda::DeviceLoraSlots> expert_view(int64_t layer,
+                                                            engine::LoraTarget target,
+                                                            int64_t expert) const;
   size_t bytes() const override;
 
  private:
@@ -73,6 +81,10 @@ class DeviceLoraPool final : public engine::SlotPool {
   };
   Module* module(int64_t layer, engine::LoraTarget target);
   const Module* module(int64_t layer, engine::LoraTarget target) const;
+  // Expert modules: A [n_experts, max_slots, max_rank, d_in], B [n_experts, max_slots, d_out,
+  // max_rank]; one row of the rank / scale tables each.
+  Module* expert_module(int64_t layer, engine::LoraTarget target);
+  const Module* expert_module(int64_t layer, engine::LoraTarget target) const;
   void check_slot(int32_t slot) const;
   void load_now(int32_t slot, const engine::LoraWeights& adapter);  // load(), unguarded
   void clear_now(int32_t slot);
@@ -84,6 +96,7 @@ class DeviceLoraPool final : public engine::SlotPool {
   engine::LoraPoolOptions options_;
   engine::Device device_;
   std::vector<std::array<std::optional<Module>, engine::kLoraTargetCount>> modules_;  // [layer]
+  std::vector<std::array<std::optional<Module>, engine::kExpertProjCount>> expert_modules_;
   int64_t n_modules_ = 0;
   // [n_modules, max_slots] host mirrors and device tables.
   std::vector<int32_t> rank_host_;

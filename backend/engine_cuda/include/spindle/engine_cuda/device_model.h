@@ -39,7 +39,8 @@ struct DeviceForwardOptions {
   // keep_activations) replay a captured CUDA graph (backend/engine_cuda/src/graph.h); other batches
   // run eagerly. Same kernels either way, so the logits are bitwise those of an eager forward.
   // A graph is captured after the first eager run of a new shape; failing capture throws
-  // CudaError (no silent fallback).
+  // CudaError (no silent fallback). A routed-experts model never captures: its routing is chosen
+  // on the host mid-forward (DeviceOps::moe_route), so its decode steps run eagerly.
   bool use_graph = false;
 };
 

@@ -3,7 +3,7 @@
 // Projections and the embedding table are in the chosen Precision (bf16 by default, fp32 for
 // exactness checks); norm weights and the RoPE inverse frequencies (engine::rope_inv_freq, with
 // rope_scaling applied) are fp32 in both modes. A tied unembedding is the embedding table,
-// uploaded once. Read-only after construction: every DeviceModel, sampler and trainer on the
+// uploaded once. Routed experts (Qwen3-MoE) are stacked per projection. Read-only after construction: every DeviceModel, sampler and trainer on the
 // device shares it.
 
 #include <vector>
@@ -25,6 +25,13 @@ struct DeviceLayerWeights {
   DeviceTensor w_gate;     // [hidden, dim]
   DeviceTensor w_up;       // [hidden, dim]
   DeviceTensor w_down;     // [dim, hidden]
+  // Sparse layers (ModelConfig::sparse_layer): the router and every routed expert, stacked so
+  // that expert e's projection is rows [e·d_out, (e+1)·d_out) of one tensor.
+  DeviceTensor router;             // [n_experts, dim]
+  std::vector<float> router_bias;  // [n_experts] host (the choice is made on the host), or empty
+  DeviceTensor expert_gate;        // [n_experts·expert_dim, dim]
+  DeviceTensor expert_up;          // [n_experts·expert_dim, dim]
+  DeviceTensor expert_down;        // [n_experts·dim, expert_dim]
 };
 
 class DeviceWeights {

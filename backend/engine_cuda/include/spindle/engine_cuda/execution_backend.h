@@ -29,4 +29,10 @@ struct CudaBackendOptions {
 std::unique_ptr<engine::ExecutionBackend> make_cuda_backend(const engine::ModelWeights& weights,
                                                            const CudaBackendOptions& options);
 
+// A slot pool on CUDA device `device` with no resident base (benches and tools that measure
+// loads alone); the errors of make_slot_pool.
+std::unique_ptr<engine::SlotPool> make_cuda_slot_pool(const engine::ModelConfig& config,
+                                                      const engine::LoraPoolOptions& options,
+                                                      int32_t device);
+
 }  // namespace spindle::engine_cuda

@@ -16,16 +16,28 @@
 #include <vector>
 
 #include "spindle/core/tensor.h"
+#include "spindle/engine/moe_routing.h"
 #include "spindle/engine_cuda/device_tensor.h"
 #include "spindle/kernels/cuda/attention.h"
 #include "spindle/kernels/lora.h"
 
 namespace spindle::engine_cuda {
 
-// Routed experts' intermediates (engine::MoeActivations); the CUDA engine has no MoE kernels
-// yet (DeviceWeights refuses MoE models), so these stay empty.
+// Routed experts' intermediates over T rows (engine::MoeActivations): the router's logits on
+// the device, the choice made on the host (engine::route_experts, the CPU engine's code) and
+// its tables uploaded; rows of xg/gate/up/act/out in the routing's sorted order.
 struct DeviceMoeActivations {
-  DeviceTensor gate, up, act;
+  DeviceTensor logits;         // [T, n_experts] router logits (model dtype)
+  std::vector<float> probs;    // [T, n_experts] host
+  std::vector<float> weight;   // [T·top_k] host, by assignment j
+  engine::MoeRouting routing;  // host
+  kernels::cuda::DeviceBuffer<int32_t> d_rows;  // [T·top_k] token row of each sorted assignment
+  kernels::cuda::DeviceBuffer<int32_t> d_pos;   // [T, top_k] token t's sorted rows, ascending
+  kernels::cuda::DeviceBuffer<float> d_weight;  // [T, top_k] their combine weights
+  kernels::cuda::DeviceBuffer<kernels::LoraSegment> d_lora_segs;  // routing.lora_segs
+  DeviceTensor xg;             // [T·top_k, dim]
+  DeviceTensor gate, up, act;  // [T·top_k, expert_dim]
+  DeviceTensor out;            // [T·top_k, dim] the experts' outputs (before the weights)
 };
 
 // Intermediates of one decoder layer over the batch's T rows (as engine::LayerActivations).
@@ -47,7 +59,7 @@ struct DeviceLayerActivations {
   DeviceTensor gate;          // [T, hidden]
   DeviceTensor up;            // [T, hidden]
   DeviceTensor act;           // [T, hidden] silu(gate)·up
-  DeviceMoeActivations moe;   // sparse layers (none on the GPU yet)
+  DeviceMoeActivations moe;   // sparse layers (gate/up/act above hold shared experts, if any)
 };
 
 // A typed view of device memory owned elsewhere (DeviceForwardState::tables).

@@ -35,4 +35,10 @@ DType resolve_dtype(std::string_view spec, const engine::Device& device);
 std::unique_ptr<engine::ExecutionBackend> open_backend(const engine::ModelWeights& weights,
                                                        const BackendChoice& choice);
 
+// A slot pool on the device `device` names (as resolve_device) with no resident base: benches
+// and tools that measure adapter loads alone.
+std::unique_ptr<engine::SlotPool> open_slot_pool(const engine::ModelConfig& config,
+                                                 const engine::LoraPoolOptions& options,
+                                                 std::string_view device);
+
 }  // namespace spindle::execution

@@ -27,4 +27,13 @@ template <class T>
 void embedding_scatter_add(const T* d_out, int64_t ld_d_out, const int32_t* tokens, int64_t rows,
                            int64_t dim, float* d_table, cudaStream_t stream);
 
+// x[t, :] = beta·x[t, :] + Σ_{k<K} w[t·K + k]·src[pos[t·K + k], :] for t < rows: the terms
+// added one at a time in k order in fp32 (w null: weights 1; beta 0 never reads x). Routed
+// experts' combine (beta 1, the routing weights; pos = token t's rows of the experts' outputs in
+// ascending order, as the CPU engine adds them) and the scatter of their input gradients
+// (beta 0, w null). pos and w: device; every pos < src's rows (the caller's contract).
+template <class T>
+void moe_combine(const T* src, int64_t ld_src, const int32_t* pos, const float* w, int64_t rows,
+                 int64_t K, int64_t dim, float beta, T* x, int64_t ld_x, cudaStream_t stream);
+
 }  // namespace spindle::kernels::cuda
