@@ -83,6 +83,34 @@ __global__ void moe_combine_kernel(const T* src, int64_t ld_src, const int32_t* 
   }
 }
 
+constexpr int kCombineBackwardThreads = 256;
+
+// One block per row i: the scaled copy, then a fixed shared-memory tree for the dot product.
+template <class T>
+__global__ void moe_combine_backward_kernel(const T* dy, int64_t ld_dy, const int32_t* rows,
+                                            const float* w, const T* out, int64_t ld_out,
+                                            int64_t dim, T* d_out, int64_t ld_d_out, float* d_w) {
+  __shared__ float partial[kCombineBackwardThreads];
+  const int64_t i = blockIdx.x;
+  const T* g = dy + int64_t{rows[i]} * ld_dy;
+  const T* o = out + i * ld_out;
+  T* d = d_out + i * ld_d_out;
+  const float wi = w[i];
+  float acc = 0.0f;
+  for (int64_t c = threadIdx.x; c < dim; c += blockDim.x) {
+    const float gc = to_f32(g[c]);
+    d[c] = from_f32<T>(wi * gc);
+    acc += gc * to_f32(o[c]);
+  }
+  partial[threadIdx.x] = acc;
+  __syncthreads();
+  for (int stride = kCombineBackwardThreads / 2; stride > 0; stride /= 2) {
+    if (int(threadIdx.x) < stride) partial[threadIdx.x] += partial[threadIdx.x + stride];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) d_w[i] = partial[0];
+}
+
 }  // namespace
 
 template <class T>
@@ -159,6 +187,27 @@ void moe_combine(const T* src, int64_t ld_src, const int32_t* pos, const float* 
   check_launch(kKernel);
 }
 
+template <class T>
+void moe_combine_backward(const T* dy, int64_t ld_dy, const int32_t* rows, const float* w,
+                          const T* out, int64_t ld_out, int64_t n, int64_t dim, T* d_out,
+                          int64_t ld_d_out, float* d_w, cudaStream_t stream) {
+  constexpr const char* kKernel = "cuda::moe_combine_backward";
+  SPINDLE_KERNEL_REQUIRE(n >= 0 && dim > 0, kKernel, "n >= 0 and dim > 0");
+  SPINDLE_KERNEL_REQUIRE(ld_dy >= dim && ld_out >= dim && ld_d_out >= dim, kKernel,
+                         "ld_dy, ld_out and ld_d_out >= dim");
+  SPINDLE_KERNEL_REQUIRE(n <= int64_t{2147483647}, kKernel, "n fits a grid");
+  if (n == 0) return;
+  SPINDLE_KERNEL_REQUIRE(dy != nullptr && rows != nullptr && w != nullptr && out != nullptr &&
+                             d_out != nullptr && d_w != nullptr,
+                         kKernel, "every pointer must be non-null");
+  SPINDLE_KERNEL_REQUIRE(static_cast<const void*>(d_out) != static_cast<const void*>(dy) &&
+                             static_cast<const void*>(d_out) != static_cast<const void*>(out),
+                         kKernel, "d_out must not alias dy or out");
+  moe_combine_backward_kernel<T><<<unsigned(n), kCombineBackwardThreads, 0, stream>>>(
+      dy, ld_dy, rows, w, out, ld_out, dim, d_out, ld_d_out, d_w);
+  check_launch(kKernel);
+}
+
 #define SPINDLE_INSTANTIATE_ACTIVATION(T)                                                        \
   template void swiglu<T>(const T*, const T*, T*, int64_t, cudaStream_t);                        \
   template void swiglu_backward<T>(const T*, const T*, const T*, T*, T*, int64_t, cudaStream_t); \
@@ -167,7 +216,10 @@ void moe_combine(const T* src, int64_t ld_src, const int32_t* pos, const float* 
   template void embedding_scatter_add<T>(const T*, int64_t, const int32_t*, int64_t, int64_t,    \
                                          float*, cudaStream_t);                            \
   template void moe_combine<T>(const T*, int64_t, const int32_t*, const float*, int64_t, int64_t, \
-                               int64_t, float, T*, int64_t, cudaStream_t);
+                               int64_t, float, T*, int64_t, cudaStream_t);                      \
+  template void moe_combine_backward<T>(const T*, int64_t, const int32_t*, const float*,         \
+                                        const T*, int64_t, int64_t, int64_t, T*, int64_t, float*, \
+                                        cudaStream_t);
 SPINDLE_INSTANTIATE_ACTIVATION(float)
 SPINDLE_INSTANTIATE_ACTIVATION(bf16)
 #undef SPINDLE_INSTANTIATE_ACTIVATION

@@ -166,53 +166,10 @@ void CpuOps::moe_route_backward(int64_t l, const Tensor& xn, const MoeActivation
                                 const Tensor& d_weight, Tensor& d_xn) {
   const LayerWeights& L = layer(l);
   LayerWeights* G = layer_grads(l);
-  const int64_t T = xn.dim(0), D = c_.dim, E = c_.moe.n_experts, K = c_.moe.top_k;
+  const int64_t T = xn.dim(0), D = c_.dim, E = c_.moe.n_experts;
   ensure(moe_d_logits_, {T, E});
-  const MoeAuxLoss* aux = opt_ ? opt_->moe_aux : nullptr;
-  const std::vector<int32_t> token_slot = row_slots(st_.segments, T);
-  const bool sigmoid = c_.moe.scoring == RouterScoring::sigmoid;
-  std::vector<float> dp(static_cast<size_t>(K));
-  for (int64_t t = 0; t < T; ++t) {
-    const float* p = m.probs.row(t);
-    const float* dw = d_weight.data() + t * K;
-    const int32_t* ex = m.expert.data() + t * K;
-    // w_k = rsf·p_k / S, S = Σ_sel p (norm_topk), else rsf·p_k:
-    // dp_k = rsf·(dw_k − Σ_j dw_j·p_j/S) / S, else rsf·dw_k.
-    const double rsf = c_.moe.routed_scaling;
-    if (c_.moe.norm_topk) {
-      double S = sigmoid ? 1e-20 : 0.0, dot = 0;
-      for (int64_t k = 0; k < K; ++k) S += p[ex[k]];
-      for (int64_t k = 0; k < K; ++k) dot += double(dw[k]) * p[ex[k]] / S;
-      for (int64_t k = 0; k < K; ++k) dp[size_t(k)] = float(rsf * (dw[k] - dot) / S);
-    } else {
-      for (int64_t k = 0; k < K; ++k) dp[size_t(k)] = float(rsf * dw[k]);
-    }
-    float* dz = moe_d_logits_.row(t);
-    if (sigmoid) {
-      // Sigmoid: dz_e = dp_e·p_e·(1 − p_e) on the selection, 0 elsewhere.
-      std::fill(dz, dz + E, 0.0f);
-      for (int64_t k = 0; k < K; ++k) {
-        const float pe = p[ex[k]];
-        dz[ex[k]] += dp[size_t(k)] * pe * (1.0f - pe);
-      }
-      continue;
-    }
-    // Softmax: dz_e = p_e·(dp_e − Σ_sel dp·p), dp_e = 0 off the selection.
-    double s = 0;
-    for (int64_t k = 0; k < K; ++k) s += double(dp[size_t(k)]) * p[ex[k]];
-    for (int64_t e = 0; e < E; ++e) dz[e] = float(-p[e] * s);
-    for (int64_t k = 0; k < K; ++k) dz[ex[k]] += p[ex[k]] * dp[size_t(k)];
-    // The aux loss's own gradient g = ∂aux/∂p (every expert), through the softmax.
-    if (aux != nullptr) {
-      const auto it = aux->grad.find(token_slot[size_t(t)]);
-      if (it != aux->grad.end()) {
-        const float* g = it->second.data();
-        double gp = 0;
-        for (int64_t e = 0; e < E; ++e) gp += double(g[e]) * p[e];
-        for (int64_t e = 0; e < E; ++e) dz[e] += float(p[e] * (g[e] - gp));
-      }
-    }
-  }
+  route_experts_backward(c_, m.probs.data(), m.expert, d_weight.data(), T, st_.segments,
+                         opt_ ? opt_->moe_aux : nullptr, moe_d_logits_.data());
   // d_xn += dz · W_router (W_router [E, D])
   kernels::gemm(Trans::no, Trans::no, T, D, E, 1.0f, moe_d_logits_.data(), E, L.router.data(), D,
                 1.0f, d_xn.data(), D);

@@ -6,6 +6,18 @@
 
 namespace spindle::engine {
 
+namespace {
+
+std::vector<int32_t> row_slots(std::span<const kernels::LoraSegment> segments, int64_t T) {
+  std::vector<int32_t> token_slot(size_t(T), -1);
+  for (const auto& g : segments) {
+    for (int64_t r = g.row_begin; r < g.row_end && r < T; ++r) token_slot[size_t(r)] = g.slot;
+  }
+  return token_slot;
+}
+
+}  // namespace
+
 void route_experts(const ModelConfig& c, const float* logits, const float* router_bias, int64_t T,
                    std::span<const kernels::LoraSegment> segments, float* probs, float* weight,
                    MoeRouting& m) {
@@ -84,10 +96,7 @@ void route_experts(const ModelConfig& c, const float* logits, const float* route
   m.order.resize(size_t(T * K));
   for (int64_t j = 0; j < T * K; ++j)
     m.order[size_t(next[size_t(m.expert[size_t(j)])]++)] = int32_t(j);
-  std::vector<int32_t> token_slot(size_t(T), -1);
-  for (const auto& g : segments) {
-    for (int64_t r = g.row_begin; r < g.row_end && r < T; ++r) token_slot[size_t(r)] = g.slot;
-  }
+  const std::vector<int32_t> token_slot = row_slots(segments, T);
   const auto slot_of = [&](int32_t j) { return token_slot[size_t(j / K)]; };
   m.lora_segs.clear();
   m.lora_seg_offsets.assign(1, 0);
@@ -105,6 +114,57 @@ void route_experts(const ModelConfig& c, const float* logits, const float* route
       }
     }
     m.lora_seg_offsets.push_back(int64_t(m.lora_segs.size()));
+  }
+}
+
+void route_experts_backward(const ModelConfig& c, const float* probs,
+                            std::span<const int32_t> expert, const float* d_weight, int64_t T,
+                            std::span<const kernels::LoraSegment> segments, const MoeAuxLoss* aux,
+                            float* d_logits) {
+  const int64_t E = c.moe.n_experts, K = c.moe.top_k;
+  const std::vector<int32_t> token_slot = row_slots(segments, T);
+  const bool sigmoid = c.moe.scoring == RouterScoring::sigmoid;
+  std::vector<float> dp(static_cast<size_t>(K));
+  for (int64_t t = 0; t < T; ++t) {
+    const float* p = probs + t * E;
+    const float* dw = d_weight + t * K;
+    const int32_t* ex = expert.data() + t * K;
+    // w_k = rsf·p_k / S, S = Σ_sel p (norm_topk), else rsf·p_k:
+    // dp_k = rsf·(dw_k − Σ_j dw_j·p_j/S) / S, else rsf·dw_k.
+    const double rsf = c.moe.routed_scaling;
+    if (c.moe.norm_topk) {
+      double S = sigmoid ? 1e-20 : 0.0, dot = 0;
+      for (int64_t k = 0; k < K; ++k) S += p[ex[k]];
+      for (int64_t k = 0; k < K; ++k) dot += double(dw[k]) * p[ex[k]] / S;
+      for (int64_t k = 0; k < K; ++k) dp[size_t(k)] = float(rsf * (dw[k] - dot) / S);
+    } else {
+      for (int64_t k = 0; k < K; ++k) dp[size_t(k)] = float(rsf * dw[k]);
+    }
+    float* dz = d_logits + t * E;
+    if (sigmoid) {
+      // Sigmoid: dz_e = dp_e·p_e·(1 − p_e) on the selection, 0 elsewhere.
+      std::fill(dz, dz + E, 0.0f);
+      for (int64_t k = 0; k < K; ++k) {
+        const float pe = p[ex[k]];
+        dz[ex[k]] += dp[size_t(k)] * pe * (1.0f - pe);
+      }
+      continue;
+    }
+    // Softmax: dz_e = p_e·(dp_e − Σ_sel dp·p), dp_e = 0 off the selection.
+    double s = 0;
+    for (int64_t k = 0; k < K; ++k) s += double(dp[size_t(k)]) * p[ex[k]];
+    for (int64_t e = 0; e < E; ++e) dz[e] = float(-p[e] * s);
+    for (int64_t k = 0; k < K; ++k) dz[ex[k]] += p[ex[k]] * dp[size_t(k)];
+    // The aux loss's own gradient g = ∂aux/∂p (every expert), through the softmax.
+    if (aux != nullptr) {
+      const auto it = aux->grad.find(token_slot[size_t(t)]);
+      if (it != aux->grad.end()) {
+        const float* g = it->second.data();
+        double gp = 0;
+        for (int64_t e = 0; e < E; ++e) gp += double(g[e]) * p[e];
+        for (int64_t e = 0; e < E; ++e) dz[e] += float(p[e] * (g[e] - gp));
+      }
+    }
   }
 }
 

@@ -32,7 +32,11 @@ struct TrainScratch {
   DeviceTensor d_attn, dq, dq_pre;                            // [T, q_dim]
   DeviceTensor dk, dk_pre, dv;                                // [T, kv_dim]
   DeviceTensor lora_h, lora_dh;                               // [T, max_rank] fp32
-  DeviceTensor moe_d_act, moe_d_gate, moe_d_up, moe_d_weight;  // sparse layers (none yet)
+  DeviceTensor moe_d_act, moe_d_gate, moe_d_up;               // [T·top_k, expert_dim]
+  DeviceTensor moe_d_weight;   // [T·top_k] fp32, by sorted row (DeviceOps)
+  DeviceTensor moe_d_out;      // [T·top_k, dim] ∂loss/∂ the experts' outputs
+  DeviceTensor moe_d_xg;       // [T·top_k, dim] ∂loss/∂ the experts' input rows
+  DeviceTensor moe_d_logits;   // [T, n_experts] ∂loss/∂ router logits
   kernels::cuda::DeviceBuffer<int32_t> targets;               // [T]
   kernels::cuda::DeviceBuffer<float> weight, q, adv;          // [T] loss inputs (0 / 1 when absent)
   kernels::cuda::DeviceBuffer<float> logp, lse, loss, dlogp;  // [T] outputs
@@ -51,6 +55,23 @@ struct TrainContext {
   TrainScratch& scratch;
   DeviceLoraGrads* grads;  // null: forward only (no dlogits, no backward)
 };
+
+// One LoRA view and the slot-layout gradients its backward accumulates into: a dense module's,
+// or one routed expert's block.
+struct LoraGradTarget {
+  kernels::cuda::DeviceLoraSlots view;
+  float* dA = nullptr;
+  float* dB = nullptr;
+};
+
+// Backward of y = x·Wᵀ + LoRA(x), W [n, k] row-major on the device, over `rows` rows:
+// dx = dy·W + beta_dx·dx, then, when `lora` is non-null (and `segs` has adapted rows: the
+// caller's check), dx += the LoRA part and lora's dA/dB accumulate. x: [rows, k] stride ld_x.
+template <class T>
+void linear_backward(TrainContext& ctx, const T* W, int64_t n, int64_t k,
+                     const LoraGradTarget* lora, const T* x, int64_t ld_x, int64_t rows,
+                     const T* dy, int64_t ld_dy, const kernels::cuda::DeviceSegments& segs, T* dx,
+                     int64_t ld_dx, float beta_dx);
 
 // Backward of y = x·Wᵀ + LoRA(x) for one (layer, target) over `rows` rows:
 // dx = dy·W + beta_dx·dx, then (when `segs` has adapted rows and the pool holds the target)

@@ -13,6 +13,7 @@
 #include <array>
 #include <cmath>
 #include <initializer_list>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -216,6 +217,11 @@ class DeviceOps {
     upload_table(pos, m.d_pos, s_);
     upload_table(weight, m.d_weight, s_);
     upload_table(m.routing.lora_segs, m.d_lora_segs, s_);
+    if (st_.keep_activations) {  // the backward's combine weights, by sorted row
+      std::vector<float> sorted(size_t(n * K));
+      for (int64_t i = 0; i < n * K; ++i) sorted[size_t(i)] = m.weight[size_t(order[size_t(i)])];
+      upload_table(sorted, m.d_weight_sorted, s_);
+    }
     m.xg.ensure(n * K, D, P_);
     cuda::embedding_gather(xn.data<T>(), D, m.d_rows.data(), n * K, m.xg.data<T>(), D, s_);
   }
@@ -276,19 +282,74 @@ class DeviceOps {
                          /*beta=*/1.0f, x.data<T>(), D, s_);
   }
 
-  // Routed experts' backward: the CUDA engine trains dense models only so far (DeviceTrainer
-  // refuses an MoE base first).
-  void moe_down_combine_backward(int64_t, const DeviceMoeActivations&, const DeviceTensor&,
-                                 DeviceTensor&, DeviceTensor&) {
-    no_moe();
+  // Routed experts' backward (engine::DecoderGraph's contract; here d_weight is by sorted row,
+  // which only these ops read). The router's part is route_experts_backward on the host, as
+  // its forward.
+  void moe_down_combine_backward(int64_t l, const DeviceMoeActivations& m, const DeviceTensor& dy,
+                                 DeviceTensor& d_act, DeviceTensor& d_weight) {
+    const DeviceLayerWeights& L = w_.layer(l);
+    const int64_t D = c_.dim, F = c_.moe.expert_dim, rows = m.out.rows();
+    DeviceTensor& d_out = train_->scratch.moe_d_out;
+    d_out.ensure(rows, D, P_);
+    d_weight.ensure(rows, 1, Precision::fp32);
+    cuda::moe_combine_backward<T>(dy.data<T>(), D, m.d_rows.data(), m.d_weight_sorted.data(),
+                                  m.out.data<T>(), D, rows, D, d_out.data<T>(), D,
+                                  d_weight.data<float>(), s_);
+    const auto& offsets = m.routing.offsets;
+    for (size_t e = 0; e + 1 < offsets.size(); ++e) {
+      const int64_t o = offsets[e], n = offsets[e + 1] - o;
+      if (n == 0) continue;
+      const auto segs = expert_segments(m, int64_t(e), n);
+      const auto lora = expert_grad_target(l, engine::LoraTarget::down, int64_t(e), segs);
+      // d_act = d_out · W_down (W_down [D, F])
+      linear_backward<T>(*train_, L.expert_down.data<T>() + int64_t(e) * D * F, D, F,
+                         lora ? &*lora : nullptr, m.act.data<T>() + o * F, F, n,
+                         d_out.data<T>() + o * D, D, segs, d_act.data<T>() + o * F, F, 0.0f);
+    }
   }
-  void moe_gate_up_backward(int64_t, const DeviceMoeActivations&, const DeviceTensor&,
-                            const DeviceTensor&, DeviceTensor&) {
-    no_moe();
+  void moe_gate_up_backward(int64_t l, const DeviceMoeActivations& m, const DeviceTensor& d_gate,
+                            const DeviceTensor& d_up, DeviceTensor& d_xn) {
+    const DeviceLayerWeights& L = w_.layer(l);
+    const int64_t D = c_.dim, F = c_.moe.expert_dim, K = c_.moe.top_k, rows = m.xg.rows();
+    DeviceTensor& d_xg = train_->scratch.moe_d_xg;
+    d_xg.ensure(rows, D, P_);
+    const auto& offsets = m.routing.offsets;
+    for (size_t e = 0; e + 1 < offsets.size(); ++e) {
+      const int64_t o = offsets[e], n = offsets[e + 1] - o;
+      if (n == 0) continue;
+      const auto segs = expert_segments(m, int64_t(e), n);
+      const T* x = m.xg.data<T>() + o * D;
+      T* dx = d_xg.data<T>() + o * D;
+      // d_xg = d_gate · W_gate + d_up · W_up (each [F, D]), with their LoRA parts.
+      const auto lg = expert_grad_target(l, engine::LoraTarget::gate, int64_t(e), segs);
+      linear_backward<T>(*train_, L.expert_gate.data<T>() + int64_t(e) * F * D, F, D,
+                         lg ? &*lg : nullptr, x, D, n, d_gate.data<T>() + o * F, F, segs, dx, D,
+                         0.0f);
+      const auto lu = expert_grad_target(l, engine::LoraTarget::up, int64_t(e), segs);
+      linear_backward<T>(*train_, L.expert_up.data<T>() + int64_t(e) * F * D, F, D,
+                         lu ? &*lu : nullptr, x, D, n, d_up.data<T>() + o * F, F, segs, dx, D,
+                         1.0f);
+    }
+    // d_xn[t] = Σ of token t's rows (overwritten), in the forward's order.
+    cuda::moe_combine<T>(d_xg.data<T>(), D, m.d_pos.data(), nullptr, st_.T, K, D, /*beta=*/0.0f,
+                         d_xn.data<T>(), D, s_);
   }
-  void moe_route_backward(int64_t, const DeviceTensor&, const DeviceMoeActivations&,
-                          const DeviceTensor&, DeviceTensor&) {
-    no_moe();
+  void moe_route_backward(int64_t l, const DeviceTensor& xn, const DeviceMoeActivations& m,
+                          const DeviceTensor& d_weight, DeviceTensor& d_xn) {
+    const DeviceLayerWeights& L = w_.layer(l);
+    const int64_t n = st_.T, D = c_.dim, E = c_.moe.n_experts, K = c_.moe.top_k;
+    const std::vector<float> sorted = d_weight.download(s_);  // waits for the stream
+    std::vector<float> dw(size_t(n * K));
+    for (int64_t i = 0; i < n * K; ++i) dw[size_t(m.routing.order[size_t(i)])] = sorted[size_t(i)];
+    std::vector<float> dz(size_t(n * E));
+    engine::route_experts_backward(c_, m.probs.data(), m.routing.expert, dw.data(), n,
+                                   st_.segments, /*aux=*/nullptr, dz.data());
+    DeviceTensor& d_logits = train_->scratch.moe_d_logits;
+    d_logits.ensure(n, E, P_);
+    d_logits.upload(dz.data(), n * E, s_);
+    // d_xn += dz · W_router (W_router [E, D])
+    cuda::gemm<T>(blas_, kernels::Trans::no, kernels::Trans::no, n, D, E, 1.0f,
+                  d_logits.data<T>(), E, L.router.data<T>(), D, 1.0f, d_xn.data<T>(), D, s_);
   }
 
   // ---- backward ----
@@ -343,9 +404,16 @@ class DeviceOps {
   void embedding_backward(const DeviceTensor&) {}  // the base is frozen on the GPU
 
  private:
-  [[noreturn]] void no_moe() const {
-    SPINDLE_THROW(unsupported, "training routed experts ({}) does not run on the CUDA engine yet",
-                  engine::arch_name(c_.arch));
+  // Expert e's LoRA of `target` with its gradient blocks, when the rows are adapted and a
+  // backward accumulates gradients.
+  std::optional<LoraGradTarget> expert_grad_target(int64_t l, engine::LoraTarget target,
+                                                   int64_t e,
+                                                   const cuda::DeviceSegments& segs) const {
+    if (segs.count == 0 || train_ == nullptr || train_->grads == nullptr) return std::nullopt;
+    const auto view = lora_->expert_view(l, target, e);
+    if (!view) return std::nullopt;
+    return LoraGradTarget{*view, train_->grads->expert_dA(l, target, e),
+                          train_->grads->expert_dB(l, target, e)};
   }
   // Expert e's LoRA segments (rows from the expert's first sorted row, n rows) on the device;
   // count 0 when no row of the expert is adapted.

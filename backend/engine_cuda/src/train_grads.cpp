@@ -25,6 +25,21 @@ DeviceLoraGrads::DeviceLoraGrads(const DeviceLoraPool& pool)
       p.dB.zero();
     }
   }
+  n_experts_ = c.moe.n_experts;
+  expert_pairs_.resize(size_t(c.n_layers));
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    for (LoraTarget t : engine::kExpertProjTargets) {
+      const auto v = pool.expert_view(l, t, 0);
+      if (!v) continue;
+      Pair& p = expert_pairs_[size_t(l)][size_t(engine::expert_proj(t))];
+      p.d_in = v->d_in;
+      p.d_out = v->d_out;
+      p.dA = cuda::DeviceBuffer<float>(size_t(n_experts_ * max_slots_ * max_rank_ * p.d_in));
+      p.dB = cuda::DeviceBuffer<float>(size_t(n_experts_ * max_slots_ * p.d_out * max_rank_));
+      p.dA.zero();
+      p.dB.zero();
+    }
+  }
   cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize (gradient buffers zeroed)");
 }
 
@@ -51,6 +66,31 @@ const float* DeviceLoraGrads::dB(int64_t layer, LoraTarget target) const {
   return const_cast<DeviceLoraGrads*>(this)->dB(layer, target);
 }
 
+DeviceLoraGrads::Pair* DeviceLoraGrads::expert_pair(int64_t layer, LoraTarget target) {
+  const int proj = engine::expert_proj(target);
+  if (proj < 0 || layer < 0 || layer >= int64_t(expert_pairs_.size())) return nullptr;
+  Pair& p = expert_pairs_[size_t(layer)][size_t(proj)];
+  return p.dA.empty() ? nullptr : &p;
+}
+
+float* DeviceLoraGrads::expert_dA(int64_t layer, LoraTarget target, int64_t expert) {
+  Pair* p = expert_pair(layer, target);
+  return p ? p->dA.data() + expert * max_slots_ * max_rank_ * p->d_in : nullptr;
+}
+
+float* DeviceLoraGrads::expert_dB(int64_t layer, LoraTarget target, int64_t expert) {
+  Pair* p = expert_pair(layer, target);
+  return p ? p->dB.data() + expert * max_slots_ * p->d_out * max_rank_ : nullptr;
+}
+
+const float* DeviceLoraGrads::expert_dA(int64_t layer, LoraTarget target, int64_t expert) const {
+  return const_cast<DeviceLoraGrads*>(this)->expert_dA(layer, target, expert);
+}
+
+const float* DeviceLoraGrads::expert_dB(int64_t layer, LoraTarget target, int64_t expert) const {
+  return const_cast<DeviceLoraGrads*>(this)->expert_dB(layer, target, expert);
+}
+
 void DeviceLoraGrads::zero_slot(int32_t slot, cudaStream_t stream) {
   SPINDLE_CHECK(slot >= 0 && slot < max_slots_, invalid_argument,
                 "LoRA gradients: slot {} out of range [0, {})", slot, max_slots_);
@@ -64,11 +104,26 @@ void DeviceLoraGrads::zero_slot(int32_t slot, cudaStream_t stream) {
                   "cudaMemsetAsync (LoRA dB)");
     }
   }
+  // Experts: the slot's block of every expert, one strided memset per tensor.
+  for (auto& layer : expert_pairs_) {
+    for (Pair& p : layer) {
+      if (p.dA.empty()) continue;
+      const int64_t a = max_rank_ * p.d_in, b = p.d_out * max_rank_;
+      cuda::check(cudaMemset2DAsync(p.dA.data() + slot * a, size_t(max_slots_ * a) * sizeof(float),
+                                    0, size_t(a) * sizeof(float), size_t(n_experts_), stream),
+                  "cudaMemset2DAsync (expert LoRA dA)");
+      cuda::check(cudaMemset2DAsync(p.dB.data() + slot * b, size_t(max_slots_ * b) * sizeof(float),
+                                    0, size_t(b) * sizeof(float), size_t(n_experts_), stream),
+                  "cudaMemset2DAsync (expert LoRA dB)");
+    }
+  }
 }
 
 size_t DeviceLoraGrads::bytes() const {
   size_t total = 0;
   for (const auto& layer : pairs_)
+    for (const Pair& p : layer) total += p.dA.bytes() + p.dB.bytes();
+  for (const auto& layer : expert_pairs_)
     for (const Pair& p : layer) total += p.dA.bytes() + p.dB.bytes();
   return total;
 }

@@ -44,6 +44,50 @@ void upload_moments(const engine::AdamW& optimizer, int64_t layer, LoraTarget ta
   }
 }
 
+// The same for every expert of a routed-experts module: the moments of A [E, r, d_in] and
+// B [E, d_out, r] (engine::AdamW's packed names) into [E, max_rank, d_in] / [E, d_out,
+// max_rank] padded blocks. mv = {m_A, v_A, m_B, v_B}.
+void upload_expert_moments(const engine::AdamW& optimizer, int64_t layer, LoraTarget target,
+                           int64_t E, int64_t max_rank, int64_t d_in, int64_t d_out,
+                           cuda::DeviceBuffer<float>* mv, cudaStream_t stream) {
+  const auto& a = optimizer.moments().at(engine::lora_expert_param_name(layer, target, 0));
+  const auto& b = optimizer.moments().at(engine::lora_expert_param_name(layer, target, 1));
+  const int64_t r = a.first.dim(1);
+  std::vector<float> packed_a(size_t(E * max_rank * d_in)), packed_b(size_t(E * d_out * max_rank));
+  for (int k = 0; k < 2; ++k) {  // m, then v
+    const Tensor& A = k == 0 ? a.first : a.second;
+    const Tensor& B = k == 0 ? b.first : b.second;
+    for (int64_t e = 0; e < E; ++e) {
+      engine::pack_lora_slot(A.data() + e * r * d_in, B.data() + e * d_out * r, r, d_in, d_out,
+                             max_rank, packed_a.data() + e * max_rank * d_in,
+                             packed_b.data() + e * d_out * max_rank);
+    }
+    cuda::check(cudaMemcpyAsync(mv[k].data(), packed_a.data(), packed_a.size() * sizeof(float),
+                                cudaMemcpyHostToDevice, stream),
+                "cudaMemcpyAsync H2D (AdamW moments of expert A)");
+    cuda::check(cudaMemcpyAsync(mv[2 + k].data(), packed_b.data(), packed_b.size() * sizeof(float),
+                                cudaMemcpyHostToDevice, stream),
+                "cudaMemcpyAsync H2D (AdamW moments of expert B)");
+    cuda::check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (AdamW moments)");
+  }
+}
+
+// Every expert's slot block of a routed-experts module (expert e's A block at A(e)) into an
+// adapter-shaped ExpertLoraPair of rank r: A [E, r, d_in], B [E, d_out, r].
+template <class APtr, class BPtr>
+engine::ExpertLoraPair download_expert_pair(APtr A, BPtr B, int64_t E, int32_t slot,
+                                            int64_t max_rank, int64_t r, int64_t d_in,
+                                            int64_t d_out, cudaStream_t stream) {
+  engine::ExpertLoraPair p{Tensor({E, r, d_in}), Tensor({E, d_out, r})};
+  for (int64_t e = 0; e < E; ++e) {
+    const engine::LoraPair one =
+        download_slot_pair(A(e), B(e), slot, max_rank, r, d_in, d_out, stream);
+    std::copy(one.A.data(), one.A.data() + one.A.numel(), p.A.data() + e * r * d_in);
+    std::copy(one.B.data(), one.B.data() + one.B.numel(), p.B.data() + e * d_out * r);
+  }
+  return p;
+}
+
 template <class T>
 void download_into(const cuda::DeviceBuffer<T>& src, std::vector<T>& dst, int64_t n,
                    cudaStream_t stream) {
@@ -63,6 +107,10 @@ struct DeviceTrainer::State {
   float alpha = 0.0f;
   bool use_rslora = false;
   std::vector<std::pair<int64_t, LoraTarget>> modules;  // adapted (layer, target)
+  // Adapted routed experts' (layer, gate / up / down); their moments follow the dense ones in
+  // `moments`, 4 per module (m_A, v_A, m_B, v_B), each [n_experts, max_rank, d_in] (or
+  // [n_experts, d_out, max_rank]), one AdamW tensor per expert block.
+  std::vector<std::pair<int64_t, LoraTarget>> expert_modules;
   std::vector<cuda::DeviceBuffer<float>> moments;       // m, v per tensor
   std::vector<cuda::AdamWTensor> tensors;               // A, B per module (slot regions)
   cuda::DeviceBuffer<cuda::AdamWTensor> d_tensors;
@@ -100,10 +148,10 @@ void DeviceTrainer::attach(int32_t slot, const engine::LoraWeights& weights,
                            const engine::AdamW& optimizer) {
   const cudaStream_t s = model_.stream();
   const engine::ModelConfig& c = model_.weights().config();
-  SPINDLE_CHECK(c.moe.n_experts == 0, unsupported,
-                "{}: training on a routed-experts base ({}) does not run on the CUDA engine yet "
-                "(it serves it); train with --device cpu",
-                c.name, engine::arch_name(c.arch));
+  SPINDLE_CHECK(!c.moe.router_aux_loss || c.moe.aux_loss_coef == 0.0f, unsupported,
+                "{}: the router's auxiliary loss (output_router_logits, router_aux_loss_coef {}) "
+                "is not trained on the CUDA engine yet; train with --device cpu",
+                c.name, c.moe.aux_loss_coef);
   engine::validate_lora_optimizer(optimizer, weights, "attach");
   pool_.load(slot, weights);  // validates shapes, rank and targets; queued on the loader stream
   pool_.wait_loaded(slot, s);
@@ -139,6 +187,38 @@ void DeviceTrainer::attach(int32_t slot, const engine::LoraWeights& weights,
       if (!optimizer.moments().empty()) {  // resume: the four buffers just made
         upload_moments(optimizer, int64_t(l), t, R, view->d_in, view->d_out,
                        &st->moments[st->moments.size() - 4], s);
+      }
+    }
+  }
+  const int64_t E = c.moe.n_experts;
+  for (size_t l = 0; l < weights.experts.size(); ++l) {
+    for (LoraTarget t : engine::kExpertProjTargets) {
+      if (weights.experts[l][size_t(engine::expert_proj(t))].empty()) continue;
+      st->expert_modules.push_back({int64_t(l), t});
+      const auto [d_in, d_out] = engine::lora_expert_dims(c, t);
+      const int64_t a = R * d_in, b = d_out * R;
+      for (int which = 0; which < 2; ++which) {
+        const int64_t n = which == 0 ? a : b;
+        float* mv[2];
+        for (float*& p : mv) {
+          st->moments.emplace_back(size_t(E * n));
+          st->moments.back().zero(s);
+          p = st->moments.back().data();
+        }
+        for (int64_t e = 0; e < E; ++e) {
+          const auto view = pool_.expert_view(int64_t(l), t, e);
+          SPINDLE_ASSERT(view.has_value());  // pool_.load checked the targets
+          float* param = const_cast<float*>(which == 0 ? view->A : view->B) + int64_t(slot) * n;
+          const float* grad = (which == 0 ? grads_.expert_dA(int64_t(l), t, e)
+                                          : grads_.expert_dB(int64_t(l), t, e)) +
+                              int64_t(slot) * n;
+          st->tensors.push_back({param, grad, mv[0] + e * n, mv[1] + e * n, n});
+        }
+        st->max_count = std::max(st->max_count, n);
+      }
+      if (!optimizer.moments().empty()) {
+        upload_expert_moments(optimizer, int64_t(l), t, E, R, d_in, d_out,
+                              &st->moments[st->moments.size() - 4], s);
       }
     }
   }
@@ -368,6 +448,20 @@ engine::LoraWeights DeviceTrainer::download(int32_t slot, bool gradients) const 
     w.modules[size_t(l)][size_t(t)] = download_slot_pair(A, B, slot, view->max_rank, st.rank,
                                                          view->d_in, view->d_out, model_.stream());
   }
+  const engine::ModelConfig& c = model_.config();
+  if (!st.expert_modules.empty()) w.experts.resize(size_t(c.n_layers));
+  for (const auto& [l, t] : st.expert_modules) {
+    const auto [d_in, d_out] = engine::lora_expert_dims(c, t);
+    const auto A = [&, l = l, t = t](int64_t e) -> const float* {
+      return gradients ? grads_.expert_dA(l, t, e) : pool_.expert_view(l, t, e)->A;
+    };
+    const auto B = [&, l = l, t = t](int64_t e) -> const float* {
+      return gradients ? grads_.expert_dB(l, t, e) : pool_.expert_view(l, t, e)->B;
+    };
+    w.experts[size_t(l)][size_t(engine::expert_proj(t))] =
+        download_expert_pair(A, B, c.moe.n_experts, slot, pool_.max_rank(), st.rank, d_in, d_out,
+                             model_.stream());
+  }
   return w;
 }
 
@@ -388,6 +482,28 @@ engine::AdamW DeviceTrainer::optimizer(int32_t slot) const {
                                             view->d_in, view->d_out, model_.stream());
     moments.emplace(engine::lora_param_name(l, t, 0), std::pair{std::move(m.A), std::move(v.A)});
     moments.emplace(engine::lora_param_name(l, t, 1), std::pair{std::move(m.B), std::move(v.B)});
+  }
+  const engine::ModelConfig& c = model_.config();
+  const int64_t E = c.moe.n_experts;
+  for (size_t k = 0; k < st.expert_modules.size(); ++k) {
+    const auto [l, t] = st.expert_modules[k];
+    const auto [d_in, d_out] = engine::lora_expert_dims(c, t);
+    // After the dense modules' 4 buffers each: m_A, v_A, m_B, v_B of this module, [E, ...]
+    // blocks of one slot each (slot 0 layout).
+    const size_t at = 4 * st.modules.size() + 4 * k;
+    const auto block = [&](size_t i, int64_t per) {
+      return [&st, i, per](int64_t e) -> const float* { return st.moments[i].data() + e * per; };
+    };
+    engine::ExpertLoraPair m =
+        download_expert_pair(block(at, R * d_in), block(at + 2, d_out * R), E, 0, R, st.rank,
+                             d_in, d_out, model_.stream());
+    engine::ExpertLoraPair v =
+        download_expert_pair(block(at + 1, R * d_in), block(at + 3, d_out * R), E, 0, R, st.rank,
+                             d_in, d_out, model_.stream());
+    moments.emplace(engine::lora_expert_param_name(l, t, 0),
+                    std::pair{std::move(m.A), std::move(v.A)});
+    moments.emplace(engine::lora_expert_param_name(l, t, 1),
+                    std::pair{std::move(m.B), std::move(v.B)});
   }
   return engine::AdamW::restore(st.step, std::move(moments));
 }

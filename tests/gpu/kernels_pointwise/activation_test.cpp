@@ -159,6 +159,45 @@ TYPED_TEST(PointwiseActivation, MoeCombineAddsEachTokensRowsInOrder) {
   }
 }
 
+// moe_combine_backward: d_out = w·dy[rows] (the same rounding as a host fp32 product) and
+// d_w = dy[rows]·out against a double dot; twice on the same inputs, bitwise the same d_w.
+TYPED_TEST(PointwiseActivation, MoeCombineBackwardScalesRowsAndDotsDeterministically) {
+  using T = TypeParam;
+  SPINDLE_REQUIRE_CUDA_DEVICE();
+  Stream stream;
+  const int64_t tokens = 5, n = 9, dim = 300, ld = 304;  // dim > the block: strided loop
+  const auto dy = quantize<T>(random_floats(size_t(tokens * ld), 41u, -2.0f, 2.0f));
+  const auto out = quantize<T>(random_floats(size_t(n * ld), 42u, -2.0f, 2.0f));
+  const auto w = random_floats(size_t(n), 43u, 0.0f, 1.0f);
+  std::vector<int32_t> rows(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) rows[size_t(i)] = int32_t((i * 3) % tokens);
+  std::vector<double> want_d(size_t(n * ld), 0.0), want_w(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    double dot = 0;
+    for (int64_t c = 0; c < dim; ++c) {
+      const float g = dy[size_t(rows[size_t(i)] * ld + c)];
+      want_d[size_t(i * ld + c)] = double(w[size_t(i)] * g);
+      dot += double(g) * out[size_t(i * ld + c)];
+    }
+    want_w[size_t(i)] = dot;
+  }
+  auto d_dy = upload_as<T>(dy);
+  auto d_out_in = upload_as<T>(out);
+  auto d_rows = upload_vec(rows);
+  auto d_wt = upload_vec(w);
+  auto d_grad = upload_as<T>(std::vector<float>(size_t(n * ld), 0.0f));
+  DeviceBuffer<float> d_w1(static_cast<size_t>(n)), d_w2(static_cast<size_t>(n));
+  moe_combine_backward<T>(d_dy.data(), ld, d_rows.data(), d_wt.data(), d_out_in.data(), ld, n,
+                          dim, d_grad.data(), ld, d_w1.data(), stream.get());
+  moe_combine_backward<T>(d_dy.data(), ld, d_rows.data(), d_wt.data(), d_out_in.data(), ld, n,
+                          dim, d_grad.data(), ld, d_w2.data(), stream.get());
+  stream.synchronize();
+  EXPECT_TRUE(all_close(download_floats(d_grad), want_d, Tol<T>::abs, Tol<T>::rel, "d_out"));
+  const auto w1 = d_w1.download(), w2 = d_w2.download();
+  EXPECT_TRUE(all_close(w1, want_w, 1e-4, 1e-5, "d_w"));
+  EXPECT_EQ(w1, w2);
+}
+
 TEST(PointwiseActivationContracts, ViolationsThrowInvalidArgument) {
   float* f = reinterpret_cast<float*>(uintptr_t{256});
   const int32_t* p = reinterpret_cast<const int32_t*>(uintptr_t{256});
@@ -186,6 +225,14 @@ TEST(PointwiseActivationContracts, ViolationsThrowInvalidArgument) {
                std::invalid_argument);
   EXPECT_NO_THROW(moe_combine<float>(nullptr, 8, nullptr, nullptr, 0, 2, 8, 1.0f, nullptr, 8,
                                      nullptr));
+  EXPECT_THROW(moe_combine_backward<float>(f, 8, p, f, f + 64, 8, 2, 8, f, 8, f + 128, nullptr),
+               std::invalid_argument);  // d_out aliases dy
+  EXPECT_THROW(moe_combine_backward<float>(f, 7, p, f, f + 64, 8, 2, 8, f + 256, 8, f + 128,
+                                           nullptr),
+               std::invalid_argument);  // ld_dy < dim
+  EXPECT_THROW(moe_combine_backward<bf16>(nullptr, 8, p, nullptr, nullptr, 8, 2, 8, nullptr, 8,
+                                          nullptr, nullptr),
+               std::invalid_argument);
   EXPECT_NO_THROW(swiglu<float>(nullptr, nullptr, nullptr, 0, nullptr));
 }
 

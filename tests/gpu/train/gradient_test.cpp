@@ -58,33 +58,32 @@ TEST_P(GpuLoraGradients, MatchFiniteDifferencesOfTheGpuLoss) {
       }
   }
 
+  // Every adapted tensor (dense modules, then routed experts' packed tensors) along a random
+  // direction.
+  std::vector<std::string> names;
+  engine::for_each_lora_tensor(g, [&](const std::string& n, const Tensor&) { names.push_back(n); });
   std::mt19937 rng(5);
   std::normal_distribution<float> nd;
-  for (size_t l = 0; l < size_t(c.n_layers); ++l) {
-    for (LoraTarget t : kAllTargets) {
-      if (!lora_target_per_layer(t) && l != 0) continue;
-      for (int which = 0; which < 2; ++which) {
-        const Tensor& gt = which == 0 ? g.modules[l][size_t(t)].A : g.modules[l][size_t(t)].B;
-        Tensor dir(gt.shape());
-        for (float& x : dir.span()) x = nd(rng);
-        double analytic = 0;
-        for (int64_t i = 0; i < gt.numel(); ++i) analytic += double(gt.data()[i]) * dir.data()[i];
-        auto loss_at = [&](float eps) {
-          LoraWeights p = adapter.clone();
-          Tensor& x = which == 0 ? p.modules[l][size_t(t)].A : p.modules[l][size_t(t)].B;
-          for (int64_t i = 0; i < x.numel(); ++i) x.data()[i] += eps * dir.data()[i];
-          trainer.attach(1, p);
-          return trainer.forward(fd_batch, fd_fn, fd_cfg).metrics.loss;
-        };
-        // A step that moves the loss by about 1e-2 (see the CPU test).
-        const float eps = float(std::min(1e-3, 3e-3 / std::max(1.0, std::abs(analytic))));
-        const double numeric = (loss_at(eps) - loss_at(-eps)) / (2.0 * eps);
-        EXPECT_NEAR(analytic, numeric, 2e-3 + 2e-2 * std::abs(numeric))
-            << case_name(arch, fn) << " layer " << l << " " << lora_target_name(t)
-            << (which == 0 ? " lora_A" : " lora_B");
-      }
-    }
+  for (const std::string& name : names) {
+    const Tensor& gt = lora_tensor(g, name);
+    Tensor dir(gt.shape());
+    for (float& x : dir.span()) x = nd(rng);
+    double analytic = 0;
+    for (int64_t i = 0; i < gt.numel(); ++i) analytic += double(gt.data()[i]) * dir.data()[i];
+    auto loss_at = [&](float eps) {
+      LoraWeights p = adapter.clone();
+      Tensor& x = lora_tensor(p, name);
+      for (int64_t i = 0; i < x.numel(); ++i) x.data()[i] += eps * dir.data()[i];
+      trainer.attach(1, p);
+      return trainer.forward(fd_batch, fd_fn, fd_cfg).metrics.loss;
+    };
+    // A step that moves the loss by about 1e-2 (see the CPU test).
+    const float eps = float(std::min(1e-3, 3e-3 / std::max(1.0, std::abs(analytic))));
+    const double numeric = (loss_at(eps) - loss_at(-eps)) / (2.0 * eps);
+    EXPECT_NEAR(analytic, numeric, 2e-3 + 2e-2 * std::abs(numeric))
+        << case_name(arch, fn) << " " << name;
   }
+  EXPECT_FALSE(names.empty());
 }
 
 TEST_P(GpuLoraGradients, MatchTheCpuEngineOnAHeterogeneousBatch) {
@@ -134,7 +133,7 @@ TEST_P(GpuLoraGradients, MatchTheCpuEngineOnAHeterogeneousBatch) {
 
 INSTANTIATE_TEST_SUITE_P(
     ArchsAndLosses, GpuLoraGradients,
-    ::testing::Combine(::testing::Values(Arch::llama, Arch::qwen3),
+    ::testing::Combine(::testing::Values(Arch::llama, Arch::qwen3, Arch::qwen3_moe),
                        ::testing::Values(LossFn::cross_entropy, LossFn::importance_sampling,
                                          LossFn::ppo, LossFn::cispo, LossFn::dro)),
     [](const auto& info) {

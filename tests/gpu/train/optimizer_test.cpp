@@ -14,7 +14,7 @@ using namespace spindle::engine_cuda::testing;
 
 TEST(GpuTrainer, AdamWStepsEqualTheCpuTrainer) {
   SPINDLE_REQUIRE_GPU();
-  for (Arch arch : {Arch::llama, Arch::qwen3}) {
+  for (Arch arch : {Arch::llama, Arch::qwen3, Arch::qwen3_moe}) {
     Rig rig(arch, 70 + int(arch), Precision::fp32, {.max_slots = 2, .max_rank = 8});
     const engine::ModelConfig& c = rig.config();
     // PEFT init (B = 0), as a real run starts; rank below the pool's max_rank.
@@ -53,12 +53,9 @@ TEST(GpuTrainer, AdamWStepsEqualTheCpuTrainer) {
           std::string(arch_name(arch)) + " weights after step " + std::to_string(step));
       // Gradients were zeroed by the step.
       const LoraWeights g = rig.dev_trainer->grads(1);
-      for (const auto& layer : g.modules)
-        for (const auto& p : layer) {
-          if (p.empty()) continue;
-          for (float x : p.A.span()) ASSERT_EQ(x, 0.0f);
-          for (float x : p.B.span()) ASSERT_EQ(x, 0.0f);
-        }
+      engine::for_each_lora_tensor(g, [](const std::string& name, const Tensor& t) {
+        for (float x : t.span()) ASSERT_EQ(x, 0.0f) << name;
+      });
     }
     EXPECT_EQ(rig.dev_trainer->step_count(1), 4);
   }

@@ -10,6 +10,7 @@
 #include <memory>
 #include <random>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 
 #include "../../unit/model/model_fixtures.h"
@@ -121,21 +122,32 @@ inline ::testing::AssertionResult tensors_close(const Tensor& got, const Tensor&
          << tol << " (max |diff| " << worst << ", scale " << scale << ")";
 }
 
-// Every module of two adapter-shaped LoraWeights (same layout) compared as above.
+// The adapted tensor named `name` (engine::for_each_lora_tensor's names) of `w`.
+template <class W>
+auto& lora_tensor(W& w, const std::string& name) {
+  decltype(&w.modules[0][0].A) found = nullptr;
+  engine::for_each_lora_tensor(w, [&](const std::string& n, auto& t) {
+    if (n == name) found = &t;
+  });
+  if (found == nullptr) throw std::runtime_error("no adapted tensor named " + name);
+  return *found;
+}
+
+// Every adapted tensor of two adapter-shaped LoraWeights (same layout: dense modules, then
+// routed experts' packed tensors) compared as above.
 inline void expect_lora_close(const LoraWeights& got, const LoraWeights& want, double rtol,
                               double atol, const std::string& what) {
-  ASSERT_EQ(got.modules.size(), want.modules.size()) << what;
-  for (size_t l = 0; l < want.modules.size(); ++l) {
-    for (LoraTarget t : kAllTargets) {
-      const engine::LoraPair& w = want.modules[l][size_t(t)];
-      const engine::LoraPair& g = got.modules[l][size_t(t)];
-      ASSERT_EQ(g.empty(), w.empty()) << what << " layer " << l << " " << lora_target_name(t);
-      if (w.empty()) continue;
-      EXPECT_TRUE(tensors_close(g.A, w.A, rtol, atol))
-          << what << " layer " << l << " " << lora_target_name(t) << " lora_A";
-      EXPECT_TRUE(tensors_close(g.B, w.B, rtol, atol))
-          << what << " layer " << l << " " << lora_target_name(t) << " lora_B";
-    }
+  std::vector<std::pair<std::string, const Tensor*>> g, w;
+  engine::for_each_lora_tensor(got, [&](const std::string& n, const Tensor& t) {
+    g.emplace_back(n, &t);
+  });
+  engine::for_each_lora_tensor(want, [&](const std::string& n, const Tensor& t) {
+    w.emplace_back(n, &t);
+  });
+  ASSERT_EQ(g.size(), w.size()) << what << ": adapted tensor count";
+  for (size_t i = 0; i < w.size(); ++i) {
+    ASSERT_EQ(g[i].first, w[i].first) << what;
+    EXPECT_TRUE(tensors_close(*g[i].second, *w[i].second, rtol, atol)) << what << " " << w[i].first;
   }
 }
 

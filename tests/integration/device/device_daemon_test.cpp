@@ -295,8 +295,8 @@ TEST_F(DeviceDaemonTest, HeterogeneousBatchOfAdaptersEqualsEachAdapterAlone) {
 // routed, 8 experts, top 2) served by the daemon on the device under test: greedy samples of
 // the base and of two imported adapters with LoRA on every expert's gate/up/down and on
 // attention, requested concurrently (rows grouped by expert and slot inside one step), equal
-// the CPU engine's with that adapter alone. Training on it runs on the CPU engine; the CUDA
-// engine refuses it by name (not yet built there).
+// the CPU engine's with that adapter alone; a training session on it (LoRA on attention and
+// every expert) lowers the loss of what it trains on.
 TEST_F(DeviceDaemonTest, RoutedExpertsBaseServesAdaptersOnExpertsLikeTheCpuEngine) {
   engine::ModelConfig config = tiny_config(engine::Arch::qwen3_moe);
   config.head_dim = 16;  // the CUDA attention's multiple of 8
@@ -337,20 +337,18 @@ TEST_F(DeviceDaemonTest, RoutedExpertsBaseServesAdaptersOnExpertsLikeTheCpuEngin
   protocol::Datum datum;
   datum.model_input = {1, 40, 41, 42, 43};
   datum.target_tokens = {40, 41, 42, 43, 44};
-  if (testing_cpu()) {
-    const auto session = c.create_training(req);
-    const double loss = c.forward_backward(session.session_id, {datum}).metric("loss:sum");
-    EXPECT_TRUE(std::isfinite(loss) && loss > 0) << loss;
-  } else {
-    try {
-      const auto session = c.create_training(req);
-      c.forward_backward(session.session_id, {datum});
-      ADD_FAILURE() << "training on a routed-experts base ran on the CUDA engine";
-    } catch (const protocol::ClientError& e) {
-      EXPECT_EQ(e.code(), "unsupported") << e.what();
-      EXPECT_NE(std::string(e.what()).find("--device cpu"), std::string::npos) << e.what();
-    }
+  const auto session = c.create_training(req);
+  const double first = c.forward_backward(session.session_id, {datum}).metric("loss:sum");
+  EXPECT_TRUE(std::isfinite(first) && first > 0) << first;
+  protocol::AdamParamsMsg adam;
+  adam.learning_rate = 5e-2f;
+  c.optim_step(session.session_id, adam);
+  for (int step = 0; step < 3; ++step) {
+    c.forward_backward(session.session_id, {datum});
+    c.optim_step(session.session_id, adam);
   }
+  const double later = c.forward(session.session_id, {datum}).metric("loss:sum");
+  EXPECT_LT(later, first) << "four AdamW steps on one datum did not lower its loss";
 }
 
 TEST_F(DeviceDaemonTest, TrainingSessionEqualsTheCpuEngine) {

@@ -243,9 +243,9 @@ TEST(ExecutionBackend, TrainerEqualsTheCpuTrainer) {
 
 // A state saved from the backend's session (weights, AdamW moments, step) resumes on the CPU
 // trainer and back, in AdamW's one safetensors layout: the next step is the one the session
-// would have taken, and a state round trip is bit-exact.
-TEST(ExecutionBackend, OptimizerStateIsPortableAcrossBackends) {
-  const ModelWeights w = tiny_weights(6);
+// would have taken, and a state round trip is bit-exact. On a routed-experts base the adapter
+// and its state include every expert's gate/up/down (packed names).
+void check_state_portable(const ModelWeights& w) {
   const ModelConfig& c = w.config;
   const auto backend = backend_under_test(w);
   const LoraWeights init = LoraWeights::random(c, 4, 8.0f, kAll, 21, 0.2f, 0.1f);
@@ -266,8 +266,13 @@ TEST(ExecutionBackend, OptimizerStateIsPortableAcrossBackends) {
   // Through the file format the catalog stores (safetensors bytes): bit-exact.
   const AdamW reloaded = AdamW::deserialize(saved.serialize(), "saved state");
   ASSERT_EQ(reloaded.moments().size(), saved.moments().size());
-  // (m, v) for A and B of 7 projections per layer plus lm_head.
+  // (m, v) for A and B of 7 projections per layer plus lm_head (a sparse layer's gate/up/down:
+  // its experts' packed tensors).
   ASSERT_EQ(saved.moments().size(), size_t(2 * (7 * c.n_layers + 1)));
+  if (c.moe.n_experts > 0) {
+    ASSERT_TRUE(saved_w.has_experts());
+    EXPECT_EQ(saved.moments().count(lora_expert_param_name(0, LoraTarget::up, 0)), 1u);
+  }
 
   // Resume on the CPU trainer and on a fresh session of the backend; both take the same step.
   const Model model(w);
@@ -287,6 +292,15 @@ TEST(ExecutionBackend, OptimizerStateIsPortableAcrossBackends) {
   EXPECT_EQ(rc.step, 3);
   EXPECT_EQ(rb.step, 3);
   EXPECT_LE(max_abs_diff(cpu.weights(0), trainer->weights(0)), tol(1.0f));
+}
+
+TEST(ExecutionBackend, OptimizerStateIsPortableAcrossBackends) { check_state_portable(tiny_weights(6)); }
+
+TEST(ExecutionBackend, OptimizerStateWithRoutedExpertsIsPortableAcrossBackends) {
+  ModelConfig c = spindle::testing::tiny_config(Arch::qwen3_moe);
+  c.head_dim = 16;
+  const ModelWeights w = spindle::testing::random_weights(c, 8);
+  check_state_portable(w);
 }
 
 TEST(ExecutionBackend, AttachRefusesTheOptimizerStateOfAnotherAdapter) {

@@ -166,16 +166,8 @@ class LoraGrads {
 // What a backward pass reads besides the forward state, and where gradients go (either
 // destination may be null). The unembedding's backward is done by the caller in row chunks
 // (unembed_backward), which leaves ∂loss/∂x_final in d_hidden.
-// The router's load-balancing loss (HF load_balancing_loss_func) of a keep_activations forward,
-// one per adapter slot (−1 = base rows): over the slot's tokens and every sparse layer (N
-// routing rows), E · Σ_e f_e·P_e with f_e the fraction of its assignments that chose expert e
-// (a constant) and P_e the mean router probability of e. `value` = aux_loss_coef · Σ_slots;
-// grad[slot] = ∂value/∂probs[row, e] = coef·E·count_e / N² for each of the slot's rows.
-struct MoeAuxLoss {
-  double value = 0.0;
-  std::map<int32_t, std::vector<float>> grad;  // slot -> [n_experts]
-};
-// Empty (value 0, no grads) unless the model's config asks for it (MoeConfig::router_aux_loss).
+// The router's load-balancing loss (MoeAuxLoss, engine/moe_routing.h) of a keep_activations
+// forward. Empty (value 0, no grads) unless the model's config asks for it (MoeConfig::router_aux_loss).
 MoeAuxLoss moe_aux_loss(const ModelConfig& config, const ForwardState& state);
 
 struct BackwardOptions {

@@ -9,6 +9,7 @@
 // one GEMM per expert segment and one SGMV segment per (expert, slot) run cover them.
 
 #include <cstdint>
+#include <map>
 #include <span>
 #include <vector>
 
@@ -37,5 +38,25 @@ struct MoeRouting {
 void route_experts(const ModelConfig& config, const float* logits, const float* router_bias,
                    int64_t T, std::span<const kernels::LoraSegment> segments, float* probs,
                    float* weight, MoeRouting& routing);
+
+// The router's load-balancing loss (HF load_balancing_loss_func) of a keep_activations forward,
+// one per adapter slot (−1 = base rows): over the slot's tokens and every sparse layer (N
+// routing rows), E · Σ_e f_e·P_e with f_e the fraction of its assignments that chose expert e
+// (a constant) and P_e the mean router probability of e. `value` = aux_loss_coef · Σ_slots;
+// grad[slot] = ∂value/∂probs[row, e] = coef·E·count_e / N² for each of the slot's rows.
+struct MoeAuxLoss {
+  double value = 0.0;
+  std::map<int32_t, std::vector<float>> grad;  // slot -> [n_experts]
+};
+
+// route_experts' backward for T rows: from d_weight [T·top_k] (∂loss/∂ each assignment's
+// combine weight, by assignment j) to d_logits [T, n_experts] through the renormalisation and
+// the softmax (or the sigmoid, chosen experts only; the choice itself is a constant), plus the
+// aux loss's gradient through the softmax when `aux` is non-null (each row's slot from
+// `segments`, as route_experts). `probs` and `expert` are route_experts' outputs.
+void route_experts_backward(const ModelConfig& config, const float* probs,
+                            std::span<const int32_t> expert, const float* d_weight, int64_t T,
+                            std::span<const kernels::LoraSegment> segments, const MoeAuxLoss* aux,
+                            float* d_logits);
 
 }  // namespace spindle::engine

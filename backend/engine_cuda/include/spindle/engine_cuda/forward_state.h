@@ -34,6 +34,7 @@ struct DeviceMoeActivations {
   kernels::cuda::DeviceBuffer<int32_t> d_rows;  // [T·top_k] token row of each sorted assignment
   kernels::cuda::DeviceBuffer<int32_t> d_pos;   // [T, top_k] token t's sorted rows, ascending
   kernels::cuda::DeviceBuffer<float> d_weight;  // [T, top_k] their combine weights
+  kernels::cuda::DeviceBuffer<float> d_weight_sorted;  // [T·top_k] by sorted row (training)
   kernels::cuda::DeviceBuffer<kernels::LoraSegment> d_lora_segs;  // routing.lora_segs
   DeviceTensor xg;             // [T·top_k, dim]
   DeviceTensor gate, up, act;  // [T·top_k, expert_dim]

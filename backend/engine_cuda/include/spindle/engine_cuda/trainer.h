@@ -15,7 +15,10 @@
 // (grouped by slot, so SGMV segments are long), the unembedding in row chunks (the [T, vocab]
 // logits never exist at once): target_logprobs → token_losses → target_logprobs_backward in
 // place → unembedding backward; then backward through every layer (rmsnorm, inverse RoPE,
-// attention, SwiGLU backward, dense dx GEMMs, SGMV backward for the adapter gradients).
+// attention, SwiGLU backward, dense dx GEMMs, SGMV backward for the adapter gradients). On a
+// routed-experts base (Qwen3-MoE) the experts' LoRA trains too (one GEMM per expert segment,
+// the router's backward on the host as engine::route_experts_backward); the router's aux loss
+// (output_router_logits) is refused at attach, naming --device cpu.
 //
 // Threading: one caller at a time; all work runs on the model's stream. Nothing else may run
 // the slots being trained while a call is in progress.

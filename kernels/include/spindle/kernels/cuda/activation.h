@@ -36,4 +36,13 @@ template <class T>
 void moe_combine(const T* src, int64_t ld_src, const int32_t* pos, const float* w, int64_t rows,
                  int64_t K, int64_t dim, float beta, T* x, int64_t ld_x, cudaStream_t stream);
 
+// moe_combine's backward over the n rows of the experts' outputs (sorted order): for each row i,
+// d_out[i, :] = w[i]·dy[rows[i], :] and d_w[i] = Σ_c dy[rows[i], c]·out[i, c] (fp32, one fixed
+// reduction order: the same inputs give the same bits). rows, w: device [n]; d_w: device [n].
+// d_out must not alias dy or out.
+template <class T>
+void moe_combine_backward(const T* dy, int64_t ld_dy, const int32_t* rows, const float* w,
+                          const T* out, int64_t ld_out, int64_t n, int64_t dim, T* d_out,
+                          int64_t ld_d_out, float* d_w, cudaStream_t stream);
+
 }  // namespace spindle::kernels::cuda
