@@ -146,7 +146,9 @@ void run_moe_live(const ResidencyBenchOptions& o, const fs::path& dir) {
     drop_cache(blob);
     auto t0 = Clock::now();
     {
-      const auto d = adapters::decode_revision(read_file_to_string(blob, size_t(1) << 40), "blob");
+      // As the daemon's loader reads a blob (BlobStore::get_revision, less the digest): each
+      // tensor straight into its memory.
+      const auto d = adapters::read_revision_file(FileReader(blob), "blob");
       pool.load(0, d.weights);
       pool.synchronize();  // servable: on a GPU, landed in the device slot
     }

@@ -19,16 +19,15 @@ LoadFn blob_store_load_fn(const BlobStore& store, engine::ModelConfig base,
   return [&store, base = std::move(base), blob_of = std::move(blob_of)](const std::string& id) {
     const std::string blob_id = blob_of ? blob_of(id) : id;
     const std::string source = fmt::format("revision '{}' (blob {})", id, blob_id);
-    std::string bytes;
+    DecodedRevision decoded;
     try {
-      bytes = store.get(blob_id);
+      decoded = store.get_revision(blob_id, source);
     } catch (const Error& e) {
       // The blob's message names the blob and its path; add the revision when it is not the
       // blob itself (the daemon keys adapters by blob, shared by every revision with its bytes).
       if (e.code() != ErrorCode::data_loss || id == blob_id) throw;
       throw Error(ErrorCode::data_loss, fmt::format("revision '{}': {}", id, e.what()));
     }
-    DecodedRevision decoded = decode_revision(bytes, source);
     decoded.weights.validate(base, source);
     return std::make_shared<const engine::LoraWeights>(std::move(decoded.weights));
   };

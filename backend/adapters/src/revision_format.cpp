@@ -218,8 +218,14 @@ RevisionMeta decode_revision_meta(std::string_view bytes, const std::string& sou
   return meta_from_header(parse_header(bytes, source), source);
 }
 
-DecodedRevision decode_revision(std::string_view bytes, const std::string& source) {
-  const engine::SafetensorsHeader header = parse_header(bytes, source);
+namespace {
+
+// decode_revision over a parsed header: every check, the tensors allocated, and
+// fill(entry, dst) called once per tensor to put its numel() fp32 values at dst (now, or later:
+// dst stays valid in the returned weights).
+template <class Fill>
+DecodedRevision decode_with(const engine::SafetensorsHeader& header, const std::string& source,
+                            Fill&& fill) {
   DecodedRevision out;
   out.meta = meta_from_header(header, source);
   const RevisionMeta& m = out.meta;
@@ -246,8 +252,7 @@ DecodedRevision decode_revision(std::string_view bytes, const std::string& sourc
                   "{}: tensor '{}' has shape {}, expected {} dimensions with rank {} on axis {}",
                   source, e.name, shape_str(e.shape), want_rank, m.rank, rank_axis);
     Tensor t(e.shape);
-    convert_to_f32(*e.known_dtype, bytes.data() + header.data_offset + e.data_begin, t.data(),
-                   size_t(t.numel()));
+    fill(e, t.data());
     if (expert) {
       if (w.experts.empty()) w.experts.resize(size_t(m.n_layers));
       engine::ExpertLoraPair& p = w.experts[size_t(layer)][size_t(engine::expert_proj(target))];
@@ -274,6 +279,72 @@ DecodedRevision decode_revision(std::string_view bytes, const std::string& sourc
     SPINDLE_CHECK(any, format, "{}: target {} is declared but has no tensors", source,
                   engine::lora_target_name(t));
   }
+  return out;
+}
+
+}  // namespace
+
+DecodedRevision decode_revision(std::string_view bytes, const std::string& source) {
+  const engine::SafetensorsHeader header = parse_header(bytes, source);
+  return decode_with(header, source, [&](const engine::SafetensorsEntry& e, float* dst) {
+    convert_to_f32(*e.known_dtype, bytes.data() + header.data_offset + e.data_begin, dst,
+                   size_t(shape_numel(e.shape)));
+  });
+}
+
+DecodedRevision read_revision_file(const FileReader& file, const std::string& source,
+                                   Sha256* digest) {
+  std::vector<uint8_t> head;
+  const engine::SafetensorsHeader header = engine::read_safetensors_header(file, source, &head);
+  if (digest) digest->update(head.data(), head.size());
+  struct Read {
+    const engine::SafetensorsEntry* entry;
+    float* dst;
+  };
+  std::vector<Read> reads;
+  DecodedRevision out = decode_with(header, source, [&](const engine::SafetensorsEntry& e,
+                                                        float* dst) { reads.push_back({&e, dst}); });
+  // File order, every byte once (the digest covers the whole file): a large F32 tensor is read
+  // straight into its memory; runs of small tensors (and any bytes between or after them) are
+  // read together into a staging buffer and converted from there, so a small adapter of many
+  // tensors costs a few reads, not one per tensor.
+  constexpr uint64_t kInPlaceBytes = uint64_t(1) << 20;
+  constexpr uint64_t kRunBytes = uint64_t(4) << 20;
+  std::sort(reads.begin(), reads.end(),
+            [](const Read& x, const Read& y) { return x.entry->data_begin < y.entry->data_begin; });
+  std::vector<char> staging;
+  std::vector<const Read*> run;
+  uint64_t run_begin = head.size();
+  const auto flush = [&](uint64_t run_end) {  // reads [run_begin, run_end) and converts `run`
+    if (run_end > run_begin) {
+      staging.resize(size_t(run_end - run_begin));
+      file.read_at(run_begin, staging.data(), staging.size());
+      if (digest) digest->update(staging.data(), staging.size());
+      for (const Read* r : run) {
+        const engine::SafetensorsEntry& e = *r->entry;
+        convert_to_f32(*e.known_dtype,
+                       staging.data() + (header.data_offset + e.data_begin - run_begin), r->dst,
+                       size_t(shape_numel(e.shape)));
+      }
+    }
+    run.clear();
+    run_begin = std::max(run_begin, run_end);
+  };
+  for (const Read& r : reads) {
+    const engine::SafetensorsEntry& e = *r.entry;
+    if (e.byte_size() == 0) continue;
+    const uint64_t begin = header.data_offset + e.data_begin, end = begin + e.byte_size();
+    if (e.byte_size() >= kInPlaceBytes && *e.known_dtype == DType::f32) {
+      flush(begin);
+      file.read_at(begin, r.dst, size_t(e.byte_size()));
+      if (digest) digest->update(r.dst, size_t(e.byte_size()));
+      run_begin = end;
+      continue;
+    }
+    if (!run.empty() && end - run_begin > kRunBytes) flush(begin);
+    run.push_back(&r);
+  }
+  flush(file.size());
   return out;
 }
 

@@ -391,22 +391,27 @@ SafetensorsHeader parse_safetensors_header(const uint8_t* bytes, size_t n_bytes,
   return h;
 }
 
-SafetensorsFile::SafetensorsFile(const std::filesystem::path& path) : reader_(path) {
-  const std::string source = path.string();
-  const uint64_t size = reader_.size();
+SafetensorsHeader read_safetensors_header(const FileReader& reader, const std::string& source,
+                                          std::vector<uint8_t>* raw) {
+  const uint64_t size = reader.size();
   std::vector<uint8_t> head(size_t(std::min<uint64_t>(size, 8)));
-  reader_.read_at(0, head.data(), head.size());
+  reader.read_at(0, head.data(), head.size());
   if (head.size() == 8) {
     uint64_t n = 0;
     for (int i = 7; i >= 0; --i) n = (n << 8) | head[size_t(i)];
     // Read the JSON only when the length is sane; otherwise the parser reports the length.
     if (n <= size - 8 && n <= kSafetensorsMaxHeaderBytes) {
       head.resize(size_t(8 + n));
-      reader_.read_at(8, head.data() + 8, size_t(n));
+      reader.read_at(8, head.data() + 8, size_t(n));
     }
   }
-  header_ = parse_safetensors_header(head.data(), head.size(), size, source);
+  SafetensorsHeader header = parse_safetensors_header(head.data(), head.size(), size, source);
+  if (raw != nullptr) *raw = std::move(head);
+  return header;
 }
+
+SafetensorsFile::SafetensorsFile(const std::filesystem::path& path)
+    : reader_(path), header_(read_safetensors_header(reader_, path.string())) {}
 
 void SafetensorsFile::read_raw(const SafetensorsEntry& entry, void* dst) const {
   reader_.read_at(header_.data_offset + entry.data_begin, dst, size_t(entry.byte_size()));

@@ -7,6 +7,7 @@
 
 #include "catalog_fixture.h"
 #include "spindle/adapters/blob_store.h"
+#include "spindle/adapters/revision_format.h"
 #include "spindle/adapters/sha256.h"
 
 namespace spindle::adapters {
@@ -70,6 +71,71 @@ TEST_F(BlobStoreTest, CorruptBlobIsDetectedAndNamed) {
   EXPECT_EQ(err.code, ErrorCode::data_loss);
   EXPECT_NE(err.message.find(id), std::string::npos) << err.message;
   EXPECT_NE(err.message.find("corrupt"), std::string::npos) << err.message;
+}
+
+// get_revision reads a revision blob straight into its tensors: the same adapter as decoding
+// get()'s bytes, for f32 and bf16 blobs and for a routed-experts adapter; a flipped byte in a
+// tensor or in the header, or a truncated blob, is data_loss naming the blob, as get() says; a
+// blob that is intact but no revision keeps the decoder's own error.
+TEST_F(BlobStoreTest, GetRevisionDecodesInPlaceAndVerifiesTheDigest) {
+  const engine::ModelConfig moe = spindle::testing::tiny_config(engine::Arch::qwen3_moe);
+  // dim 4096 at rank 64: up's A and down's B are 1 MiB, read in place between small tensors.
+  engine::ModelConfig wide = catalog::testing::tiny();
+  wide.dim = 4096;
+  const engine::LoraTarget targets[] = {engine::LoraTarget::q, engine::LoraTarget::up,
+                                        engine::LoraTarget::down};
+  struct Case {
+    engine::ModelConfig config;
+    DType dtype;
+    int64_t rank;
+  };
+  for (const Case& k : {Case{catalog::testing::tiny(), DType::f32, 4},
+                        Case{catalog::testing::tiny(), DType::bf16, 4}, Case{moe, DType::f32, 4},
+                        Case{wide, DType::f32, 64}, Case{wide, DType::bf16, 64}}) {
+    const engine::ModelConfig& config = k.config;
+    const DType dtype = k.dtype;
+    SCOPED_TRACE(std::string(engine::arch_name(config.arch)) + " dim " +
+                 std::to_string(config.dim) + " " + std::string(dtype_name(dtype)));
+    const engine::LoraWeights w =
+        engine::LoraWeights::random(config, k.rank, 8.0f, targets, 9, 0.5f, 0.5f);
+    const std::string bytes =
+        encode_revision(w, revision_meta_for(w, {.base_model_id = "b", .base_checksum = "c",
+                                                 .dtype = dtype}));
+    const std::string id = store_.put(bytes);
+    const DecodedRevision want = decode_revision(store_.get(id), "want");
+    const DecodedRevision got = store_.get_revision(id, "got");
+    EXPECT_EQ(got.meta.rank, want.meta.rank);
+    EXPECT_EQ(got.meta.dtype, dtype);
+    EXPECT_EQ(spindle::testing::max_abs_diff(got.weights, want.weights), 0.0f);
+    EXPECT_EQ(got.weights.has_experts(), config.moe.n_experts > 0);
+
+    for (const size_t at : {size_t(20), bytes.size() - 3}) {  // header, then tensor data
+      store_.put(bytes);  // an intact copy again
+      const fs::path path = store_.path_of(id);
+      fs::permissions(path, fs::perms::owner_write, fs::perm_options::add);
+      {
+        std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+        f.seekp(std::streamoff(at));
+        f.put(char(bytes[at] ^ 0x5a));
+      }
+      const auto err = catch_error([&] { store_.get_revision(id, "rev"); });
+      EXPECT_EQ(err.code, ErrorCode::data_loss) << "byte " << at << ": " << err.message;
+      EXPECT_NE(err.message.find(id), std::string::npos) << err.message;
+      EXPECT_NE(err.message.find("corrupt"), std::string::npos) << err.message;
+      fs::remove(path);
+    }
+    store_.put(bytes);
+    fs::permissions(store_.path_of(id), fs::perms::owner_write, fs::perm_options::add);
+    fs::resize_file(store_.path_of(id), bytes.size() / 2);
+    EXPECT_EQ(catch_error([&] { store_.get_revision(id, "rev"); }).code, ErrorCode::data_loss);
+    fs::remove(store_.path_of(id));
+  }
+  const std::string not_revision = store_.put(std::string(64, 'z'));
+  const auto err = catch_error([&] { store_.get_revision(not_revision, "plain bytes"); });
+  EXPECT_EQ(err.code, ErrorCode::format) << err.message;
+  EXPECT_NE(err.message.find("plain bytes"), std::string::npos) << err.message;
+  EXPECT_EQ(catch_error([&] { store_.get_revision(sha256_hex("never"), "x"); }).code,
+            ErrorCode::not_found);
 }
 
 TEST_F(BlobStoreTest, TruncatedCopyIsRewrittenByPut) {

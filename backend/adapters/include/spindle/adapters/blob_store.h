@@ -41,6 +41,8 @@
 #include <string>
 #include <string_view>
 
+#include "spindle/adapters/revision_format.h"
+
 namespace spindle::adapters {
 
 struct BlobGcOptions {
@@ -77,6 +79,11 @@ class BlobStore {
   // The blob's bytes, verified: throws not_found (no such blob), data_loss (content does not
   // hash to `id`, naming the blob and its path), invalid_argument (malformed id).
   std::string get(std::string_view id) const;
+  // The blob decoded as a policy revision (read_revision_file: each tensor read straight into
+  // its memory, the digest taken on the way, never the whole blob in memory at once), verified
+  // as get() is: not_found, data_loss (also when a corrupt blob fails to decode), or
+  // decode_revision's format errors naming `source` for an intact blob that is no revision.
+  DecodedRevision get_revision(std::string_view id, const std::string& source) const;
 
   bool exists(std::string_view id) const;
   // File size, or nullopt when absent.

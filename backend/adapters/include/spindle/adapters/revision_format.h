@@ -17,6 +17,8 @@
 #include <vector>
 
 #include "spindle/adapters/peft.h"
+#include "spindle/adapters/sha256.h"
+#include "spindle/core/file_io.h"
 #include "spindle/core/dtype.h"
 #include "spindle/engine/lora.h"
 
@@ -55,6 +57,13 @@ struct DecodedRevision {
 // Parses and checks a revision file (every tensor is an expected A/B pair of the declared
 // rank; nothing missing, nothing extra). Throws format naming `source` and what is wrong.
 DecodedRevision decode_revision(std::string_view bytes, const std::string& source);
+// decode_revision from an open file without holding the whole blob: the header, then each
+// large F32 tensor read straight into its own memory (no intermediate copy) and small tensors
+// in a few staged reads of up to 4 MiB, every byte of the file fed to `digest` in file order
+// when non-null (the caller compares the digest: BlobStore::get_revision). Same checks and
+// messages as decode_revision.
+DecodedRevision read_revision_file(const FileReader& file, const std::string& source,
+                                   Sha256* digest = nullptr);
 // Metadata only (header parse; tensor data is not read).
 RevisionMeta decode_revision_meta(std::string_view bytes, const std::string& source);
 

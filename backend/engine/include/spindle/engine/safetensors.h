@@ -54,6 +54,13 @@ struct SafetensorsHeader {
 SafetensorsHeader parse_safetensors_header(const uint8_t* bytes, size_t n_bytes, uint64_t file_size,
                                            const std::string& source);
 
+// Reads and parses the header of the open file `reader` (the first 8 + N bytes; a length past
+// the file or past kSafetensorsMaxHeaderBytes is not read but reported by the parser). Errors
+// as parse_safetensors_header, naming `source`. `raw`, when non-null, receives the bytes read
+// (the file's first 8 + N bytes when the length was sane).
+SafetensorsHeader read_safetensors_header(const FileReader& reader, const std::string& source,
+                                          std::vector<uint8_t>* raw = nullptr);
+
 // An open safetensors file: the header is parsed at open, tensor data is read on demand.
 // Read-only; concurrent reads are safe.
 class SafetensorsFile {
