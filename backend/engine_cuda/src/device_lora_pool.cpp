@@ -32,6 +32,7 @@ DeviceLoraPool::DeviceLoraPool(const engine::ModelConfig& config, engine::LoraPo
       m.d_in = d_in;
       m.d_out = d_out;
       m.index = n_modules_++;
+      m.dirty.assign(size_t(S), 0);
       per_slot_floats += size_t(R * (d_in + d_out));
       modules_[size_t(l)][size_t(t)] = std::move(m);
     }
@@ -173,16 +174,24 @@ void DeviceLoraPool::load_now(int32_t slot, const engine::LoraWeights& adapter) 
       const engine::LoraPair& p = adapter.modules[size_t(l)][size_t(t)];
       if (p.empty() || (!engine::lora_target_per_layer(t) && l != 0)) continue;
       Module& m = *module(l, t);
+      // Rows / columns [0, u): the adapter's r, then zeros over what the slot's previous
+      // occupant left in [r, dirty). A [u, d_in] lands as one contiguous copy, B [d_out, u]
+      // as one strided copy into the [d_out, max_rank] block.
+      int32_t& dirty = m.dirty[size_t(slot)];
+      const int64_t u = std::max<int64_t>(r, dirty);
       float* a = stage + used;
-      float* b = a + R * m.d_in;
-      engine::pack_lora_slot(p, R, a, b);  // [max_rank, d_in] and [d_out, max_rank], zero-padded
+      float* b = a + u * m.d_in;
+      engine::pack_lora_slot(p, u, a, b);  // [u, d_in] and [d_out, u], zero past r
       cuda::check(cudaMemcpyAsync(m.A.data() + int64_t(slot) * R * m.d_in, a,
-                                  size_t(R * m.d_in) * sizeof(float), cudaMemcpyHostToDevice, s),
+                                  size_t(u * m.d_in) * sizeof(float), cudaMemcpyHostToDevice, s),
                   "cudaMemcpyAsync (LoRA A)");
-      cuda::check(cudaMemcpyAsync(m.B.data() + int64_t(slot) * m.d_out * R, b,
-                                  size_t(m.d_out * R) * sizeof(float), cudaMemcpyHostToDevice, s),
-                  "cudaMemcpyAsync (LoRA B)");
-      used += size_t(R * (m.d_in + m.d_out));
+      cuda::check(cudaMemcpy2DAsync(m.B.data() + int64_t(slot) * m.d_out * R,
+                                    size_t(R) * sizeof(float), b, size_t(u) * sizeof(float),
+                                    size_t(u) * sizeof(float), size_t(m.d_out),
+                                    cudaMemcpyHostToDevice, s),
+                  "cudaMemcpy2DAsync (LoRA B)");
+      used += size_t(u * (m.d_in + m.d_out));
+      dirty = int32_t(r);
       rank_host_[size_t(m.index * S + slot)] = int32_t(r);
       scale_host_[size_t(m.index * S + slot)] = adapter.scale();
     }

@@ -123,7 +123,8 @@ TEST(GpuLoraPool, BadSlotsAndMisfitAdaptersAreRefused) {
   EXPECT_EQ(pool.bytes(), 4 * (per_layer * size_t(c.n_layers) + 2 * 2 * size_t(c.n_layers) * 3));
 }
 
-// Routed experts: expert e's view of slot s holds exactly expert e's A [r, d_in] in rows [0, r)
+// Routed experts (and the dense layer's modules, uploaded by dirty rank): expert e's view of
+// slot s holds exactly expert e's A [r, d_in] in rows [0, r)
 // of its [max_rank, d_in] block and B [d_out, r] in columns [0, r) of its [d_out, max_rank]
 // block (zero past r), after a higher-rank adapter occupied the slot first; other slots stay
 // untouched. A pool without expert storage refuses an adapter on experts by name, and the CUDA
@@ -174,6 +175,26 @@ TEST(GpuLoraPool, ExpertLoraLandsInEachExpertsBlockAndAuxLossTrainingIsRefused) 
     }
   }
   EXPECT_FALSE(pool.expert_view(1, LoraTarget::gate, 0).has_value());  // layer 1 is dense
+  // Layer 1's dense MLP modules take the same adapter's gate/up/down through the dirty-rank
+  // upload: rows [0, 3) of A and columns [0, 3) of B hold `a`, the rest of the slot (where
+  // `big` had rank 8) is zero again.
+  for (const LoraTarget t : experts) {
+    const auto v = pool.view(1, t);
+    ASSERT_TRUE(v.has_value());
+    const auto& p = a.modules[1][size_t(t)];
+    ASSERT_FALSE(p.empty());
+    std::vector<float> A(size_t(S * R * v->d_in)), B(size_t(S * v->d_out * R));
+    kernels::cuda::check(cudaMemcpy(A.data(), v->A, A.size() * 4, cudaMemcpyDeviceToHost), "A");
+    kernels::cuda::check(cudaMemcpy(B.data(), v->B, B.size() * 4, cudaMemcpyDeviceToHost), "B");
+    for (int64_t i = 0; i < R; ++i)
+      for (int64_t j = 0; j < v->d_in; ++j)
+        ASSERT_EQ(A[size_t((1 * R + i) * v->d_in + j)], i < 3 ? p.A.data()[i * v->d_in + j] : 0.0f)
+            << "dense " << lora_target_name(t) << " A row " << i;
+    for (int64_t j = 0; j < v->d_out; ++j)
+      for (int64_t i = 0; i < R; ++i)
+        ASSERT_EQ(B[size_t((1 * v->d_out + j) * R + i)], i < 3 ? p.B.data()[j * 3 + i] : 0.0f)
+            << "dense " << lora_target_name(t) << " B col " << i;
+  }
   EXPECT_FALSE(pool.expert_view(0, LoraTarget::q, 0).has_value());
 
   DeviceLoraPool attn_only(c, {.max_slots = 1, .max_rank = 8, .targets = {LoraTarget::q}});

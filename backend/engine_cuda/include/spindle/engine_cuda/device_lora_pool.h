@@ -7,9 +7,12 @@
 // ordinary SGMV view; a slot's experts land with one strided copy per tensor.
 //
 // Loading is asynchronous and never blocks the batch loop: load() packs each (layer, target)
-// pair on the host into a pinned staging buffer and issues one cudaMemcpyAsync per packed
-// tensor (plus one each for the rank and scale tables) on the pool's own loader stream, then
-// records the slot's event. A forward that uses the slot makes its stream wait on that event
+// pair on the host into a pinned staging buffer and issues one copy per packed tensor (plus one
+// each for the rank and scale tables) on the pool's own loader stream, then records the slot's
+// event. A dense module uploads only the rows of A / columns of B that the adapter or the
+// slot's previous occupant use (max(rank, dirty)), so a rank-8 adapter in a max-rank-64 pool
+// moves its own bytes, not 8x them; clear() touches no weights (the kernels read the first
+// `rank` rows, none of a cleared slot). Routed experts' blocks upload whole (max_rank). A forward that uses the slot makes its stream wait on that event
 // (wait_loaded); a forward on other slots never waits.
 //
 // Threading and ordering: one thread calls load/clear and the forwards (the engine loop).
@@ -78,6 +81,9 @@ class DeviceLoraPool final : public engine::SlotPool {
     kernels::cuda::DeviceBuffer<float> B;  // [max_slots, d_out, max_rank]
     int64_t d_in = 0, d_out = 0;
     int64_t index = 0;  // row of the rank / scale tables
+    // Dense modules, per slot: rows of A / columns of B at and past it are zero on the device,
+    // so a load uploads [0, max(rank, dirty)) and no more (engine::LoraSlotPool's scheme).
+    std::vector<int32_t> dirty;
   };
   Module* module(int64_t layer, engine::LoraTarget target);
   const Module* module(int64_t layer, engine::LoraTarget target) const;
