@@ -85,6 +85,12 @@ struct Catalog::Impl {
   // revision is live.
   std::string read_resolved_blob(std::string_view tenant, const Address& address,
                                  const std::string& blob, Catalog& cat, std::string_view what);
+  // The same for a revision's weights blob, decoded as it is read (BlobStore::get_revision:
+  // each tensor straight into its memory); decode errors name `source`.
+  adapters::DecodedRevision read_resolved_revision(std::string_view tenant, const Address& address,
+                                                   const std::string& blob, Catalog& cat,
+                                                   std::string_view what,
+                                                   const std::string& source);
   // The live (durable, or ephemeral and not collected) revisions naming `blob` as weights or
   // optimizer state, as "spindle://t/p@<id>" (+ " (optimizer state)"), oldest first.
   std::vector<std::string> live_revisions_naming(std::string_view blob);

@@ -136,11 +136,16 @@ Revision Catalog::commit_revision(std::string_view tenant, std::string_view poli
 // (it deletes blobs in its own transaction). Then the caller hears "expired", not "blob
 // missing": get() again says so. A blob failing its checksum, or missing while its revision is
 // live, is data_loss naming `what`.
-std::string Catalog::Impl::read_resolved_blob(std::string_view tenant, const Address& address,
-                                             const std::string& blob, Catalog& cat,
-                                             std::string_view what) {
+namespace {
+
+// read(): a blob store read of `blob`; its errors mapped as Catalog::Impl::read_resolved_blob
+// documents.
+template <class Read>
+auto read_resolved(std::string_view tenant, const Address& address, const std::string& blob,
+                   Catalog& cat, const adapters::BlobStore& blobs, std::string_view what,
+                   Read&& read) -> decltype(read()) {
   try {
-    return blobs.get(blob);  // verifies the checksum
+    return read();  // verifies the checksum
   } catch (const Error& e) {
     if (e.code() == ErrorCode::data_loss) {
       throw Error(ErrorCode::data_loss, fmt::format("{}: {}", what, e.what()));
@@ -155,13 +160,27 @@ std::string Catalog::Impl::read_resolved_blob(std::string_view tenant, const Add
   }
 }
 
+}  // namespace
+
+std::string Catalog::Impl::read_resolved_blob(std::string_view tenant, const Address& address,
+                                             const std::string& blob, Catalog& cat,
+                                             std::string_view what) {
+  return read_resolved(tenant, address, blob, cat, blobs, what, [&] { return blobs.get(blob); });
+}
+
+adapters::DecodedRevision Catalog::Impl::read_resolved_revision(
+    std::string_view tenant, const Address& address, const std::string& blob, Catalog& cat,
+    std::string_view what, const std::string& source) {
+  return read_resolved(tenant, address, blob, cat, blobs, what,
+                       [&] { return blobs.get_revision(blob, source); });
+}
+
 adapters::DecodedRevision Catalog::read_revision(std::string_view tenant, const Address& address) {
   const Resolved r = get(tenant, address);
   const std::string what = fmt::format("revision {}@{}", r.policy.address(), r.revision.id);
-  const std::string bytes =
-      impl_->read_resolved_blob(tenant, address, r.revision.blob, *this, what);
-  return adapters::decode_revision(
-      bytes, fmt::format("{}@{} (blob {})", r.policy.address(), r.revision.id, r.revision.blob));
+  return impl_->read_resolved_revision(
+      tenant, address, r.revision.blob, *this, what,
+      fmt::format("{}@{} (blob {})", r.policy.address(), r.revision.id, r.revision.blob));
 }
 
 std::optional<engine::AdamW> Catalog::read_optimizer_state(std::string_view tenant,
