@@ -16,8 +16,9 @@ rm -rf "$dest" && mkdir -p "$dest/bin" "$dest/lib"
 # test_gpu_*: the CUDA engine's own suites. test_backend, test_scheduler and test_device_daemon:
 # the device-neutral suites (one body per behaviour, every backend), run here with
 # SPINDLE_TEST_DEVICE=cuda; test_device_daemon starts app/spindled --device cuda (issue 13's
-# service tests). spindle-bench: the daemon benches with --device cuda and the live MoE adapter
-# load into a device slot (residency --live-only: packed_live_speedup) (SPINDLE_SERVICE_BENCH=1).
+# service tests). spindle-bench: the daemon benches with --device cuda, the live MoE adapter
+# load into a device slot (residency --live-only: packed_live_speedup) and MoE decode
+# (spindle-bench-gpu --arch qwen3_moe) (SPINDLE_SERVICE_BENCH=1).
 mapfile -t exes < <(find "$build/tests" -maxdepth 3 -type f -perm -u+x \
                       \( -name 'test_gpu_*' -o -name 'spindle-bench-gpu' -o -name test_backend \
                          -o -name test_scheduler -o -name test_device_daemon \
@@ -85,6 +86,11 @@ if [[ -x $here/bin/spindle-bench && ${SPINDLE_SERVICE_BENCH:-0} == 1 ]]; then
   bench service --only handoff --shapes 0.6b,4b "${daemon[@]}"
   bench grpo --device cuda --shared "$here/shared"
   bench residency --live-only --device cuda --repeats 2
+  if [[ -x $here/bin/spindle-bench-gpu ]]; then
+    echo "=== spindle-bench-gpu --arch qwen3_moe"
+    timeout "${SPINDLE_SERVICE_BENCH_TIMEOUT:-300}" "$here/bin/spindle-bench-gpu" --arch qwen3_moe \
+      2>&1 | tee -a "$out/service_bench.log" || status=1
+  fi
 fi
 exit $status
 RUN

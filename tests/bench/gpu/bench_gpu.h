@@ -1,5 +1,6 @@
 #pragma once
-// spindle-bench-gpu: speed of the GPU engine on the Qwen3-0.6B-shaped random model in bf16,
+// spindle-bench-gpu: speed of the GPU engine on the Qwen3-0.6B-shaped random model in bf16 (or
+// `--arch qwen3_moe`: decode on a Qwen3-30B-A3B shape cut to a few layers),
 // printed as figures and ratios measured in the same run (STYLE.md 14). Links spindle::engine_cuda only
 // (no ZeroMQ, no SQLite): it runs on a bare GPU machine. Times come from cudaEvents on the
 // model's stream, after warm-up.
@@ -18,6 +19,9 @@ namespace spindle::bench {
 struct GpuBenchOptions {
   bool quick = false;  // fewer layers and steps (a smoke run, not the figures)
   int64_t n_layers = 28;
+  // --arch qwen3_moe: the decode bench on a Qwen3-30B-A3B shape cut to n_layers (default 2)
+  // instead of the Qwen3-0.6B shape, against its active-parameter bandwidth bound.
+  bool moe = false;
 };
 
 // Elapsed time between two events recorded on one stream.

@@ -118,11 +118,19 @@ DecodeRun time_decode(engine_cuda::DeviceModel& model, engine_cuda::DeviceKvCach
 
 // Bytes a batch-1 decode step reads: every weight once (bf16 projections and unembedding, fp32
 // norms; a tied unembedding is the embedding table, whose one gathered row is negligible) and
-// K and V of `context` cached tokens per layer.
+// K and V of `context` cached tokens per layer. Routed experts count top_k of n_experts (the
+// active parameters): one token reads only its chosen experts.
 double decode_bytes(const engine_cuda::DeviceModel& model, double context) {
   const engine::ModelConfig& c = model.config();
-  return double(model.weights().bytes()) + double(c.n_layers) * context * 2.0 * double(c.kv_dim()) *
-                                               double(engine_cuda::precision_bytes(model.precision()));
+  double weights = double(model.weights().bytes());
+  for (int64_t l = 0; l < c.n_layers; ++l) {
+    const engine_cuda::DeviceLayerWeights& L = model.weights().layer(l);
+    const double experts =
+        double(L.expert_gate.bytes() + L.expert_up.bytes() + L.expert_down.bytes());
+    if (experts > 0) weights -= experts * (1.0 - double(c.moe.top_k) / double(c.moe.n_experts));
+  }
+  return weights + double(c.n_layers) * context * 2.0 * double(c.kv_dim()) *
+                       double(engine_cuda::precision_bytes(model.precision()));
 }
 
 // SGMV shrink + expand over 64 one-row segments (64 distinct slots) vs the base GEMM of the
@@ -192,10 +200,15 @@ void run_gpu_decode_bench(engine_cuda::DeviceModel& model, const GpuBenchOptions
   // Batch 64: one adapter for all rows, then 64 distinct rank-8 adapters.
   engine::LoraPoolOptions po{.max_slots = 64, .max_rank = 8, .targets = gpu_bench_targets()};
   engine_cuda::DeviceLoraPool pool(c, po);
-  for (int32_t slot = 0; slot < 64; ++slot) {
-    pool.load(slot, engine::LoraWeights::random(c, 8, 16.0f, gpu_bench_targets(),
-                                                uint64_t(1000 + slot), 0.02f, 0.02f));
+  // 64 distinct adapters; on a routed-experts model (70 MB each at the Qwen3-30B-A3B width)
+  // 8 distinct ones fill the 64 slots in turn: the batch still spans 64 slots and segments.
+  const int32_t distinct = c.moe.n_experts > 0 ? 8 : 64;
+  std::vector<engine::LoraWeights> adapters;
+  for (int32_t i = 0; i < distinct; ++i) {
+    adapters.push_back(engine::LoraWeights::random(c, 8, 16.0f, gpu_bench_targets(),
+                                                   uint64_t(1000 + i), 0.02f, 0.02f));
   }
+  for (int32_t slot = 0; slot < 64; ++slot) pool.load(slot, adapters[size_t(slot % distinct)]);
   pool.synchronize();
   const std::vector<int32_t> single(64, 0);
   std::vector<int32_t> hetero(64);
