@@ -112,7 +112,9 @@ void run_status(const RemoteOptions& o, bool as_json) {
                        {"host_cache_capacity", st.host_cache_capacity},
                        {"loads_queued", st.loads_queued}, {"loads_running", st.loads_running},
                        {"device_hit_rate", st.device_hit_rate}, {"host_hit_rate", st.host_hit_rate},
-                       {"mean_load_wait_ms", st.mean_load_wait_ms}, {"placements", placements}}}}
+                       {"mean_load_wait_ms", st.mean_load_wait_ms},
+                       {"cold_parks", st.cold_parks}, {"busy_parks", st.busy_parks},
+                       {"slot_evictions", st.slot_evictions}, {"placements", placements}}}}
                     .dump(2)
                     .c_str());
     return;
@@ -160,6 +162,11 @@ void run_status(const RemoteOptions& o, bool as_json) {
                                 double(st.host_cache_bytes) / 1048576.0,
                                 double(st.host_cache_capacity) / 1048576.0, st.host_hit_rate,
                                 st.loads_queued, st.loads_running, st.mean_load_wait_ms)
+                        .c_str());
+  std::printf("%s", fmt::format("parks        {} cold (a load was needed), {} busy (every serving "
+                                "slot in use: raise --serving-slots if this grows), {} slot "
+                                "evictions, since start\n",
+                                st.cold_parks, st.busy_parks, st.slot_evictions)
                         .c_str());
   for (const auto& p : st.placements) {
     std::printf("%s", fmt::format("  {:<12} {:<8} slot {:>3}  in use {}\n",

@@ -118,6 +118,14 @@ std::string render_metrics(const MetricsSample& m) {
   e.family("spindle_adapter_loads", "gauge", "Adapter cold loads, by state.");
   e.sample(s.loads_queued, {"state", "queued"});
   e.sample(s.loads_running, {"state", "running"});
+  e.family("spindle_adapter_parks_total", "counter",
+           "Sample requests that waited for a serving slot, by cause: cold (not in host memory) "
+           "or busy (every slot in use).");
+  e.sample(s.cold_parks, {"cause", "cold"});
+  e.sample(s.busy_parks, {"cause", "busy"});
+  e.family("spindle_slot_evictions_total", "counter",
+           "Adapters moved out of a serving slot to make room.");
+  e.sample(s.slot_evictions);
   e.family("spindle_load_wait_seconds_mean", "gauge",
            "Mean time a cold load waited for a loader thread.");
   e.sample(s.mean_load_wait_ms / 1000.0);

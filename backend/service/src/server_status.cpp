@@ -26,6 +26,9 @@ protocol::StatusReply server_status(const Daemon& d, std::span<const scheduler::
     s.host_cache_capacity += hc.capacity_bytes;
     s.loads_queued += ls.queue_depth;
     s.loads_running += ls.running;
+    s.cold_parks += st.residency.cold_parks;
+    s.busy_parks += st.residency.busy_parks;
+    s.slot_evictions += st.residency.slot_evictions;
     device_hits += st.residency.device_hit_rate();
     host_hits += hc.hit_rate();
     load_wait += ls.mean_wait_ms();

@@ -198,6 +198,9 @@ TEST_F(Metrics, CountsEveryRequestOnceByOpAndCode) {
   EXPECT_EQ(at(now, R"(spindle_adapter_loads{state="queued"})"), double(s.loads_queued));
   EXPECT_EQ(at(now, R"(spindle_adapter_loads{state="running"})"), double(s.loads_running));
   EXPECT_GE(at(now, "spindle_load_wait_seconds_mean"), 0.0);
+  EXPECT_EQ(at(now, R"(spindle_adapter_parks_total{cause="cold"})"), double(s.cold_parks));
+  EXPECT_EQ(at(now, R"(spindle_adapter_parks_total{cause="busy"})"), double(s.busy_parks));
+  EXPECT_EQ(at(now, "spindle_slot_evictions_total"), double(s.slot_evictions));
   EXPECT_EQ(at(now, R"(spindle_device_memory_bytes{kind="base"})"), double(s.base_bytes));
   EXPECT_GT(s.base_bytes, 0u);
   EXPECT_EQ(at(now, R"(spindle_device_memory_bytes{kind="kv"})"), double(s.kv_bytes));

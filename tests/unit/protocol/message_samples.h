@@ -226,6 +226,9 @@ inline Reply sample_reply(Op op, Encoding encoding = Encoding::binary) {
       s.device = "cpu";
       s.bases = {{"stories260K", "cpu", "F32", 1 << 20, 1 << 22, 1 << 16, 1 << 17, 16, 2, 3, 1, 4},
                  {"Qwen/Qwen3-0.6B", "cpu", "F32", 5, 6, 7, 8, 4, 0, 0, 0, 0}};
+      s.cold_parks = 9;
+      s.busy_parks = 2;
+      s.slot_evictions = 7;
       r.body = s;
       break;
     }

@@ -220,6 +220,14 @@ struct StatusReply {
   /// Version 3: every served base (the fields above sum over them; device/dtype are the
   /// first's).
   std::vector<BaseStatus> bases;
+  /// Version 4: residency counters since start, summed over bases. A sample request whose
+  /// adapter was not in a serving slot parked: cold (not in host memory: a load was queued) or
+  /// busy (in host memory, but every slot was in use: more than the pool's slots were wanted
+  /// at once, so --serving-slots is the bound); slot_evictions counts adapters moved out of a
+  /// slot to make room.
+  uint64_t cold_parks = 0;
+  uint64_t busy_parks = 0;
+  uint64_t slot_evictions = 0;
   template <class A> void serialize(A& ar, uint32_t version) {
     ar(CEREAL_NVP(server_version), CEREAL_NVP(uptime_s), CEREAL_NVP(queue_depth),
        CEREAL_NVP(parked), CEREAL_NVP(running_sequences), CEREAL_NVP(training_sessions),
@@ -234,6 +242,7 @@ struct StatusReply {
          CEREAL_NVP(device_free_bytes), CEREAL_NVP(device_total_bytes));
     }
     if (version >= 3) ar(CEREAL_NVP(bases));
+    if (version >= 4) ar(CEREAL_NVP(cold_parks), CEREAL_NVP(busy_parks), CEREAL_NVP(slot_evictions));
   }
 };
 
@@ -615,7 +624,7 @@ CEREAL_CLASS_VERSION(spindle::protocol::BaseInfo, 1);
 CEREAL_CLASS_VERSION(spindle::protocol::LimitsInfo, 1);
 CEREAL_CLASS_VERSION(spindle::protocol::CapabilitiesReply, 2);
 CEREAL_CLASS_VERSION(spindle::protocol::PlacementInfo, 1);
-CEREAL_CLASS_VERSION(spindle::protocol::StatusReply, 3);
+CEREAL_CLASS_VERSION(spindle::protocol::StatusReply, 4);
 CEREAL_CLASS_VERSION(spindle::protocol::CreateTrainingRequest, 3);
 CEREAL_CLASS_VERSION(spindle::protocol::CreateTrainingFromStateRequest, 3);
 CEREAL_CLASS_VERSION(spindle::protocol::TrainingSessionReply, 3);

@@ -112,6 +112,11 @@ class ServerStatus:
     device_total_bytes: int = 0
     # Every served base (the fields above sum over them; device/dtype are the first's).
     bases: list[BaseStatus] = field(default_factory=list)
+    # Residency counters since start: sample requests parked for a cold adapter or because
+    # every serving slot was in use, and adapters evicted from a slot.
+    cold_parks: int = 0
+    busy_parks: int = 0
+    slot_evictions: int = 0
 
 
 @dataclass
