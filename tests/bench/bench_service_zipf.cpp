@@ -259,8 +259,10 @@ void run_zipf_serving(const ServiceBenchOptions& opts) {
   const auto st = Client(d.client_options()).status();
   std::printf(
       "server after the Zipf part: device hit rate %.2f, host hit rate %.2f, mean load "
-      "wait %.2f ms\n",
-      st.device_hit_rate, st.host_hit_rate, st.mean_load_wait_ms);
+      "wait %.2f ms; parks %llu cold, %llu busy (every slot in use), %llu slot evictions\n",
+      st.device_hit_rate, st.host_hit_rate, st.mean_load_wait_ms,
+      (unsigned long long)st.cold_parks, (unsigned long long)st.busy_parks,
+      (unsigned long long)st.slot_evictions);
 
   // 2. A storm of cold loads beside warm traffic.
   const int warm_n = std::max(1, std::min(32, opts.zipf_slots / 4));
