@@ -149,6 +149,16 @@ void ResidencyPanel::drawFrame() {
     text(QStringLiteral("Running sequences  %1").arg(s.running_sequences));
     ImGui::TableNextColumn();
     text(QStringLiteral("Training sessions  %1").arg(s.training_sessions));
+    // Since the daemon started: why requests waited for a slot (busy growing: every slot is
+    // wanted at once, spindled --serving-slots is the bound) and how often slots changed hands.
+    ImGui::TableNextColumn();
+    text(QStringLiteral("Cold parks  %1").arg(s.cold_parks));
+    ImGui::TableNextColumn();
+    text(QStringLiteral("Busy parks  %1").arg(s.busy_parks));
+    ImGui::TableNextColumn();
+    text(QStringLiteral("Slot evictions  %1").arg(s.slot_evictions));
+    ImGui::TableNextColumn();
+    text(QStringLiteral("Tokens/s  %1").arg(s.tokens_per_s, 0, 'f', 1));
     ImGui::EndTable();
   }
   ImGui::Spacing();
