@@ -119,8 +119,8 @@ std::string render_metrics(const MetricsSample& m) {
   e.sample(s.loads_queued, {"state", "queued"});
   e.sample(s.loads_running, {"state", "running"});
   e.family("spindle_adapter_parks_total", "counter",
-           "Sample requests that waited for a serving slot, by cause: cold (not in host memory) "
-           "or busy (every slot in use).");
+           "Admissions of sample work that waited for a serving slot, by cause: cold (not in "
+           "host memory) or busy (every slot in use; retries count).");
   e.sample(s.cold_parks, {"cause", "cold"});
   e.sample(s.busy_parks, {"cause", "busy"});
   e.family("spindle_slot_evictions_total", "counter",

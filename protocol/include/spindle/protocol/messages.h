@@ -220,11 +220,12 @@ struct StatusReply {
   /// Version 3: every served base (the fields above sum over them; device/dtype are the
   /// first's).
   std::vector<BaseStatus> bases;
-  /// Version 4: residency counters since start, summed over bases. A sample request whose
-  /// adapter was not in a serving slot parked: cold (not in host memory: a load was queued) or
-  /// busy (in host memory, but every slot was in use: more than the pool's slots were wanted
-  /// at once, so --serving-slots is the bound); slot_evictions counts adapters moved out of a
-  /// slot to make room.
+  /// Version 4: residency counters since start, summed over bases. Admissions of sample work
+  /// whose adapter was not in a serving slot park it: cold_parks counts those that found it
+  /// not in host memory (a load was queued), busy_parks those that found it in host memory but
+  /// every slot in use (a parked request is retried as slots free, so one long wait can count
+  /// more than once; a growing count means more adapters are wanted at once than
+  /// --serving-slots holds); slot_evictions counts adapters moved out of a slot to make room.
   uint64_t cold_parks = 0;
   uint64_t busy_parks = 0;
   uint64_t slot_evictions = 0;
