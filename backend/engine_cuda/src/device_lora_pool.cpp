@@ -18,43 +18,34 @@ DeviceLoraPool::DeviceLoraPool(const engine::ModelConfig& config, engine::LoraPo
   engine::validate_lora_pool_options(options_);
   const int64_t S = options_.max_slots, R = options_.max_rank;
   modules_.resize(size_t(config_.n_layers));
-  size_t per_slot_floats = 0;  // one adapter's packed A and B, every module
-  for (int64_t l = 0; l < config_.n_layers; ++l) {
-    for (LoraTarget t : options_.targets) {
-      if (!engine::lora_module_exists(config_, l, t)) continue;
-      if (modules_[size_t(l)][size_t(t)]) continue;  // a target listed twice
-      auto [d_in, d_out] = engine::lora_target_dims(config_, l, t);
-      Module m;
-      m.A = cuda::DeviceBuffer<float>(size_t(S * R * d_in));
-      m.B = cuda::DeviceBuffer<float>(size_t(S * d_out * R));
-      m.A.zero();
-      m.B.zero();
-      m.d_in = d_in;
-      m.d_out = d_out;
-      m.index = n_modules_++;
-      m.dirty.assign(size_t(S), 0);
-      per_slot_floats += size_t(R * (d_in + d_out));
-      modules_[size_t(l)][size_t(t)] = std::move(m);
-    }
-  }
   expert_modules_.resize(size_t(config_.n_layers));
-  const int64_t E = config_.moe.n_experts;
+  size_t per_slot_floats = 0;  // one adapter's packed A and B, every module
+  // `blocks` zeroed [max_slots, ...] blocks (1 for a dense module, n_experts for experts).
+  const auto make_module = [&](int64_t d_in, int64_t d_out, int64_t blocks) {
+    Module m;
+    m.A = cuda::DeviceBuffer<float>(size_t(blocks * S * R * d_in));
+    m.B = cuda::DeviceBuffer<float>(size_t(blocks * S * d_out * R));
+    m.A.zero();
+    m.B.zero();
+    m.d_in = d_in;
+    m.d_out = d_out;
+    m.index = n_modules_++;
+    per_slot_floats += size_t(blocks * R * (d_in + d_out));
+    return m;
+  };
   for (int64_t l = 0; l < config_.n_layers; ++l) {
     for (LoraTarget t : options_.targets) {
+      auto& dense = modules_[size_t(l)][size_t(t)];
+      if (engine::lora_module_exists(config_, l, t) && !dense) {  // (a target listed twice)
+        auto [d_in, d_out] = engine::lora_target_dims(config_, l, t);
+        dense = make_module(d_in, d_out, 1);
+        dense->dirty.assign(size_t(S), 0);
+      }
       if (!engine::lora_experts_exist(config_, l, t)) continue;
-      auto& slot = expert_modules_[size_t(l)][size_t(engine::expert_proj(t))];
-      if (slot) continue;  // a target listed twice
+      auto& experts = expert_modules_[size_t(l)][size_t(engine::expert_proj(t))];
+      if (experts) continue;
       auto [d_in, d_out] = engine::lora_expert_dims(config_, t);
-      Module m;
-      m.A = cuda::DeviceBuffer<float>(size_t(E * S * R * d_in));
-      m.B = cuda::DeviceBuffer<float>(size_t(E * S * d_out * R));
-      m.A.zero();
-      m.B.zero();
-      m.d_in = d_in;
-      m.d_out = d_out;
-      m.index = n_modules_++;
-      per_slot_floats += size_t(E * R * (d_in + d_out));
-      slot = std::move(m);
+      experts = make_module(d_in, d_out, config_.moe.n_experts);
     }
   }
   rank_host_.assign(size_t(n_modules_ * S), 0);

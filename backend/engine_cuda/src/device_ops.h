@@ -204,11 +204,13 @@ class DeviceOps {
                           n, st_.segments, m.probs.data(), m.weight.data(), m.routing);
     // Token t's rows in sorted order, ascending (the order the CPU engine adds them in).
     const auto& order = m.routing.order;
+    // The backward's combine weights go by sorted row.
     std::vector<int32_t> rows(size_t(n * K)), pos(size_t(n * K)), filled(size_t(n), 0);
-    std::vector<float> weight(size_t(n * K));
+    std::vector<float> weight(size_t(n * K)), sorted(size_t(n * K));
     for (int64_t i = 0; i < n * K; ++i) {
       const int32_t j = order[size_t(i)], t = j / int32_t(K);
       rows[size_t(i)] = t;
+      sorted[size_t(i)] = m.weight[size_t(j)];
       const int64_t at = int64_t(t) * K + filled[size_t(t)]++;
       pos[size_t(at)] = int32_t(i);
       weight[size_t(at)] = m.weight[size_t(j)];
@@ -217,11 +219,7 @@ class DeviceOps {
     upload_table(pos, m.d_pos, s_);
     upload_table(weight, m.d_weight, s_);
     upload_table(m.routing.lora_segs, m.d_lora_segs, s_);
-    if (st_.keep_activations) {  // the backward's combine weights, by sorted row
-      std::vector<float> sorted(size_t(n * K));
-      for (int64_t i = 0; i < n * K; ++i) sorted[size_t(i)] = m.weight[size_t(order[size_t(i)])];
-      upload_table(sorted, m.d_weight_sorted, s_);
-    }
+    if (st_.keep_activations) upload_table(sorted, m.d_weight_sorted, s_);
     m.xg.ensure(n * K, D, P_);
     cuda::embedding_gather(xn.data<T>(), D, m.d_rows.data(), n * K, m.xg.data<T>(), D, s_);
   }
@@ -230,54 +228,48 @@ class DeviceOps {
     const int64_t D = c_.dim, F = c_.moe.expert_dim, rows = m.xg.rows();
     m.gate.ensure(rows, F, P_);
     m.up.ensure(rows, F, P_);
-    const auto& offsets = m.routing.offsets;
-    for (size_t e = 0; e + 1 < offsets.size(); ++e) {
-      const int64_t o = offsets[e], n = offsets[e + 1] - o;
-      if (n == 0) continue;
+    for_each_expert(m, [&](int64_t e, int64_t o, int64_t n) {
       const T* x = m.xg.data<T>() + o * D;
       const std::array<cuda::LinearOut<T>, 2> outs = {
-          cuda::LinearOut<T>{L.expert_gate.data<T>() + int64_t(e) * F * D, F,
+          cuda::LinearOut<T>{L.expert_gate.data<T>() + e * F * D, F,
                              m.gate.data<T>() + o * F, F},
-          cuda::LinearOut<T>{L.expert_up.data<T>() + int64_t(e) * F * D, F, m.up.data<T>() + o * F,
+          cuda::LinearOut<T>{L.expert_up.data<T>() + e * F * D, F, m.up.data<T>() + o * F,
                              F}};
       cuda::linear_multi<T>(blas_, x, D, n, D, std::span<const cuda::LinearOut<T>>(outs),
                             /*beta=*/0.0f, s_);
-      const auto segs = expert_segments(m, int64_t(e), n);
-      if (segs.count == 0) continue;
+      const auto segs = expert_segments(m, e, n);
+      if (segs.count == 0) return;
       std::array<cuda::LoraMultiTarget<T>, 2> targets;
       size_t n_targets = 0;
       for (engine::LoraTarget t : {engine::LoraTarget::gate, engine::LoraTarget::up}) {
-        const auto view = lora_->expert_view(l, t, int64_t(e));
+        const auto view = lora_->expert_view(l, t, e);
         if (!view) continue;
         float* h = st_.lora_h.data<float>() + int64_t(n_targets) * st_.T * view->max_rank;
         T* y = (t == engine::LoraTarget::gate ? m.gate : m.up).template data<T>() + o * F;
         targets.at(n_targets++) = {*view, h, y, F, /*col_offset=*/0};
       }
-      if (n_targets == 0) continue;
+      if (n_targets == 0) return;
       const std::span<const cuda::LoraMultiTarget<T>> span(targets.data(), n_targets);
       cuda::lora_shrink_multi<T>(x, D, span, segs, s_);
       cuda::lora_expand_multi<T>(span, segs, s_);
-    }
+    });
   }
   void moe_down_combine(int64_t l, DeviceMoeActivations& m, DeviceTensor& x) {
     const DeviceLayerWeights& L = w_.layer(l);
     const int64_t D = c_.dim, F = c_.moe.expert_dim, K = c_.moe.top_k, rows = m.act.rows();
     m.out.ensure(rows, D, P_);
-    const auto& offsets = m.routing.offsets;
-    for (size_t e = 0; e + 1 < offsets.size(); ++e) {
-      const int64_t o = offsets[e], n = offsets[e + 1] - o;
-      if (n == 0) continue;
+    for_each_expert(m, [&](int64_t e, int64_t o, int64_t n) {
       const T* act = m.act.data<T>() + o * F;
       T* out = m.out.data<T>() + o * D;
-      cuda::linear(blas_, act, F, n, F, L.expert_down.data<T>() + int64_t(e) * D * F, D, out, D,
+      cuda::linear(blas_, act, F, n, F, L.expert_down.data<T>() + e * D * F, D, out, D,
                    /*beta=*/0.0f, s_);
-      const auto segs = expert_segments(m, int64_t(e), n);
-      if (segs.count == 0) continue;
-      if (const auto view = lora_->expert_view(l, engine::LoraTarget::down, int64_t(e))) {
+      const auto segs = expert_segments(m, e, n);
+      if (segs.count == 0) return;
+      if (const auto view = lora_->expert_view(l, engine::LoraTarget::down, e)) {
         cuda::lora_shrink(act, F, *view, segs, st_.lora_h.data<float>(), s_);
         cuda::lora_expand(st_.lora_h.data<float>(), *view, segs, out, D, /*col_offset=*/0, s_);
       }
-    }
+    });
     cuda::moe_combine<T>(m.out.data<T>(), D, m.d_pos.data(), m.d_weight.data(), st_.T, K, D,
                          /*beta=*/1.0f, x.data<T>(), D, s_);
   }
@@ -295,17 +287,14 @@ class DeviceOps {
     cuda::moe_combine_backward<T>(dy.data<T>(), D, m.d_rows.data(), m.d_weight_sorted.data(),
                                   m.out.data<T>(), D, rows, D, d_out.data<T>(), D,
                                   d_weight.data<float>(), s_);
-    const auto& offsets = m.routing.offsets;
-    for (size_t e = 0; e + 1 < offsets.size(); ++e) {
-      const int64_t o = offsets[e], n = offsets[e + 1] - o;
-      if (n == 0) continue;
-      const auto segs = expert_segments(m, int64_t(e), n);
-      const auto lora = expert_grad_target(l, engine::LoraTarget::down, int64_t(e), segs);
+    for_each_expert(m, [&](int64_t e, int64_t o, int64_t n) {
+      const auto segs = expert_segments(m, e, n);
+      const auto lora = expert_grad_target(l, engine::LoraTarget::down, e, segs);
       // d_act = d_out · W_down (W_down [D, F])
-      linear_backward<T>(*train_, L.expert_down.data<T>() + int64_t(e) * D * F, D, F,
+      linear_backward<T>(*train_, L.expert_down.data<T>() + e * D * F, D, F,
                          lora ? &*lora : nullptr, m.act.data<T>() + o * F, F, n,
                          d_out.data<T>() + o * D, D, segs, d_act.data<T>() + o * F, F, 0.0f);
-    }
+    });
   }
   void moe_gate_up_backward(int64_t l, const DeviceMoeActivations& m, const DeviceTensor& d_gate,
                             const DeviceTensor& d_up, DeviceTensor& d_xn) {
@@ -313,23 +302,20 @@ class DeviceOps {
     const int64_t D = c_.dim, F = c_.moe.expert_dim, K = c_.moe.top_k, rows = m.xg.rows();
     DeviceTensor& d_xg = train_->scratch.moe_d_xg;
     d_xg.ensure(rows, D, P_);
-    const auto& offsets = m.routing.offsets;
-    for (size_t e = 0; e + 1 < offsets.size(); ++e) {
-      const int64_t o = offsets[e], n = offsets[e + 1] - o;
-      if (n == 0) continue;
-      const auto segs = expert_segments(m, int64_t(e), n);
+    for_each_expert(m, [&](int64_t e, int64_t o, int64_t n) {
+      const auto segs = expert_segments(m, e, n);
       const T* x = m.xg.data<T>() + o * D;
       T* dx = d_xg.data<T>() + o * D;
       // d_xg = d_gate · W_gate + d_up · W_up (each [F, D]), with their LoRA parts.
-      const auto lg = expert_grad_target(l, engine::LoraTarget::gate, int64_t(e), segs);
-      linear_backward<T>(*train_, L.expert_gate.data<T>() + int64_t(e) * F * D, F, D,
+      const auto lg = expert_grad_target(l, engine::LoraTarget::gate, e, segs);
+      linear_backward<T>(*train_, L.expert_gate.data<T>() + e * F * D, F, D,
                          lg ? &*lg : nullptr, x, D, n, d_gate.data<T>() + o * F, F, segs, dx, D,
                          0.0f);
-      const auto lu = expert_grad_target(l, engine::LoraTarget::up, int64_t(e), segs);
-      linear_backward<T>(*train_, L.expert_up.data<T>() + int64_t(e) * F * D, F, D,
+      const auto lu = expert_grad_target(l, engine::LoraTarget::up, e, segs);
+      linear_backward<T>(*train_, L.expert_up.data<T>() + e * F * D, F, D,
                          lu ? &*lu : nullptr, x, D, n, d_up.data<T>() + o * F, F, segs, dx, D,
                          1.0f);
-    }
+    });
     // d_xn[t] = Σ of token t's rows (overwritten), in the forward's order.
     cuda::moe_combine<T>(d_xg.data<T>(), D, m.d_pos.data(), nullptr, st_.T, K, D, /*beta=*/0.0f,
                          d_xn.data<T>(), D, s_);
@@ -414,6 +400,15 @@ class DeviceOps {
     if (!view) return std::nullopt;
     return LoraGradTarget{*view, train_->grads->expert_dA(l, target, e),
                           train_->grads->expert_dB(l, target, e)};
+  }
+  // fn(e, o, n) for every expert e with rows: its n sorted rows start at row o.
+  template <class F>
+  static void for_each_expert(const DeviceMoeActivations& m, F&& fn) {
+    const auto& offsets = m.routing.offsets;
+    for (size_t e = 0; e + 1 < offsets.size(); ++e) {
+      const int64_t o = offsets[e], n = offsets[e + 1] - o;
+      if (n > 0) fn(int64_t(e), o, n);
+    }
   }
   // Expert e's LoRA segments (rows from the expert's first sorted row, n rows) on the device;
   // count 0 when no row of the expert is adapted.

@@ -19,20 +19,28 @@ using engine::TrainDatum;
 
 constexpr int64_t kTrainBlock = 16;
 
-// The AdamW moments of one adapted (layer, target) into its slot's padded device layout, the
-// pool's own ([max_rank, d_in] for A, [d_out, max_rank] for B, zero beyond the rank), packed by
-// engine::pack_lora_slot as the pool packs the weights. mv = {m_A, v_A, m_B, v_B}. Waits for
-// the copies (attach is rare, and the staging vectors die here).
-void upload_moments(const engine::AdamW& optimizer, int64_t layer, LoraTarget target,
-                    int64_t max_rank, int64_t d_in, int64_t d_out, cuda::DeviceBuffer<float>* mv,
+// AdamW moments of one adapted module into its slot's padded device layout, the pool's own
+// ([max_rank, d_in] for A, [d_out, max_rank] for B, zero beyond the rank), packed by
+// engine::pack_lora_slot as the pool packs the weights. `a` and `b` are the (m, v) moments of A
+// and B as engine::AdamW holds them, `blocks` of them stacked (1 for a dense module, A [r, d_in];
+// n_experts for a routed-experts module, A [E, r, d_in]); mv = {m_A, v_A, m_B, v_B}, each
+// `blocks` padded blocks. Waits for the copies (attach is rare, and the staging vectors die
+// here).
+using MomentPair = std::pair<Tensor, Tensor>;
+void upload_moments(const MomentPair& a, const MomentPair& b, int64_t blocks, int64_t max_rank,
+                    int64_t d_in, int64_t d_out, cuda::DeviceBuffer<float>* mv,
                     cudaStream_t stream) {
-  const auto& a = optimizer.moments().at(engine::lora_param_name(layer, target, 0));
-  const auto& b = optimizer.moments().at(engine::lora_param_name(layer, target, 1));
-  std::vector<float> packed_a(size_t(max_rank * d_in)), packed_b(size_t(d_out * max_rank));
+  const int64_t r = a.first.numel() / (blocks * d_in);
+  std::vector<float> packed_a(size_t(blocks * max_rank * d_in));
+  std::vector<float> packed_b(size_t(blocks * d_out * max_rank));
   for (int k = 0; k < 2; ++k) {  // m, then v
-    const engine::LoraPair pair{(k == 0 ? a.first : a.second).clone(),
-                                (k == 0 ? b.first : b.second).clone()};
-    engine::pack_lora_slot(pair, max_rank, packed_a.data(), packed_b.data());
+    const Tensor& A = k == 0 ? a.first : a.second;
+    const Tensor& B = k == 0 ? b.first : b.second;
+    for (int64_t e = 0; e < blocks; ++e) {
+      engine::pack_lora_slot(A.data() + e * r * d_in, B.data() + e * d_out * r, r, d_in, d_out,
+                             max_rank, packed_a.data() + e * max_rank * d_in,
+                             packed_b.data() + e * d_out * max_rank);
+    }
     cuda::check(cudaMemcpyAsync(mv[k].data(), packed_a.data(), packed_a.size() * sizeof(float),
                                 cudaMemcpyHostToDevice, stream),
                 "cudaMemcpyAsync H2D (AdamW moments of A)");
@@ -40,34 +48,6 @@ void upload_moments(const engine::AdamW& optimizer, int64_t layer, LoraTarget ta
                                 cudaMemcpyHostToDevice, stream),
                 "cudaMemcpyAsync H2D (AdamW moments of B)");
     // The staging vectors are reused for v: the copies of m must have left them.
-    cuda::check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (AdamW moments)");
-  }
-}
-
-// The same for every expert of a routed-experts module: the moments of A [E, r, d_in] and
-// B [E, d_out, r] (engine::AdamW's packed names) into [E, max_rank, d_in] / [E, d_out,
-// max_rank] padded blocks. mv = {m_A, v_A, m_B, v_B}.
-void upload_expert_moments(const engine::AdamW& optimizer, int64_t layer, LoraTarget target,
-                           int64_t E, int64_t max_rank, int64_t d_in, int64_t d_out,
-                           cuda::DeviceBuffer<float>* mv, cudaStream_t stream) {
-  const auto& a = optimizer.moments().at(engine::lora_expert_param_name(layer, target, 0));
-  const auto& b = optimizer.moments().at(engine::lora_expert_param_name(layer, target, 1));
-  const int64_t r = a.first.dim(1);
-  std::vector<float> packed_a(size_t(E * max_rank * d_in)), packed_b(size_t(E * d_out * max_rank));
-  for (int k = 0; k < 2; ++k) {  // m, then v
-    const Tensor& A = k == 0 ? a.first : a.second;
-    const Tensor& B = k == 0 ? b.first : b.second;
-    for (int64_t e = 0; e < E; ++e) {
-      engine::pack_lora_slot(A.data() + e * r * d_in, B.data() + e * d_out * r, r, d_in, d_out,
-                             max_rank, packed_a.data() + e * max_rank * d_in,
-                             packed_b.data() + e * d_out * max_rank);
-    }
-    cuda::check(cudaMemcpyAsync(mv[k].data(), packed_a.data(), packed_a.size() * sizeof(float),
-                                cudaMemcpyHostToDevice, stream),
-                "cudaMemcpyAsync H2D (AdamW moments of expert A)");
-    cuda::check(cudaMemcpyAsync(mv[2 + k].data(), packed_b.data(), packed_b.size() * sizeof(float),
-                                cudaMemcpyHostToDevice, stream),
-                "cudaMemcpyAsync H2D (AdamW moments of expert B)");
     cuda::check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (AdamW moments)");
   }
 }
@@ -185,8 +165,9 @@ void DeviceTrainer::attach(int32_t slot, const engine::LoraWeights& weights,
         st->max_count = std::max(st->max_count, n);
       }
       if (!optimizer.moments().empty()) {  // resume: the four buffers just made
-        upload_moments(optimizer, int64_t(l), t, R, view->d_in, view->d_out,
-                       &st->moments[st->moments.size() - 4], s);
+        upload_moments(optimizer.moments().at(engine::lora_param_name(int64_t(l), t, 0)),
+                       optimizer.moments().at(engine::lora_param_name(int64_t(l), t, 1)), 1, R,
+                       view->d_in, view->d_out, &st->moments[st->moments.size() - 4], s);
       }
     }
   }
@@ -217,8 +198,9 @@ void DeviceTrainer::attach(int32_t slot, const engine::LoraWeights& weights,
         st->max_count = std::max(st->max_count, n);
       }
       if (!optimizer.moments().empty()) {
-        upload_expert_moments(optimizer, int64_t(l), t, E, R, d_in, d_out,
-                              &st->moments[st->moments.size() - 4], s);
+        upload_moments(optimizer.moments().at(engine::lora_expert_param_name(int64_t(l), t, 0)),
+                       optimizer.moments().at(engine::lora_expert_param_name(int64_t(l), t, 1)),
+                       E, R, d_in, d_out, &st->moments[st->moments.size() - 4], s);
       }
     }
   }

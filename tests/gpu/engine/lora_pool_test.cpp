@@ -123,6 +123,30 @@ TEST(GpuLoraPool, BadSlotsAndMisfitAdaptersAreRefused) {
   EXPECT_EQ(pool.bytes(), 4 * (per_layer * size_t(c.n_layers) + 2 * 2 * size_t(c.n_layers) * 3));
 }
 
+// Slot `slot` of a pool view holds exactly A [r, d_in] in rows [0, r) of its [max_rank, d_in]
+// block and B [d_out, r] in columns [0, r) of its [d_out, max_rank] block, zero past r (and,
+// with slot0_empty, slot 0's first entries are zero: never loaded).
+void expect_slot_holds(const kernels::cuda::DeviceLoraSlots& v, int64_t slot, const float* A_want,
+                       const float* B_want, int64_t r, bool slot0_empty, const std::string& what) {
+  const int64_t S = v.max_slots, R = v.max_rank;
+  std::vector<float> A(size_t(S * R * v.d_in)), B(size_t(S * v.d_out * R));
+  kernels::cuda::check(cudaMemcpy(A.data(), v.A, A.size() * 4, cudaMemcpyDeviceToHost), "A");
+  kernels::cuda::check(cudaMemcpy(B.data(), v.B, B.size() * 4, cudaMemcpyDeviceToHost), "B");
+  const float* a_slot = A.data() + slot * R * v.d_in;
+  const float* b_slot = B.data() + slot * v.d_out * R;
+  for (int64_t i = 0; i < R; ++i)
+    for (int64_t j = 0; j < v.d_in; ++j)
+      ASSERT_EQ(a_slot[i * v.d_in + j], i < r ? A_want[i * v.d_in + j] : 0.0f)
+          << what << " A row " << i;
+  for (int64_t j = 0; j < v.d_out; ++j)
+    for (int64_t i = 0; i < R; ++i)
+      ASSERT_EQ(b_slot[j * R + i], i < r ? B_want[j * r + i] : 0.0f) << what << " B col " << i;
+  if (slot0_empty) {
+    EXPECT_EQ(A[0], 0.0f) << what;
+    EXPECT_EQ(B[0], 0.0f) << what;
+  }
+}
+
 // Routed experts (and the dense layer's modules, uploaded by dirty rank): expert e's view of
 // slot s holds exactly expert e's A [r, d_in] in rows [0, r)
 // of its [max_rank, d_in] block and B [d_out, r] in columns [0, r) of its [d_out, max_rank]
@@ -151,26 +175,9 @@ TEST(GpuLoraPool, ExpertLoraLandsInEachExpertsBlockAndAuxLossTrainingIsRefused) 
       for (int64_t e = 0; e < E; ++e) {
         const auto v = pool.expert_view(l, t, e);
         ASSERT_TRUE(v.has_value());
-        std::vector<float> A(size_t(S * R * d_in)), B(size_t(S * d_out * R));
-        kernels::cuda::check(cudaMemcpy(A.data(), v->A, A.size() * 4, cudaMemcpyDeviceToHost), "A");
-        kernels::cuda::check(cudaMemcpy(B.data(), v->B, B.size() * 4, cudaMemcpyDeviceToHost), "B");
-        const float* a_slot = A.data() + 1 * R * d_in;
-        const float* b_slot = B.data() + 1 * d_out * R;
-        for (int64_t i = 0; i < R; ++i) {
-          for (int64_t j = 0; j < d_in; ++j) {
-            const float want = i < 3 ? p.A.data()[(e * 3 + i) * d_in + j] : 0.0f;
-            ASSERT_EQ(a_slot[i * d_in + j], want) << "layer " << l << " expert " << e << " A";
-          }
-        }
-        for (int64_t j = 0; j < d_out; ++j) {
-          for (int64_t i = 0; i < R; ++i) {
-            const float want = i < 3 ? p.B.data()[(e * d_out + j) * 3 + i] : 0.0f;
-            ASSERT_EQ(b_slot[j * R + i], want) << "layer " << l << " expert " << e << " B";
-          }
-        }
-        // Slot 0 was never loaded.
-        EXPECT_EQ(A[0], 0.0f);
-        EXPECT_EQ(B[0], 0.0f);
+        expect_slot_holds(*v, 1, p.A.data() + e * 3 * d_in, p.B.data() + e * d_out * 3, 3,
+                          /*slot0_empty=*/true,
+                          "layer " + std::to_string(l) + " expert " + std::to_string(e));
       }
     }
   }
@@ -183,17 +190,8 @@ TEST(GpuLoraPool, ExpertLoraLandsInEachExpertsBlockAndAuxLossTrainingIsRefused) 
     ASSERT_TRUE(v.has_value());
     const auto& p = a.modules[1][size_t(t)];
     ASSERT_FALSE(p.empty());
-    std::vector<float> A(size_t(S * R * v->d_in)), B(size_t(S * v->d_out * R));
-    kernels::cuda::check(cudaMemcpy(A.data(), v->A, A.size() * 4, cudaMemcpyDeviceToHost), "A");
-    kernels::cuda::check(cudaMemcpy(B.data(), v->B, B.size() * 4, cudaMemcpyDeviceToHost), "B");
-    for (int64_t i = 0; i < R; ++i)
-      for (int64_t j = 0; j < v->d_in; ++j)
-        ASSERT_EQ(A[size_t((1 * R + i) * v->d_in + j)], i < 3 ? p.A.data()[i * v->d_in + j] : 0.0f)
-            << "dense " << lora_target_name(t) << " A row " << i;
-    for (int64_t j = 0; j < v->d_out; ++j)
-      for (int64_t i = 0; i < R; ++i)
-        ASSERT_EQ(B[size_t((1 * v->d_out + j) * R + i)], i < 3 ? p.B.data()[j * 3 + i] : 0.0f)
-            << "dense " << lora_target_name(t) << " B col " << i;
+    expect_slot_holds(*v, 1, p.A.data(), p.B.data(), 3, /*slot0_empty=*/false,
+                      std::string("dense ") + lora_target_name(t));
   }
   EXPECT_FALSE(pool.expert_view(0, LoraTarget::q, 0).has_value());
 
