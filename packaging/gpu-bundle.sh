@@ -60,6 +60,9 @@ export SPINDLE_SHARED_DIR=$here/shared
 export SPINDLE_BINARY_DIR=$here SPINDLE_REWARD_PLUGIN_PATH=$here/plugins
 export SPINDLE_REWARD_HOST=$here/app/spindle-reward-host
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+# Whether this machine offers cuDNN (fused attention on tensor cores; too large to carry).
+cudnn=$(find / -name 'libcudnn.so.9*' -not -path '/proc/*' 2>/dev/null | head -1)
+echo "cudnn: ${cudnn:-none}"
 status=0
 for t in "$here"/bin/test_gpu_* "$here"/bin/test_backend "$here"/bin/test_scheduler \
          "$here"/bin/test_device_daemon; do

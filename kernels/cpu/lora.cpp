@@ -2,18 +2,12 @@
 
 #include <cblas.h>
 
-#include "lora_plan.h"
 #include "parallel.h"
 #include "simd.h"
 #include "spindle/kernels/kernel_error.h"
+#include "spindle/kernels/lora_plan.h"
 
 namespace spindle::kernels {
-
-using cpu::LoraPass;
-using cpu::LoraPlan;
-using cpu::LoraRowJob;
-using cpu::LoraSegmentJob;
-using cpu::plan_lora;
 
 void lora_shrink(const float* x, int64_t ld_x, const LoraSlots& slots,
                  std::span<const LoraSegment> segments, float* h) {
@@ -26,11 +20,12 @@ void lora_shrink(const float* x, int64_t ld_x, const LoraSlots& slots,
   const int64_t max_rank = slots.max_rank;
   const simd::Ops& ops = simd::ops();
   const auto n_row_jobs = static_cast<int64_t>(plan.rows.size());
-  cpu::parallel_for(n_row_jobs, cpu::worth_parallel(plan.row_work), cpu::Schedule::dynamic, [&](int64_t i) {
-    const LoraRowJob& job = plan.rows[static_cast<size_t>(i)];
-    const float* A_s = slots.A + int64_t{job.slot} * max_rank * d_in;
-    ops.gemv(A_s, d_in, job.rank, d_in, x + job.row * ld_x, 1.0f, 0.0f, h + job.row * max_rank);
-  });
+  cpu::parallel_for(
+      n_row_jobs, cpu::worth_parallel(plan.row_work), cpu::Schedule::dynamic, [&](int64_t i) {
+        const LoraRowJob& job = plan.rows[static_cast<size_t>(i)];
+        const float* A_s = slots.A + int64_t{job.slot} * max_rank * d_in;
+        ops.gemv(A_s, d_in, job.rank, d_in, x + job.row * ld_x, 1.0f, 0.0f, h + job.row * max_rank);
+      });
   // Outside any OpenMP region: OpenBLAS runs its own threads.
   for (const LoraSegmentJob& seg : plan.segments) {
     const float* A_s = slots.A + int64_t{seg.slot} * max_rank * d_in;
@@ -52,13 +47,15 @@ void lora_expand(const float* h, const LoraSlots& slots, std::span<const LoraSeg
   const int64_t max_rank = slots.max_rank;
   const simd::Ops& ops = simd::ops();
   const auto n_row_jobs = static_cast<int64_t>(plan.rows.size());
-  cpu::parallel_for(n_row_jobs, cpu::worth_parallel(plan.row_work), cpu::Schedule::dynamic, [&](int64_t i) {
-    const LoraRowJob& job = plan.rows[static_cast<size_t>(i)];
-    const float* B_s = slots.B + int64_t{job.slot} * d_out * max_rank;
-    // y[j] += scale · dot(B_s[j, 0:r], h_row): many short rows, one hadd tree per 8 outputs.
-    ops.gemv(B_s, max_rank, d_out, job.rank, h + job.row * max_rank, slots.scale[job.slot], 1.0f,
-             y + job.row * ld_y + col_offset);
-  });
+  cpu::parallel_for(n_row_jobs, cpu::worth_parallel(plan.row_work), cpu::Schedule::dynamic,
+                    [&](int64_t i) {
+                      const LoraRowJob& job = plan.rows[static_cast<size_t>(i)];
+                      const float* B_s = slots.B + int64_t{job.slot} * d_out * max_rank;
+                      // y[j] += scale · dot(B_s[j, 0:r], h_row): many short rows, one hadd tree per
+                      // 8 outputs.
+                      ops.gemv(B_s, max_rank, d_out, job.rank, h + job.row * max_rank,
+                               slots.scale[job.slot], 1.0f, y + job.row * ld_y + col_offset);
+                    });
   for (const LoraSegmentJob& seg : plan.segments) {
     const float* B_s = slots.B + int64_t{seg.slot} * d_out * max_rank;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, blasint(seg.n_rows), blasint(d_out),

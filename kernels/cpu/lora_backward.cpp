@@ -3,19 +3,14 @@
 #include <algorithm>
 #include <vector>
 
-#include "lora_plan.h"
 #include "parallel.h"
 #include "simd.h"
 #include "spindle/kernels/kernel_error.h"
 #include "spindle/kernels/lora.h"
+#include "spindle/kernels/lora_plan.h"
 
 namespace spindle::kernels {
 namespace {
-
-using cpu::LoraPass;
-using cpu::LoraPlan;
-using cpu::LoraRowJob;
-using cpu::LoraSegmentJob;
 
 // Short-segment rows of one slot, at most kGroupMax of them and not necessarily adjacent: one
 // axpy_rows call per dB row covers a group, with its coefficients gathered on the stack. A
@@ -80,7 +75,7 @@ void lora_expand_backward(const float* h, const float* dy, int64_t ld_dy, int64_
                           const LoraSlots& slots, std::span<const LoraSegment> segments, float* dh,
                           float* dB) {
   constexpr const char* kKernel = "lora_expand_backward";
-  const LoraPlan plan = cpu::plan_lora(slots, segments, LoraPass::expand, kKernel);
+  const LoraPlan plan = plan_lora(slots, segments, LoraPass::expand, kKernel);
   SPINDLE_KERNEL_REQUIRE(col_offset >= 0 && ld_dy >= col_offset + slots.d_out, kKernel,
                          "col_offset >= 0 and ld_dy >= col_offset + d_out");
   if (plan.empty()) return;
@@ -148,7 +143,7 @@ void lora_shrink_backward(const float* x, int64_t ld_x, const float* dh, const L
                           std::span<const LoraSegment> segments, float* dA, float* dx,
                           int64_t ld_dx) {
   constexpr const char* kKernel = "lora_shrink_backward";
-  const LoraPlan plan = cpu::plan_lora(slots, segments, LoraPass::shrink, kKernel);
+  const LoraPlan plan = plan_lora(slots, segments, LoraPass::shrink, kKernel);
   SPINDLE_KERNEL_REQUIRE(ld_x >= slots.d_in, kKernel, "ld_x >= d_in");
   SPINDLE_KERNEL_REQUIRE(dx == nullptr || ld_dx >= slots.d_in, kKernel,
                          "ld_dx >= d_in when dx is non-null");

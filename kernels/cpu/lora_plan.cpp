@@ -1,8 +1,8 @@
-#include "lora_plan.h"
+#include "spindle/kernels/lora_plan.h"
 
 #include "spindle/kernels/kernel_error.h"
 
-namespace spindle::kernels::cpu {
+namespace spindle::kernels {
 
 LoraPlan plan_lora(const LoraSlots& slots, std::span<const LoraSegment> segments, LoraPass pass,
                    const char* kernel) {
@@ -41,4 +41,4 @@ LoraPlan plan_lora(const LoraSlots& slots, std::span<const LoraSegment> segments
   return plan;
 }
 
-}  // namespace spindle::kernels::cpu
+}  // namespace spindle::kernels

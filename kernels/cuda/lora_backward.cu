@@ -5,11 +5,18 @@
 // order; with more than one row chunk (tall segments, e.g. 2048 training rows) each block writes
 // its partial sum to a scratch table and a second kernel adds the chunks in chunk order. Results
 // are deterministic (no atomics) and dA/dB accumulate into what the caller holds.
+// Training-shaped calls whose adapted segments are all tall run as cuBLAS GEMMs instead (the
+// GEMM path at the end of this file; the choice is kernels::plan_lora's, shared with the CPU).
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
+#include <span>
+#include <type_traits>
 
 #include "lora_common.cuh"
+#include "spindle/kernels/cuda/gemm.h"
+#include "spindle/kernels/lora_plan.h"
 
 namespace spindle::kernels::cuda {
 namespace {
@@ -273,18 +280,175 @@ void launch_grad(const DeviceSegments& segs, const DeviceLoraSlots& slots, int64
   check_launch("lora_grad_reduce_kernel");
 }
 
+// ---- The GEMM path ----------------------------------------------------------------------
+// Row-major GEMMs per tall segment (slot s, rank r, scale c, rows [b, b + n)), all fp32:
+//   dh[b:b+n, 0:r]  = c · dy_f[b:b+n, :] · B_s[:, 0:r]         (M n, N r, K d_out; beta 0)
+//   dB_s[:, 0:r]   += c · dy_f[b:b+n, :]ᵀ · h[b:b+n, 0:r]      (M d_out, N r, K n)
+//   dA_s[0:r, :]   +=     dh[b:b+n, 0:r]ᵀ · x_f[b:b+n, :]      (M r, N d_in, K n)
+//   dx[b:b+n, :]   +=     dh[b:b+n, 0:r] · A_s[0:r, :]         (M n, N d_in, K r)
+// where dy_f / x_f are dy / x themselves in fp32 mode and their rows widened to fp32 in the
+// caller's scratch in bf16 mode (there the dx product lands in that scratch too and is added
+// into dx with one rounding, as the dx kernel does). Only columns / rows [0, r) of a slot's
+// padded blocks are read or written.
+
+constexpr int kWidenThreads = 256;
+
+// dst[t, j] = src[t, j] as fp32, rows x cols, dst dense (row stride cols).
+__global__ void __launch_bounds__(kWidenThreads)
+    widen_rows_kernel(const bf16* src, int64_t ld_src, int64_t rows, int64_t cols, float* dst) {
+  const int64_t n = rows * cols;
+  for (int64_t e = int64_t{blockIdx.x} * kWidenThreads + threadIdx.x; e < n;
+       e += int64_t{gridDim.x} * kWidenThreads) {
+    const int64_t t = e / cols;
+    dst[e] = __bfloat162float(src[t * ld_src + (e - t * cols)]);
+  }
+}
+
+// dst[t, j] = bf16(dst[t, j] + src[t, j]), rows x cols, src dense (row stride cols).
+__global__ void __launch_bounds__(kWidenThreads)
+    add_rows_kernel(const float* src, int64_t rows, int64_t cols, bf16* dst, int64_t ld_dst) {
+  const int64_t n = rows * cols;
+  for (int64_t e = int64_t{blockIdx.x} * kWidenThreads + threadIdx.x; e < n;
+       e += int64_t{gridDim.x} * kWidenThreads) {
+    const int64_t t = e / cols;
+    bf16* p = dst + t * ld_dst + (e - t * cols);
+    *p = __float2bfloat16_rn(__bfloat162float(*p) + src[e]);
+  }
+}
+
+unsigned elementwise_grid(int64_t n) {
+  return static_cast<unsigned>(std::clamp<int64_t>((n + kWidenThreads - 1) / kWidenThreads, 1,
+                                                   int64_t{4096}));
+}
+
+// The call's tall segments when the GEMM path runs it (see lora.h), else nullopt. Validates the
+// host segments against the host rank table (kernels::plan_lora) when they are there.
+std::optional<LoraPlan> gemm_plan(const DeviceLoraSlots& slots, const DeviceSegments& segs,
+                                  const char* kernel) {
+  if (segs.host == nullptr || slots.host_rank == nullptr || slots.host_scale == nullptr ||
+      slots.A == nullptr || slots.B == nullptr || !has_work(segs)) {
+    return std::nullopt;
+  }
+  // plan_lora reads only the rank table through a pointer; A and B are checked non-null.
+  const LoraSlots host{slots.A,        slots.B,         slots.host_rank, slots.host_scale,
+                       slots.max_slots, slots.max_rank, slots.d_in,      slots.d_out};
+  LoraPlan plan =
+      plan_lora(host, std::span<const LoraSegment>(segs.host, size_t(segs.count)), LoraPass::expand,
+                kernel);
+  if (!plan.rows.empty() || plan.segments.empty()) return std::nullopt;
+  const LoraSegmentJob& last = plan.segments.back();
+  SPINDLE_KERNEL_REQUIRE(last.row_begin + last.n_rows <= segs.rows, kernel,
+                         "segments must end within segments.rows");
+  return plan;
+}
+
+// Floats of scratch the GEMM path needs: rows x max(d_in, d_out) widened rows in bf16 mode.
+template <class T>
+int64_t gemm_scratch_floats(const DeviceLoraSlots& slots, const DeviceSegments& segs) {
+  if constexpr (std::is_same_v<T, float>) {
+    return 0;
+  } else {
+    return segs.rows * std::max(slots.d_in, slots.d_out);
+  }
+}
+
+// The fp32 rows [b, b + n) of `src` (stride ld, from column col) as a GEMM operand: src itself
+// in fp32 mode, else widened into `wide` (dense, row stride cols) at the same rows.
+template <class T>
+const float* fp32_rows(const T* src, int64_t ld, int64_t col, int64_t b, int64_t n, int64_t cols,
+                       float* wide, int64_t* ld_out, cudaStream_t stream) {
+  if constexpr (std::is_same_v<T, float>) {
+    *ld_out = ld;
+    return src + b * ld + col;
+  } else {
+    widen_rows_kernel<<<elementwise_grid(n * cols), kWidenThreads, 0, stream>>>(
+        src + b * ld + col, ld, n, cols, wide + b * cols);
+    check_launch("widen_rows_kernel");
+    *ld_out = cols;
+    return wide + b * cols;
+  }
+}
+
+template <class T>
+void expand_backward_gemm(const LoraPlan& plan, const float* h, const T* dy, int64_t ld_dy,
+                          int64_t col_offset, const DeviceLoraSlots& slots, float* dh, float* dB,
+                          float* wide, Blas& blas, cudaStream_t stream) {
+  const int64_t d_out = slots.d_out, R = slots.max_rank;
+  for (const LoraSegmentJob& seg : plan.segments) {
+    const float c = slots.host_scale[seg.slot];
+    int64_t ld = 0;
+    const float* dy_f =
+        fp32_rows(dy, ld_dy, col_offset, seg.row_begin, seg.n_rows, d_out, wide, &ld, stream);
+    const float* B_s = slots.B + int64_t{seg.slot} * d_out * R;
+    gemm<float>(blas, Trans::no, Trans::no, seg.n_rows, seg.rank, d_out, c, dy_f, ld, B_s, R, 0.0f,
+                dh + seg.row_begin * R, R, stream);
+    gemm<float>(blas, Trans::yes, Trans::no, d_out, seg.rank, seg.n_rows, c, dy_f, ld,
+                h + seg.row_begin * R, R, 1.0f, dB + int64_t{seg.slot} * d_out * R, R, stream);
+  }
+}
+
+template <class T>
+void shrink_backward_gemm(const LoraPlan& plan, const T* x, int64_t ld_x, const float* dh,
+                          const DeviceLoraSlots& slots, float* dA, T* dx, int64_t ld_dx,
+                          float* wide, Blas& blas, cudaStream_t stream) {
+  const int64_t d_in = slots.d_in, R = slots.max_rank;
+  for (const LoraSegmentJob& seg : plan.segments) {
+    int64_t ld = 0;
+    const float* x_f = fp32_rows(x, ld_x, 0, seg.row_begin, seg.n_rows, d_in, wide, &ld, stream);
+    gemm<float>(blas, Trans::yes, Trans::no, seg.rank, d_in, seg.n_rows, 1.0f,
+                dh + seg.row_begin * R, R, x_f, ld, 1.0f, dA + int64_t{seg.slot} * R * d_in, d_in,
+                stream);
+  }
+  if (dx == nullptr) return;
+  // After every dA product on the stream: in bf16 mode `wide` is free for the dx products.
+  for (const LoraSegmentJob& seg : plan.segments) {
+    const float* A_s = slots.A + int64_t{seg.slot} * R * d_in;
+    const float* dh_seg = dh + seg.row_begin * R;
+    if constexpr (std::is_same_v<T, float>) {
+      gemm<float>(blas, Trans::no, Trans::no, seg.n_rows, d_in, seg.rank, 1.0f, dh_seg, R, A_s,
+                  d_in, 1.0f, dx + seg.row_begin * ld_dx, ld_dx, stream);
+    } else {
+      float* out = wide + seg.row_begin * d_in;
+      gemm<float>(blas, Trans::no, Trans::no, seg.n_rows, d_in, seg.rank, 1.0f, dh_seg, R, A_s,
+                  d_in, 0.0f, out, d_in, stream);
+      add_rows_kernel<<<elementwise_grid(seg.n_rows * d_in), kWidenThreads, 0, stream>>>(
+          out, seg.n_rows, d_in, dx + seg.row_begin * ld_dx, ld_dx);
+      check_launch("add_rows_kernel");
+    }
+  }
+}
+
+// Checks the GEMM path's scratch (bf16 mode) and returns it as floats.
+template <class T>
+float* gemm_scratch(const DeviceLoraSlots& slots, const DeviceSegments& segs, void* scratch,
+                    size_t scratch_bytes, const char* kernel) {
+  const size_t need = static_cast<size_t>(gemm_scratch_floats<T>(slots, segs)) * sizeof(float);
+  SPINDLE_KERNEL_REQUIRE(need == 0 || (scratch != nullptr && scratch_bytes >= need), kernel,
+                         "scratch must hold lora_backward_scratch_bytes<T>(slots, segments) bytes");
+  return static_cast<float*>(scratch);
+}
+
 }  // namespace
 
+bool lora_backward_uses_gemm(const DeviceLoraSlots& slots, const DeviceSegments& segments) {
+  return gemm_plan(slots, segments, "cuda::lora_backward_uses_gemm").has_value();
+}
+
+template <class T>
 size_t lora_backward_scratch_bytes(const DeviceLoraSlots& slots, const DeviceSegments& segments) {
-  const int64_t floats = std::max(partial_floats(segments, slots.d_out * slots.max_rank),
-                                  partial_floats(segments, slots.max_rank * slots.d_in));
+  const int64_t floats =
+      lora_backward_uses_gemm(slots, segments)
+          ? gemm_scratch_floats<T>(slots, segments)
+          : std::max(partial_floats(segments, slots.d_out * slots.max_rank),
+                     partial_floats(segments, slots.max_rank * slots.d_in));
   return static_cast<size_t>(floats) * sizeof(float);
 }
 
 template <class T>
 void lora_expand_backward(const float* h, const T* dy, int64_t ld_dy, int64_t col_offset,
                           const DeviceLoraSlots& slots, DeviceSegments segments, float* dh,
-                          float* dB, void* scratch, size_t scratch_bytes, cudaStream_t stream) {
+                          float* dB, void* scratch, size_t scratch_bytes, cudaStream_t stream,
+                          Blas* blas) {
   constexpr const char* kName = "cuda::lora_expand_backward";
   check_common(slots, segments, kName);
   SPINDLE_KERNEL_REQUIRE(col_offset >= 0 && ld_dy >= col_offset + slots.d_out, kName,
@@ -294,6 +458,13 @@ void lora_expand_backward(const float* h, const T* dy, int64_t ld_dy, int64_t co
                          "h, dy, dh and dB must be non-null");
   SPINDLE_KERNEL_REQUIRE(slots.B != nullptr && slots.rank != nullptr && slots.scale != nullptr,
                          kName, "slots.B, slots.rank and slots.scale must be non-null");
+  if (blas != nullptr) {
+    if (const auto plan = gemm_plan(slots, segments, kName)) {
+      float* wide = gemm_scratch<T>(slots, segments, scratch, scratch_bytes, kName);
+      expand_backward_gemm<T>(*plan, h, dy, ld_dy, col_offset, slots, dh, dB, wide, *blas, stream);
+      return;
+    }
+  }
   lora_dh_kernel<T><<<static_cast<unsigned>(segments.rows), kDhThreads, 0, stream>>>(
       dy, ld_dy, col_offset, slots, segments, dh);
   check_launch("lora_dh_kernel");
@@ -310,7 +481,7 @@ void lora_expand_backward(const float* h, const T* dy, int64_t ld_dy, int64_t co
 template <class T>
 void lora_shrink_backward(const T* x, int64_t ld_x, const float* dh, const DeviceLoraSlots& slots,
                           DeviceSegments segments, float* dA, T* dx, int64_t ld_dx, void* scratch,
-                          size_t scratch_bytes, cudaStream_t stream) {
+                          size_t scratch_bytes, cudaStream_t stream, Blas* blas) {
   constexpr const char* kName = "cuda::lora_shrink_backward";
   check_common(slots, segments, kName);
   SPINDLE_KERNEL_REQUIRE(ld_x >= slots.d_in, kName, "ld_x >= d_in");
@@ -320,6 +491,13 @@ void lora_shrink_backward(const T* x, int64_t ld_x, const float* dh, const Devic
                          "x, dh and dA must be non-null");
   SPINDLE_KERNEL_REQUIRE(slots.A != nullptr && slots.rank != nullptr, kName,
                          "slots.A and slots.rank must be non-null");
+  if (blas != nullptr) {
+    if (const auto plan = gemm_plan(slots, segments, kName)) {
+      float* wide = gemm_scratch<T>(slots, segments, scratch, scratch_bytes, kName);
+      shrink_backward_gemm<T>(*plan, x, ld_x, dh, slots, dA, dx, ld_dx, wide, *blas, stream);
+      return;
+    }
+  }
   launch_grad(segments, slots, slots.max_rank * slots.d_in, /*rank_minor=*/false, dA, scratch,
               scratch_bytes, stream, kName, "lora_grad_kernel (dA)",
               [&](unsigned n_chunks, int64_t chunk_rows, float* partial) {
@@ -334,17 +512,19 @@ void lora_shrink_backward(const T* x, int64_t ld_x, const float* dh, const Devic
   check_launch("lora_dx_kernel");
 }
 
+template size_t lora_backward_scratch_bytes<float>(const DeviceLoraSlots&, const DeviceSegments&);
+template size_t lora_backward_scratch_bytes<bf16>(const DeviceLoraSlots&, const DeviceSegments&);
 template void lora_expand_backward<float>(const float*, const float*, int64_t, int64_t,
                                           const DeviceLoraSlots&, DeviceSegments, float*, float*,
-                                          void*, size_t, cudaStream_t);
+                                          void*, size_t, cudaStream_t, Blas*);
 template void lora_expand_backward<bf16>(const float*, const bf16*, int64_t, int64_t,
                                          const DeviceLoraSlots&, DeviceSegments, float*, float*,
-                                         void*, size_t, cudaStream_t);
+                                         void*, size_t, cudaStream_t, Blas*);
 template void lora_shrink_backward<float>(const float*, int64_t, const float*,
                                           const DeviceLoraSlots&, DeviceSegments, float*, float*,
-                                          int64_t, void*, size_t, cudaStream_t);
+                                          int64_t, void*, size_t, cudaStream_t, Blas*);
 template void lora_shrink_backward<bf16>(const bf16*, int64_t, const float*, const DeviceLoraSlots&,
                                          DeviceSegments, float*, bf16*, int64_t, void*, size_t,
-                                         cudaStream_t);
+                                         cudaStream_t, Blas*);
 
 }  // namespace spindle::kernels::cuda

@@ -41,14 +41,15 @@ void linear_backward(TrainContext& ctx, const T* W, int64_t n, int64_t k,
   }
   float* h = sc.lora_h.data<float>();
   float* dh = sc.lora_dh.data<float>();
-  const size_t scratch_bytes = cuda::lora_backward_scratch_bytes(view, segs);
+  const size_t scratch_bytes = cuda::lora_backward_scratch_bytes<T>(view, segs);
   ensure_capacity(sc.kernel_scratch, scratch_bytes);
   void* scratch = sc.kernel_scratch.data();
   cuda::lora_shrink<T>(x, ld_x, view, segs, h, s);
+  cuda::Blas* blas = &ctx.model.blas();  // tall calls with host mirrors: cuBLAS GEMMs
   cuda::lora_expand_backward<T>(h, dy, ld_dy, /*col_offset=*/0, view, segs, dh, lora->dB, scratch,
-                                scratch_bytes, s);
+                                scratch_bytes, s, blas);
   cuda::lora_shrink_backward<T>(x, ld_x, dh, view, segs, lora->dA, dx, ld_dx, scratch,
-                                scratch_bytes, s);
+                                scratch_bytes, s, blas);
 }
 
 template <class T>

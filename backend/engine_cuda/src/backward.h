@@ -42,6 +42,7 @@ struct TrainScratch {
   kernels::cuda::DeviceBuffer<float> logp, lse, loss, dlogp;  // [T] outputs
   kernels::cuda::DeviceBuffer<uint8_t> clipped;               // [T]
   kernels::cuda::DeviceBuffer<kernels::LoraSegment> chunk_segs;
+  std::vector<kernels::LoraSegment> host_chunk_segs;  // its host mirror (the GEMM path plans on it)
   kernels::cuda::DeviceBuffer<kernels::DenseSeq> dense_seqs;
   // The backward kernels' own scratch (attention's softmax statistics, the LoRA gradients'
   // row-chunk partial sums): the kernels never allocate; grown to the largest call.

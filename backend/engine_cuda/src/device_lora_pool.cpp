@@ -266,6 +266,8 @@ std::optional<cuda::DeviceLoraSlots> DeviceLoraPool::view(int64_t layer, LoraTar
   v.B = m->B.data();
   v.rank = rank_dev_.data() + m->index * S;
   v.scale = scale_dev_.data() + m->index * S;
+  v.host_rank = rank_host_.data() + m->index * S;
+  v.host_scale = scale_host_.data() + m->index * S;
   v.max_slots = S;
   v.max_rank = options_.max_rank;
   v.d_in = m->d_in;
@@ -285,6 +287,8 @@ std::optional<cuda::DeviceLoraSlots> DeviceLoraPool::expert_view(int64_t layer, 
   v.B = m->B.data() + expert * S * m->d_out * R;
   v.rank = rank_dev_.data() + m->index * S;
   v.scale = scale_dev_.data() + m->index * S;
+  v.host_rank = rank_host_.data() + m->index * S;
+  v.host_scale = scale_host_.data() + m->index * S;
   v.max_slots = S;
   v.max_rank = R;
   v.d_in = m->d_in;

@@ -75,7 +75,8 @@ class DeviceOps {
         st_(ctx.st),
         train_(&ctx) {
     for (const auto& g : st_.segments) adapted_ |= g.slot >= 0;
-    segs_ = {st_.d_segments.data(), int32_t(st_.segments.size()), st_.T};
+    // With the host mirror, a tall call's LoRA backward runs as cuBLAS GEMMs (cuda/lora.h).
+    segs_ = {st_.d_segments.data(), int32_t(st_.segments.size()), st_.T, st_.segments.data()};
   }
 
   DeviceForwardState& state() { return st_; }
@@ -419,7 +420,7 @@ class DeviceOps {
     bool any = false;
     for (int64_t i = b; i < en; ++i) any |= r.lora_segs[size_t(i)].slot >= 0;
     if (!any) return {};
-    return {m.d_lora_segs.data() + b, int32_t(en - b), n};
+    return {m.d_lora_segs.data() + b, int32_t(en - b), n, r.lora_segs.data() + b};
   }
 
   const DeviceWeights& w_;

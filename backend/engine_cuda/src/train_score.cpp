@@ -38,7 +38,8 @@ void score_chunks(TrainContext& ctx, const std::vector<ScoreChunk>& chunks,
     for (const auto& g : st.out_segments) {
       adapted |= g.slot >= 0 && g.row_begin < ch.r1 && g.row_end > r0;
     }
-    const cuda::DeviceSegments segs{sc.chunk_segs.data() + ch.seg_offset, ch.seg_count, n};
+    const cuda::DeviceSegments segs{sc.chunk_segs.data() + ch.seg_offset, ch.seg_count, n,
+                                    sc.host_chunk_segs.data() + ch.seg_offset};
     const T* x = st.x_final.data<T>() + r0 * c.dim;
     project_backward<T>(ctx, 0, engine::LoraTarget::lm_head, x, c.dim, n,
                         ctx.model.weights().unembedding(), logits, V, segs, adapted,

@@ -300,7 +300,8 @@ ForwardBackwardOutput DeviceTrainer::run(std::span<const TrainDatum> batch, Loss
                                      (size_t(c.vocab_size) * precision_bytes(model_.precision()))));
   }
   std::vector<internal::ScoreChunk> chunks;
-  std::vector<kernels::LoraSegment> chunk_segs;
+  std::vector<kernels::LoraSegment>& chunk_segs = sc.host_chunk_segs;
+  chunk_segs.clear();
   for (int64_t r0 = 0; r0 < T; r0 += chunk) {
     const int64_t r1 = std::min(T, r0 + chunk);
     internal::ScoreChunk ch{r0, r1, int32_t(chunk_segs.size()), 0};

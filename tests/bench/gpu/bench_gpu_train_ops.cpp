@@ -121,8 +121,12 @@ void run_gpu_train_breakdown(engine_cuda::DeviceModel& model) {
     pool.load(0, engine::init_lora(c, rank, 32.0f, gpu_bench_targets(), 7));
     pool.synchronize();
     cuda::DeviceBuffer<kernels::LoraSegment> seg(1);
-    seg.upload(std::vector<kernels::LoraSegment>{{0, rows, 0}});
+    const std::vector<kernels::LoraSegment> host_seg{{0, rows, 0}};
+    seg.upload(host_seg);
+    // Without the host mirror the backward runs the hand-written kernels; with it (and the
+    // pool's host rank table), cuBLAS GEMMs: both timed side by side.
     const cuda::DeviceSegments segs{seg.data(), 1, rows};
+    const cuda::DeviceSegments segs_gemm{seg.data(), 1, rows, host_seg.data()};
     cuda::DeviceBuffer<float> h(static_cast<size_t>(rows * rank)),
         dh(static_cast<size_t>(rows * rank));
     h.zero(s);
@@ -132,12 +136,14 @@ void run_gpu_train_breakdown(engine_cuda::DeviceModel& model) {
         dB(static_cast<size_t>(max_out * rank));
     dA.zero(s);
     dB.zero(s);
+    double kernels_us = 0, gemm_us = 0;
     for (const Proj& p : projs) {
       const auto view = pool.view(0, p.target);
       if (!view) continue;
       const int64_t k = view->d_in, n = view->d_out;
       kernels::cuda::DeviceBuffer<unsigned char> lora_scratch(
-          std::max<size_t>(1, cuda::lora_backward_scratch_bytes(*view, segs)));
+          std::max({size_t{1}, cuda::lora_backward_scratch_bytes<bf16>(*view, segs),
+                    cuda::lora_backward_scratch_bytes<bf16>(*view, segs_gemm)}));
       report(std::string("lora_shrink ") + p.name,
              eager_us(
                  s, [&] { cuda::lora_shrink<bf16>(x.data<bf16>(), k, *view, segs, h.data(), s); },
@@ -149,27 +155,35 @@ void run_gpu_train_breakdown(engine_cuda::DeviceModel& model) {
               s, [&] { cuda::lora_expand<bf16>(h.data(), *view, segs, y.data<bf16>(), n, 0, s); },
               reps),
           nl);
-      report(std::string("lora_expand_backward ") + p.name,
-             eager_us(
-                 s,
-                 [&] {
-                   cuda::lora_expand_backward<bf16>(h.data(), y.data<bf16>(), n, 0, *view, segs,
-                                                    dh.data(), dB.data(), lora_scratch.data(),
-                                                    lora_scratch.size(), s);
-                 },
-                 reps),
-             nl);
-      report(std::string("lora_shrink_backward ") + p.name,
-             eager_us(
-                 s,
-                 [&] {
-                   cuda::lora_shrink_backward<bf16>(x.data<bf16>(), k, dh.data(), *view, segs,
-                                                    dA.data(), dz.data<bf16>(), k,
-                                                    lora_scratch.data(), lora_scratch.size(), s);
-                 },
-                 reps),
-             nl);
+      for (const bool gemm : {false, true}) {
+        const cuda::DeviceSegments& sg = gemm ? segs_gemm : segs;
+        cuda::Blas* blas = gemm ? &model.blas() : nullptr;
+        const std::string path = gemm ? " (cuBLAS) " : " (kernels) ";
+        const double e_us = eager_us(
+            s,
+            [&] {
+              cuda::lora_expand_backward<bf16>(h.data(), y.data<bf16>(), n, 0, *view, sg,
+                                               dh.data(), dB.data(), lora_scratch.data(),
+                                               lora_scratch.size(), s, blas);
+            },
+            reps);
+        const double s_us = eager_us(
+            s,
+            [&] {
+              cuda::lora_shrink_backward<bf16>(x.data<bf16>(), k, dh.data(), *view, sg,
+                                               dA.data(), dz.data<bf16>(), k, lora_scratch.data(),
+                                               lora_scratch.size(), s, blas);
+            },
+            reps);
+        report("lora_expand_backward" + path + p.name, e_us, nl);
+        report("lora_shrink_backward" + path + p.name, s_us, nl);
+        (gemm ? gemm_us : kernels_us) += e_us + s_us;
+      }
     }
+    std::printf("gpu_train_ops/lora_backward_kernels_over_cublas: %.2f  (one layer's targets, "
+                "%lld rows, rank %lld)\n",
+                gemm_us > 0 ? kernels_us / gemm_us : 0.0, static_cast<long long>(rows),
+                static_cast<long long>(rank));
   }
 
   // Pointwise ops of the backward.

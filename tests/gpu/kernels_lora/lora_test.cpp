@@ -183,9 +183,9 @@ TYPED_TEST(CudaLora, ContractViolationsThrowBeforeLaunch) {
   // A tall call reduces over row chunks in the caller's scratch: none given, or too little, is
   // refused before any launch (the kernels never allocate).
   const DeviceSegments tall{fake_seg, 2, 4096};
-  const size_t need = lora_backward_scratch_bytes(ok, tall);
+  const size_t need = lora_backward_scratch_bytes<T>(ok, tall);
   EXPECT_GT(need, 0u);
-  EXPECT_EQ(lora_backward_scratch_bytes(ok, segs), 0u);  // 10 rows: one chunk, no scratch
+  EXPECT_EQ(lora_backward_scratch_bytes<T>(ok, segs), 0u);  // 10 rows: one chunk, no scratch
   expect_contract(
       [&] {
         lora_shrink_backward<T>(fake_t, 16, fake_f, ok, tall, fake_f, nullptr, 0, nullptr, 0,

@@ -86,12 +86,13 @@ TEST_P(GpuLoraGradients, MatchFiniteDifferencesOfTheGpuLoss) {
   EXPECT_FALSE(names.empty());
 }
 
-TEST_P(GpuLoraGradients, MatchTheCpuEngineOnAHeterogeneousBatch) {
-  SPINDLE_REQUIRE_GPU();
-  const auto [arch, fn] = GetParam();
-  // Chunks of 5 logits rows: chunk edges fall inside sequences and inside LoRA segments.
-  Rig rig(arch, 50 + int(arch), Precision::fp32, {.max_slots = 3, .max_rank = 4},
-          {.unembed_chunk_rows = 5});
+// The GPU trainer's loss, logprobs and gradients against the CPU engine's for one batch of
+// sequences (lengths, slots) over two adapters of different ranks (slots 0 and 2), then a second
+// call that accumulates.
+void expect_cpu_gradients(Arch arch, LossFn fn, uint64_t seed, const std::vector<size_t>& lengths,
+                          const std::vector<int32_t>& slots, int64_t unembed_chunk_rows) {
+  Rig rig(arch, seed, Precision::fp32, {.max_slots = 3, .max_rank = 4},
+          {.unembed_chunk_rows = unembed_chunk_rows});
   const engine::ModelConfig& c = rig.config();
   LoraWeights a0 = LoraWeights::random(c, 4, 8.0f, kAllTargets, 3, 0.3f, 0.3f);
   const LoraTarget some[] = {LoraTarget::q, LoraTarget::v, LoraTarget::up, LoraTarget::down,
@@ -99,7 +100,7 @@ TEST_P(GpuLoraGradients, MatchTheCpuEngineOnAHeterogeneousBatch) {
   LoraWeights a2 = LoraWeights::random(c, 2, 4.0f, some, 4, 0.3f, 0.3f);
   LossConfig cfg;
   cfg.beta = 0.3f;
-  auto batch = make_batch(c, {6, 9, 1, 5}, {2, 0, 2, 0}, 29);
+  auto batch = make_batch(c, lengths, slots, 29);
   rig.cpu_trainer->attach(0, a0.clone());
   rig.cpu_trainer->attach(2, a2.clone());
   if (fn != LossFn::cross_entropy) add_sampler_logprobs(*rig.cpu_trainer, batch);
@@ -129,6 +130,23 @@ TEST_P(GpuLoraGradients, MatchTheCpuEngineOnAHeterogeneousBatch) {
   rig.dev_trainer->forward_backward(batch, fn, cfg);
   expect_lora_close(rig.dev_trainer->grads(0), rig.cpu_trainer->grads(0), 2e-4, 1e-6,
                     case_name(arch, fn) + " accumulated gradients of slot 0");
+}
+
+// Short interleaved sequences: the LoRA backward runs the hand-written kernels. Chunks of 5
+// logits rows: chunk edges fall inside sequences and inside LoRA segments.
+TEST_P(GpuLoraGradients, MatchTheCpuEngineOnAHeterogeneousBatch) {
+  SPINDLE_REQUIRE_GPU();
+  const auto [arch, fn] = GetParam();
+  expect_cpu_gradients(arch, fn, 50 + int(arch), {6, 9, 1, 5}, {2, 0, 2, 0}, 5);
+}
+
+// Every sequence at least kLoraGemmMinRows long and the unembedding in one chunk: the dense
+// modules' (and lm_head's) LoRA backward runs as cuBLAS GEMMs (cuda/lora.h); routed experts'
+// calls take either path by their rows.
+TEST_P(GpuLoraGradients, MatchTheCpuEngineOnTallSequences) {
+  SPINDLE_REQUIRE_GPU();
+  const auto [arch, fn] = GetParam();
+  expect_cpu_gradients(arch, fn, 60 + int(arch), {40, 17, 33}, {0, 2, 0}, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -66,6 +66,8 @@ class DeviceLoraPool final : public engine::SlotPool {
   cudaStream_t loader_stream() const { return loader_.get(); }
 
   // The SGMV view of one (layer, target); nullopt if the pool has no storage for the target.
+  // Views carry host mirrors of the rank / scale tables (the pool's own, updated by load and
+  // clear on the calling thread), so the LoRA backward can plan cuBLAS GEMMs on the host.
   std::optional<kernels::cuda::DeviceLoraSlots> view(int64_t layer,
                                                      engine::LoraTarget target) const;
   // The SGMV view of expert `expert`'s gate / up / down LoRA on a routed-experts layer (every

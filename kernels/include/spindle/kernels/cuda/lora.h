@@ -20,6 +20,8 @@
 
 namespace spindle::kernels::cuda {
 
+class Blas;  // gemm.h
+
 struct DeviceLoraSlots {
   const float* A = nullptr;        // [max_slots, max_rank, d_in]   device
   const float* B = nullptr;        // [max_slots, d_out, max_rank]  device
@@ -29,6 +31,10 @@ struct DeviceLoraSlots {
   int64_t max_rank = 0;
   int64_t d_in = 0;
   int64_t d_out = 0;
+  // Optional host mirrors of `rank` and `scale` (the same values, as the slot pool keeps them):
+  // with DeviceSegments::host they let the backward plan its GEMM path (see below).
+  const int32_t* host_rank = nullptr;  // [max_slots] host
+  const float* host_scale = nullptr;   // [max_slots] host
 };
 
 // Segments of rows (kernels::LoraSegment, in row order, non-overlapping) in device memory.
@@ -36,6 +42,7 @@ struct DeviceSegments {
   const LoraSegment* data = nullptr;  // device
   int32_t count = 0;
   int64_t rows = 0;  // total rows of x/h/y covered by the call (>= last segment's row_end)
+  const LoraSegment* host = nullptr;  // optional host mirror of data[0, count)
 };
 
 // h[t, 0:r_s] = x[t, :] · A_sᵀ.  x: [rows, d_in] stride ld_x; h: [rows, max_rank] dense fp32.
@@ -74,21 +81,36 @@ void lora_expand_multi(std::span<const LoraMultiTarget<T>> targets, DeviceSegmen
                        cudaStream_t stream);
 
 // Backward, as kernels/lora.h: dh overwritten for adapted rows; dB, dA accumulated (pool
-// layout); dx accumulated (dx += dh·A_s) when non-null.
+// layout); dx accumulated (dx += dh·A_s) when non-null. Deterministic: the same inputs give
+// bitwise-equal outputs run to run (no atomics; cuBLAS is run-to-run reproducible on one GPU).
 //
-// Tall calls reduce dA / dB over row chunks in a fixed order (deterministic) through partial
-// sums in `scratch`: caller-owned device memory of at least lora_backward_scratch_bytes(slots,
-// segments) bytes (0 for calls of one chunk; scratch may then be null), scratch_bytes its size
-// (invalid_argument when too small). The kernels never allocate. Both calls of one backward
-// may share the scratch: each is done with it when the next call on the stream starts.
+// Two paths, chosen per call on the host (lora_backward_uses_gemm):
+// - GEMM (training batches): when `blas` is non-null, the slots carry host_rank/host_scale,
+//   the segments carry `host`, and every adapted segment is tall (kernels::plan_lora: at least
+//   kLoraGemmMinRows rows), each segment's dh, dB, dA and dx are cuBLAS GEMMs with fp32
+//   operands and fp32 accumulation (bf16 activations widened once per call into `scratch`; the
+//   LoRA products are bandwidth-bound at rank <= 128, so tensor cores would buy nothing and
+//   narrowing h/dh/A/B to bf16 would cost precision). dB/dA accumulate segment by segment in
+//   row order.
+// - Kernels (decode-sized segments, or no host mirrors): dh/dx row kernels and a segment-owned
+//   reduction for dA/dB; tall calls reduce over row chunks in a fixed order through partial
+//   sums in `scratch`.
+// `scratch`: caller-owned device memory of at least lora_backward_scratch_bytes<T>(slots,
+// segments) bytes (0 for fp32 GEMM calls and calls of one chunk; scratch may then be null),
+// scratch_bytes its size (invalid_argument when too small). The kernels never allocate. Both
+// calls of one backward may share the scratch: each is done with it when the next call on the
+// stream starts.
+bool lora_backward_uses_gemm(const DeviceLoraSlots& slots, const DeviceSegments& segments);
+template <class T>
 size_t lora_backward_scratch_bytes(const DeviceLoraSlots& slots, const DeviceSegments& segments);
 template <class T>
 void lora_expand_backward(const float* h, const T* dy, int64_t ld_dy, int64_t col_offset,
                           const DeviceLoraSlots& slots, DeviceSegments segments, float* dh,
-                          float* dB, void* scratch, size_t scratch_bytes, cudaStream_t stream);
+                          float* dB, void* scratch, size_t scratch_bytes, cudaStream_t stream,
+                          Blas* blas = nullptr);
 template <class T>
 void lora_shrink_backward(const T* x, int64_t ld_x, const float* dh, const DeviceLoraSlots& slots,
                           DeviceSegments segments, float* dA, T* dx, int64_t ld_dx, void* scratch,
-                          size_t scratch_bytes, cudaStream_t stream);
+                          size_t scratch_bytes, cudaStream_t stream, Blas* blas = nullptr);
 
 }  // namespace spindle::kernels::cuda

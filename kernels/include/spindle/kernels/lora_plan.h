@@ -1,7 +1,9 @@
 #pragma once
-// Internal to the CPU LoRA kernels (lora.cpp, lora_backward.cpp): the one place the SGMV
-// segment/slot contract of lora.h is validated, and the split of a call's adapted rows into
-// short segments (run row by row on the simd primitives) and tall ones (one sgemm each).
+// The one place the SGMV segment/slot contract of lora.h is validated on the host, and the
+// split of a call's adapted rows into short segments (run row by row: the CPU's simd primitives,
+// the CUDA row kernels) and tall ones (one GEMM each: OpenBLAS on the CPU, cuBLAS on CUDA).
+// Host code; the CPU kernels (cpu/lora*.cpp) and the CUDA LoRA backward (cuda/lora_backward.cu,
+// through host mirrors of the slot tables) both plan with it.
 
 #include <cstdint>
 #include <span>
@@ -9,11 +11,11 @@
 
 #include "spindle/kernels/lora.h"
 
-namespace spindle::kernels::cpu {
+namespace spindle::kernels {
 
-// A segment with at least this many rows runs as one sgemm (the weights are read once for all
-// its rows); shorter ones run row by row on the simd primitives, parallel across rows, since a
-// decode batch of distinct adapters is all one-row segments.
+// A segment with at least this many rows runs as one GEMM (the weights are read once for all
+// its rows); shorter ones run row by row, parallel across rows, since a decode batch of
+// distinct adapters is all one-row segments.
 inline constexpr int64_t kLoraGemmMinRows = 16;
 
 // Which weights a pass reads: shrink passes need slots.A; expand passes slots.B and slots.scale.
@@ -43,7 +45,9 @@ struct LoraPlan {
 };
 
 // Validates slots and segments (throws std::invalid_argument naming `kernel`) and plans them.
+// Reads slots.rank (and nothing else through a pointer: A, B and scale are only checked
+// non-null for the pass), so a CUDA caller passes host mirrors of the rank table.
 LoraPlan plan_lora(const LoraSlots& slots, std::span<const LoraSegment> segments, LoraPass pass,
                    const char* kernel);
 
-}  // namespace spindle::kernels::cpu
+}  // namespace spindle::kernels
