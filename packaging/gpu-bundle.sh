@@ -64,15 +64,41 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader ||
 cudnn=$(find / -name 'libcudnn.so.9*' -not -path '/proc/*' 2>/dev/null | head -1)
 echo "cudnn: ${cudnn:-none}"
 status=0
-for t in "$here"/bin/test_gpu_* "$here"/bin/test_backend "$here"/bin/test_scheduler \
-         "$here"/bin/test_device_daemon; do
-  [[ -x $t ]] || continue
+# One test executable: gtest XML and log into $out, the log's tail on stdout.
+run_suite() {
+  local t=$1 name
   name=$(basename "$t")
-  echo "=== $name"
   SPINDLE_TEST_DEVICE=cuda timeout "${SPINDLE_GPU_TEST_TIMEOUT:-240}" "$t" \
-    --gtest_output="xml:$out/$name.xml" --gtest_brief=1 >"$out/$name.log" 2>&1 || status=1
-  tail -n 40 "$out/$name.log"
+    --gtest_output="xml:$out/$name.xml" --gtest_brief=1 >"$out/$name.log" 2>&1
+  local rc=$?
+  echo "=== $name (rc $rc)"
+  tail -n 25 "$out/$name.log"
+  return $rc
+}
+export -f run_suite
+export out
+# The CUDA engine's own suites share the device SPINDLE_GPU_TEST_JOBS at a time (they time
+# nothing); the device-neutral suites start daemons and run one after another.
+start=$SECONDS
+printf '%s\n' "$here"/bin/test_gpu_* |
+  xargs -P "${SPINDLE_GPU_TEST_JOBS:-4}" -I{} bash -c 'run_suite "$1"' _ {} || status=1
+for t in "$here"/bin/test_backend "$here"/bin/test_scheduler "$here"/bin/test_device_daemon; do
+  [[ -x $t ]] || continue
+  run_suite "$t" || status=1
 done
+# One line per suite from its XML: tests, failures, errors, skipped, seconds; then failed tests.
+{
+  echo "suites finished in $((SECONDS - start)) s"
+  for x in "$out"/*.xml; do
+    [[ -f $x ]] || continue
+    head -n 3 "$x" | grep -o '<testsuites[^>]*' |
+      sed -E 's/.*tests="([0-9]+)".*failures="([0-9]+)".*disabled="([0-9]+)".*errors="([0-9]+)".*time="([0-9.]+)".*/\1 tests \2 failed \4 errors \5 s/' |
+      sed "s|^|$(basename "$x" .xml): |"
+    echo "  skipped: $(grep -c '<skipped' "$x")"
+    grep -B1 '<failure' "$x" | grep -o 'testcase name="[^"]*"[^>]*classname="[^"]*"' |
+      sed -E 's/testcase name="([^"]*)".*classname="([^"]*)"/  FAILED \2.\1/'
+  done
+} | tee "$out/summary.txt"
 if [[ -x $here/bin/spindle-bench-gpu && ${SPINDLE_GPU_BENCH:-1} == 1 ]]; then
   echo "=== spindle-bench-gpu"
   PATH=$here/bin:$PATH timeout "${SPINDLE_GPU_BENCH_TIMEOUT:-360}" \
