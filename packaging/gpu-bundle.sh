@@ -61,7 +61,7 @@ export SPINDLE_BINARY_DIR=$here SPINDLE_REWARD_PLUGIN_PATH=$here/plugins
 export SPINDLE_REWARD_HOST=$here/app/spindle-reward-host
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
 # Whether this machine offers cuDNN (fused attention on tensor cores; too large to carry).
-cudnn=$(find / -name 'libcudnn.so.9*' -not -path '/proc/*' 2>/dev/null | head -1)
+cudnn=$( (ldconfig -p 2>/dev/null | grep -o '/.*libcudnn\.so\.9.*'; ls /usr/local/cuda*/lib64/libcudnn.so.9* 2>/dev/null) | head -1)
 echo "cudnn: ${cudnn:-none}"
 status=0
 # One test executable: gtest XML and log into $out, the log's tail on stdout.

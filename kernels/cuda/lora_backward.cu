@@ -286,10 +286,15 @@ void launch_grad(const DeviceSegments& segs, const DeviceLoraSlots& slots, int64
 //   dB_s[:, 0:r]   += c · dy_f[b:b+n, :]ᵀ · h[b:b+n, 0:r]      (M d_out, N r, K n)
 //   dA_s[0:r, :]   +=     dh[b:b+n, 0:r]ᵀ · x_f[b:b+n, :]      (M r, N d_in, K n)
 //   dx[b:b+n, :]   +=     dh[b:b+n, 0:r] · A_s[0:r, :]         (M n, N d_in, K r)
-// where dy_f / x_f are dy / x themselves in fp32 mode and their rows widened to fp32 in the
-// caller's scratch in bf16 mode (there the dx product lands in that scratch too and is added
-// into dx with one rounding, as the dx kernel does). Only columns / rows [0, r) of a slot's
-// padded blocks are read or written.
+// In fp32 mode dy_f / x_f are dy / x themselves and each segment is one GEMM of each kind. In
+// bf16 mode a segment runs in row tiles of at most gemm_tile_rows rows: the tile's dy (or x)
+// rows are widened to fp32 in the caller's scratch, its products follow, and its dx product
+// lands in the same scratch and is added into dx with one rounding, as the dx kernel does (so
+// the scratch stays bounded, kWideFloats, even for the unembedding's vocabulary-wide rows).
+// Only columns / rows [0, r) of a slot's padded blocks are read or written.
+
+// Scratch bound of the bf16 mode's widened tiles, in floats (64 MiB).
+constexpr int64_t kWideFloats = int64_t{16} << 20;
 
 constexpr int kWidenThreads = 256;
 
@@ -342,18 +347,38 @@ std::optional<LoraPlan> gemm_plan(const DeviceLoraSlots& slots, const DeviceSegm
   return plan;
 }
 
-// Floats of scratch the GEMM path needs: rows x max(d_in, d_out) widened rows in bf16 mode.
+// Rows per widened tile for rows of `cols` floats (at least kLoraGemmMinRows).
+int64_t gemm_tile_rows(int64_t cols) {
+  return std::max<int64_t>(kLoraGemmMinRows, kWideFloats / std::max<int64_t>(cols, 1));
+}
+
+// Floats of scratch the GEMM path needs: none in fp32 mode; in bf16 mode one tile of the wider
+// of the two row kinds (dy rows of d_out, x rows of d_in).
 template <class T>
 int64_t gemm_scratch_floats(const DeviceLoraSlots& slots, const DeviceSegments& segs) {
   if constexpr (std::is_same_v<T, float>) {
     return 0;
   } else {
-    return segs.rows * std::max(slots.d_in, slots.d_out);
+    int64_t floats = 0;
+    for (const int64_t cols : {slots.d_in, slots.d_out}) {
+      floats = std::max(floats, std::min(segs.rows, gemm_tile_rows(cols)) * cols);
+    }
+    return floats;
   }
 }
 
-// The fp32 rows [b, b + n) of `src` (stride ld, from column col) as a GEMM operand: src itself
-// in fp32 mode, else widened into `wide` (dense, row stride cols) at the same rows.
+// fn(b, n) for the row tiles [b, b + n) of a segment: the whole segment in fp32 mode, tiles of
+// gemm_tile_rows(cols) rows in bf16 mode.
+template <class T, class F>
+void for_each_tile(const LoraSegmentJob& seg, int64_t cols, F&& fn) {
+  const int64_t tile = std::is_same_v<T, float> ? seg.n_rows : gemm_tile_rows(cols);
+  for (int64_t b = seg.row_begin; b < seg.row_begin + seg.n_rows; b += tile) {
+    fn(b, std::min(tile, seg.row_begin + seg.n_rows - b));
+  }
+}
+
+// Rows [b, b + n) of `src` (stride ld, from column col) as an fp32 GEMM operand: src itself in
+// fp32 mode, else widened into `wide` (dense, row stride cols, from its first row).
 template <class T>
 const float* fp32_rows(const T* src, int64_t ld, int64_t col, int64_t b, int64_t n, int64_t cols,
                        float* wide, int64_t* ld_out, cudaStream_t stream) {
@@ -362,10 +387,10 @@ const float* fp32_rows(const T* src, int64_t ld, int64_t col, int64_t b, int64_t
     return src + b * ld + col;
   } else {
     widen_rows_kernel<<<elementwise_grid(n * cols), kWidenThreads, 0, stream>>>(
-        src + b * ld + col, ld, n, cols, wide + b * cols);
+        src + b * ld + col, ld, n, cols, wide);
     check_launch("widen_rows_kernel");
     *ld_out = cols;
-    return wide + b * cols;
+    return wide;
   }
 }
 
@@ -376,14 +401,16 @@ void expand_backward_gemm(const LoraPlan& plan, const float* h, const T* dy, int
   const int64_t d_out = slots.d_out, R = slots.max_rank;
   for (const LoraSegmentJob& seg : plan.segments) {
     const float c = slots.host_scale[seg.slot];
-    int64_t ld = 0;
-    const float* dy_f =
-        fp32_rows(dy, ld_dy, col_offset, seg.row_begin, seg.n_rows, d_out, wide, &ld, stream);
     const float* B_s = slots.B + int64_t{seg.slot} * d_out * R;
-    gemm<float>(blas, Trans::no, Trans::no, seg.n_rows, seg.rank, d_out, c, dy_f, ld, B_s, R, 0.0f,
-                dh + seg.row_begin * R, R, stream);
-    gemm<float>(blas, Trans::yes, Trans::no, d_out, seg.rank, seg.n_rows, c, dy_f, ld,
-                h + seg.row_begin * R, R, 1.0f, dB + int64_t{seg.slot} * d_out * R, R, stream);
+    float* dB_s = dB + int64_t{seg.slot} * d_out * R;
+    for_each_tile<T>(seg, d_out, [&](int64_t b, int64_t n) {
+      int64_t ld = 0;
+      const float* dy_f = fp32_rows(dy, ld_dy, col_offset, b, n, d_out, wide, &ld, stream);
+      gemm<float>(blas, Trans::no, Trans::no, n, seg.rank, d_out, c, dy_f, ld, B_s, R, 0.0f,
+                  dh + b * R, R, stream);
+      gemm<float>(blas, Trans::yes, Trans::no, d_out, seg.rank, n, c, dy_f, ld, h + b * R, R,
+                  1.0f, dB_s, R, stream);
+    });
   }
 }
 
@@ -393,28 +420,26 @@ void shrink_backward_gemm(const LoraPlan& plan, const T* x, int64_t ld_x, const 
                           float* wide, Blas& blas, cudaStream_t stream) {
   const int64_t d_in = slots.d_in, R = slots.max_rank;
   for (const LoraSegmentJob& seg : plan.segments) {
-    int64_t ld = 0;
-    const float* x_f = fp32_rows(x, ld_x, 0, seg.row_begin, seg.n_rows, d_in, wide, &ld, stream);
-    gemm<float>(blas, Trans::yes, Trans::no, seg.rank, d_in, seg.n_rows, 1.0f,
-                dh + seg.row_begin * R, R, x_f, ld, 1.0f, dA + int64_t{seg.slot} * R * d_in, d_in,
-                stream);
-  }
-  if (dx == nullptr) return;
-  // After every dA product on the stream: in bf16 mode `wide` is free for the dx products.
-  for (const LoraSegmentJob& seg : plan.segments) {
     const float* A_s = slots.A + int64_t{seg.slot} * R * d_in;
-    const float* dh_seg = dh + seg.row_begin * R;
-    if constexpr (std::is_same_v<T, float>) {
-      gemm<float>(blas, Trans::no, Trans::no, seg.n_rows, d_in, seg.rank, 1.0f, dh_seg, R, A_s,
-                  d_in, 1.0f, dx + seg.row_begin * ld_dx, ld_dx, stream);
-    } else {
-      float* out = wide + seg.row_begin * d_in;
-      gemm<float>(blas, Trans::no, Trans::no, seg.n_rows, d_in, seg.rank, 1.0f, dh_seg, R, A_s,
-                  d_in, 0.0f, out, d_in, stream);
-      add_rows_kernel<<<elementwise_grid(seg.n_rows * d_in), kWidenThreads, 0, stream>>>(
-          out, seg.n_rows, d_in, dx + seg.row_begin * ld_dx, ld_dx);
-      check_launch("add_rows_kernel");
-    }
+    float* dA_s = dA + int64_t{seg.slot} * R * d_in;
+    for_each_tile<T>(seg, d_in, [&](int64_t b, int64_t n) {
+      int64_t ld = 0;
+      const float* x_f = fp32_rows(x, ld_x, 0, b, n, d_in, wide, &ld, stream);
+      gemm<float>(blas, Trans::yes, Trans::no, seg.rank, d_in, n, 1.0f, dh + b * R, R, x_f, ld,
+                  1.0f, dA_s, d_in, stream);
+      if (dx == nullptr) return;
+      if constexpr (std::is_same_v<T, float>) {
+        gemm<float>(blas, Trans::no, Trans::no, n, d_in, seg.rank, 1.0f, dh + b * R, R, A_s, d_in,
+                    1.0f, dx + b * ld_dx, ld_dx, stream);
+      } else {
+        // The dA product above is queued first on the stream: the widened x tile is free.
+        gemm<float>(blas, Trans::no, Trans::no, n, d_in, seg.rank, 1.0f, dh + b * R, R, A_s, d_in,
+                    0.0f, wide, d_in, stream);
+        add_rows_kernel<<<elementwise_grid(n * d_in), kWidenThreads, 0, stream>>>(
+            wide, n, d_in, dx + b * ld_dx, ld_dx);
+        check_launch("add_rows_kernel");
+      }
+    });
   }
 }
 
@@ -435,9 +460,10 @@ bool lora_backward_uses_gemm(const DeviceLoraSlots& slots, const DeviceSegments&
 }
 
 template <class T>
-size_t lora_backward_scratch_bytes(const DeviceLoraSlots& slots, const DeviceSegments& segments) {
+size_t lora_backward_scratch_bytes(const DeviceLoraSlots& slots, const DeviceSegments& segments,
+                                   bool with_blas) {
   const int64_t floats =
-      lora_backward_uses_gemm(slots, segments)
+      with_blas && lora_backward_uses_gemm(slots, segments)
           ? gemm_scratch_floats<T>(slots, segments)
           : std::max(partial_floats(segments, slots.d_out * slots.max_rank),
                      partial_floats(segments, slots.max_rank * slots.d_in));
@@ -512,8 +538,10 @@ void lora_shrink_backward(const T* x, int64_t ld_x, const float* dh, const Devic
   check_launch("lora_dx_kernel");
 }
 
-template size_t lora_backward_scratch_bytes<float>(const DeviceLoraSlots&, const DeviceSegments&);
-template size_t lora_backward_scratch_bytes<bf16>(const DeviceLoraSlots&, const DeviceSegments&);
+template size_t lora_backward_scratch_bytes<float>(const DeviceLoraSlots&, const DeviceSegments&,
+                                                   bool);
+template size_t lora_backward_scratch_bytes<bf16>(const DeviceLoraSlots&, const DeviceSegments&,
+                                                  bool);
 template void lora_expand_backward<float>(const float*, const float*, int64_t, int64_t,
                                           const DeviceLoraSlots&, DeviceSegments, float*, float*,
                                           void*, size_t, cudaStream_t, Blas*);

@@ -41,7 +41,7 @@ void linear_backward(TrainContext& ctx, const T* W, int64_t n, int64_t k,
   }
   float* h = sc.lora_h.data<float>();
   float* dh = sc.lora_dh.data<float>();
-  const size_t scratch_bytes = cuda::lora_backward_scratch_bytes<T>(view, segs);
+  const size_t scratch_bytes = cuda::lora_backward_scratch_bytes<T>(view, segs, /*with_blas=*/true);
   ensure_capacity(sc.kernel_scratch, scratch_bytes);
   void* scratch = sc.kernel_scratch.data();
   cuda::lora_shrink<T>(x, ld_x, view, segs, h, s);

@@ -143,7 +143,7 @@ void run_gpu_train_breakdown(engine_cuda::DeviceModel& model) {
       const int64_t k = view->d_in, n = view->d_out;
       kernels::cuda::DeviceBuffer<unsigned char> lora_scratch(
           std::max({size_t{1}, cuda::lora_backward_scratch_bytes<bf16>(*view, segs),
-                    cuda::lora_backward_scratch_bytes<bf16>(*view, segs_gemm)}));
+                    cuda::lora_backward_scratch_bytes<bf16>(*view, segs_gemm, true)}));
       report(std::string("lora_shrink ") + p.name,
              eager_us(
                  s, [&] { cuda::lora_shrink<bf16>(x.data<bf16>(), k, *view, segs, h.data(), s); },

@@ -98,7 +98,7 @@ void check_backward(const Scenario& sc, uint32_t seed, bool host_tables) {
   fence_uploads();
   Stream stream;
   // Caller-owned partial sums (tall calls reduce over row chunks): one buffer for both calls.
-  const size_t scratch_bytes = lora_backward_scratch_bytes<T>(dl.slots, dl.segments);
+  const size_t scratch_bytes = lora_backward_scratch_bytes<T>(dl.slots, dl.segments, host_tables);
   DeviceBuffer<unsigned char> partials(scratch_bytes);
   const auto expand_bw = [&] {
     lora_expand_backward<T>(d_h.data(), d_dy.data(), ld_dy, sc.col_offset, dl.slots, dl.segments,
@@ -209,7 +209,8 @@ TYPED_TEST(CudaLoraBackward, GemmPathIsChosenOnTheHost) {
     EXPECT_FALSE(lora_backward_uses_gemm(s, segs));
   }
 
-  // Scratch: the GEMM path widens rows x max(d_in, d_out) in bf16 mode; fp32 reads in place.
+  // Scratch: the GEMM path widens rows x max(d_in, d_out) in bf16 mode (one tile here); fp32
+  // reads in place. Without a handle the same call runs the kernels and needs their partials.
   std::vector<LoraSegment> host{{0, 100, 0}, {100, 130, 2}};
   DeviceLoraSlots s = slots;
   s.host_rank = rank.data();
@@ -217,7 +218,18 @@ TYPED_TEST(CudaLoraBackward, GemmPathIsChosenOnTheHost) {
   const DeviceSegments segs{fake_seg, 2, 130, host.data()};
   ASSERT_TRUE(lora_backward_uses_gemm(s, segs));
   const size_t want = std::is_same_v<T, float> ? 0 : size_t{130} * 40 * sizeof(float);
-  EXPECT_EQ(lora_backward_scratch_bytes<T>(s, segs), want);
+  EXPECT_EQ(lora_backward_scratch_bytes<T>(s, segs, /*with_blas=*/true), want);
+  EXPECT_EQ(lora_backward_scratch_bytes<T>(s, segs), lora_backward_scratch_bytes<T>(slots, segs));
+  EXPECT_GT(lora_backward_scratch_bytes<T>(s, segs), 0u);
+  // A vocabulary-wide bf16 call (the unembedding's d_out) widens bounded row tiles, not all rows.
+  DeviceLoraSlots vocab = s;
+  vocab.d_out = 151936;
+  const DeviceSegments tall_rows{fake_seg, 2, 4096, host.data()};
+  if (!std::is_same_v<T, float>) {
+    EXPECT_LE(lora_backward_scratch_bytes<T>(vocab, tall_rows, true), size_t{64} << 20);
+    EXPECT_GE(lora_backward_scratch_bytes<T>(vocab, tall_rows, true),
+              size_t{kLoraGemmMinRows} * 151936 * sizeof(float));
+  }
 
   // Host segments out of order, or a slot past the table, are refused (plan_lora's checks).
   std::vector<LoraSegment> bad{{50, 100, 0}, {0, 50, 2}};

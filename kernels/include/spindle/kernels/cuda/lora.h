@@ -88,21 +88,23 @@ void lora_expand_multi(std::span<const LoraMultiTarget<T>> targets, DeviceSegmen
 // - GEMM (training batches): when `blas` is non-null, the slots carry host_rank/host_scale,
 //   the segments carry `host`, and every adapted segment is tall (kernels::plan_lora: at least
 //   kLoraGemmMinRows rows), each segment's dh, dB, dA and dx are cuBLAS GEMMs with fp32
-//   operands and fp32 accumulation (bf16 activations widened once per call into `scratch`; the
-//   LoRA products are bandwidth-bound at rank <= 128, so tensor cores would buy nothing and
-//   narrowing h/dh/A/B to bf16 would cost precision). dB/dA accumulate segment by segment in
-//   row order.
+//   operands and fp32 accumulation (in bf16 mode the activation rows are widened in row tiles
+//   into `scratch`, at most 64 MiB; the LoRA products are bandwidth-bound at rank <= 128, so
+//   tensor cores would buy nothing and narrowing h/dh/A/B to bf16 would cost precision). dB/dA
+//   accumulate segment by segment (tile by tile) in row order.
 // - Kernels (decode-sized segments, or no host mirrors): dh/dx row kernels and a segment-owned
 //   reduction for dA/dB; tall calls reduce over row chunks in a fixed order through partial
 //   sums in `scratch`.
 // `scratch`: caller-owned device memory of at least lora_backward_scratch_bytes<T>(slots,
-// segments) bytes (0 for fp32 GEMM calls and calls of one chunk; scratch may then be null),
+// segments, with_blas) bytes, with_blas saying whether the calls will pass `blas` (0 for fp32
+// GEMM calls and kernel calls of one chunk; scratch may then be null),
 // scratch_bytes its size (invalid_argument when too small). The kernels never allocate. Both
 // calls of one backward may share the scratch: each is done with it when the next call on the
 // stream starts.
 bool lora_backward_uses_gemm(const DeviceLoraSlots& slots, const DeviceSegments& segments);
 template <class T>
-size_t lora_backward_scratch_bytes(const DeviceLoraSlots& slots, const DeviceSegments& segments);
+size_t lora_backward_scratch_bytes(const DeviceLoraSlots& slots, const DeviceSegments& segments,
+                                   bool with_blas = false);
 template <class T>
 void lora_expand_backward(const float* h, const T* dy, int64_t ld_dy, int64_t col_offset,
                           const DeviceLoraSlots& slots, DeviceSegments segments, float* dh,
