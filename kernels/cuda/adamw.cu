@@ -1,8 +1,11 @@
 // Fused AdamW on the GPU (adamw.h). Two launches at most:
-//   1. (clipping or grad_norm_out) adamw_norm: grid (kNormBlocks, n_tensors); each block writes
-//      a double partial Σg², the last block to finish (threadfence + counter) adds the partials
-//      in a fixed order and stores ‖g‖₂ and the clip scale in the scratch.
-//   2. adamw_update: grid (x, n_tensors), grid-stride over each tensor, blockIdx.y = tensor.
+//   1. (clipping or grad_norm_out) adamw_norm: grid (kNormBlocks, y); each block writes a
+//      double partial Σg² over its tensors, the last block to finish (threadfence + counter)
+//      adds the partials in a fixed order and stores ‖g‖₂ and the clip scale in the scratch.
+//   2. adamw_update: grid (x, y), grid-stride over each tensor.
+// y = min(n_tensors, kMaxGridY): block row b takes tensors b, b + y, b + 2y, ... (a routed-expert
+// model has more adapted tensors than a grid has rows: 72k at Qwen3-235B's shape). The grid is a
+// function of n_tensors alone, so the norm's summation order is the same run to run.
 // Each element is updated in double from the fp32 state and rounded once, with
 // backend/engine/src/optimizer.cpp's expressions in its order and without FMA contraction
 // (__dmul_rn/__dadd_rn/...), so an update matches the CPU AdamW given the same scale.
@@ -20,6 +23,7 @@ namespace {
 constexpr int kThreads = 256;
 constexpr unsigned kNormBlocks = 8;         // partials per tensor
 constexpr int64_t kMaxUpdateBlocks = 1024;  // per tensor
+constexpr int64_t kMaxGridY = 65535;         // CUDA's grid.y limit
 
 // Device scratch: the counter must be 0 when the norm launch starts (set by a memset before it;
 // the last block also resets it).
@@ -34,15 +38,17 @@ struct Coeffs {
   double b1, one_minus_b1, b2, one_minus_b2, bc1, bc2, lr, decay, eps;
 };
 
-__global__ void adamw_norm_kernel(const AdamWTensor* tensors, float clip, float* grad_norm_out,
-                                  NormScratch* s) {
+__global__ void adamw_norm_kernel(const AdamWTensor* tensors, int64_t n_tensors, float clip,
+                                  float* grad_norm_out, NormScratch* s) {
   __shared__ bool last;
-  const AdamWTensor t = tensors[blockIdx.y];
   double acc = 0.0;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < t.count;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    const double g = t.grad[i];
-    acc += g * g;
+  for (int64_t ti = blockIdx.y; ti < n_tensors; ti += gridDim.y) {
+    const AdamWTensor t = tensors[ti];
+    for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < t.count;
+         i += int64_t{gridDim.x} * blockDim.x) {
+      const double g = t.grad[i];
+      acc += g * g;
+    }
   }
   acc = detail::block_sum(acc);
   if (threadIdx.x == 0) {
@@ -67,10 +73,8 @@ __global__ void adamw_norm_kernel(const AdamWTensor* tensors, float clip, float*
   }
 }
 
-// scale: device double (the norm launch's), or null for 1.
-__global__ void adamw_update_kernel(const AdamWTensor* tensors, const double* scale_ptr, Coeffs c) {
-  const AdamWTensor t = tensors[blockIdx.y];
-  const double scale = scale_ptr != nullptr ? *scale_ptr : 1.0;
+// One tensor's update, grid-stride over its elements in blockIdx.x.
+__device__ void update_tensor(const AdamWTensor& t, double scale, const Coeffs& c) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < t.count;
        i += int64_t{gridDim.x} * blockDim.x) {
     const double gi = __dmul_rn(double(t.grad[i]), scale);
@@ -88,6 +92,15 @@ __global__ void adamw_update_kernel(const AdamWTensor* tensors, const double* sc
   }
 }
 
+// scale: device double (the norm launch's), or null for 1.
+__global__ void adamw_update_kernel(const AdamWTensor* tensors, int64_t n_tensors,
+                                    const double* scale_ptr, Coeffs c) {
+  const double scale = scale_ptr != nullptr ? *scale_ptr : 1.0;
+  for (int64_t ti = blockIdx.y; ti < n_tensors; ti += gridDim.y) {
+    update_tensor(tensors[ti], scale, c);
+  }
+}
+
 }  // namespace
 
 size_t adamw_scratch_bytes(int64_t n_tensors) {
@@ -100,8 +113,7 @@ size_t adamw_scratch_bytes(int64_t n_tensors) {
 void adamw_step(const AdamWTensor* tensors, int64_t n_tensors, int64_t max_count,
                 const AdamWHyper& hyper, float* grad_norm_out, void* scratch, cudaStream_t stream) {
   constexpr const char* kKernel = "cuda::adamw_step";
-  SPINDLE_KERNEL_REQUIRE(n_tensors >= 0 && n_tensors <= 65535, kKernel,
-                         "n_tensors must be in [0, 65535]");
+  SPINDLE_KERNEL_REQUIRE(n_tensors >= 0, kKernel, "n_tensors >= 0");
   SPINDLE_KERNEL_REQUIRE(max_count >= 0, kKernel, "max_count >= 0");
   SPINDLE_KERNEL_REQUIRE(hyper.step >= 1, kKernel, "step must be >= 1 (1-based)");
   SPINDLE_KERNEL_REQUIRE(
@@ -121,10 +133,11 @@ void adamw_step(const AdamWTensor* tensors, int64_t n_tensors, int64_t max_count
   SPINDLE_KERNEL_REQUIRE(!need_norm || scratch != nullptr, kKernel,
                          "scratch (adamw_scratch_bytes) is required for clipping or grad_norm_out");
   auto* s = static_cast<NormScratch*>(scratch);
+  const auto grid_y = static_cast<unsigned>(n_tensors < kMaxGridY ? n_tensors : kMaxGridY);
   if (need_norm) {
     check(cudaMemsetAsync(&s->counter, 0, sizeof(unsigned int), stream), "cudaMemsetAsync");
-    adamw_norm_kernel<<<dim3(kNormBlocks, static_cast<unsigned>(n_tensors)), kThreads, 0, stream>>>(
-        tensors, hyper.grad_clip_norm, grad_norm_out, s);
+    adamw_norm_kernel<<<dim3(kNormBlocks, grid_y), kThreads, 0, stream>>>(
+        tensors, n_tensors, hyper.grad_clip_norm, grad_norm_out, s);
     check_launch("cuda::adamw_step (norm)");
   }
   Coeffs c{};
@@ -140,8 +153,8 @@ void adamw_step(const AdamWTensor* tensors, int64_t n_tensors, int64_t max_count
   const int64_t bx_wanted = (max_count + kThreads - 1) / kThreads;
   const unsigned bx = static_cast<unsigned>(
       bx_wanted < 1 ? 1 : (bx_wanted > kMaxUpdateBlocks ? kMaxUpdateBlocks : bx_wanted));
-  adamw_update_kernel<<<dim3(bx, static_cast<unsigned>(n_tensors)), kThreads, 0, stream>>>(
-      tensors, need_norm ? &s->scale : nullptr, c);
+  adamw_update_kernel<<<dim3(bx, grid_y), kThreads, 0, stream>>>(
+      tensors, n_tensors, need_norm ? &s->scale : nullptr, c);
   check_launch("cuda::adamw_step (update)");
 }
 

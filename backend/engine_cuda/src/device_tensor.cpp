@@ -164,6 +164,9 @@ void DeviceTensor::upload(const float* host, int64_t count, cudaStream_t stream)
     cuda::check(cudaMemcpy(storage_.data(), b.data(), bytes(), cudaMemcpyHostToDevice),
                 "cudaMemcpy H2D");
   }
+  // A pageable H2D cudaMemcpy may return before its DMA lands, and the model's streams do not
+  // wait on the legacy stream: finish the copy before any of them reads the tensor.
+  cuda::check(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize after upload");
 }
 
 std::vector<float> DeviceTensor::download(cudaStream_t stream) const {
