@@ -23,7 +23,7 @@ namespace {
 constexpr int kThreads = 256;
 constexpr unsigned kNormBlocks = 8;         // partials per tensor
 constexpr int64_t kMaxUpdateBlocks = 1024;  // per tensor
-constexpr int64_t kMaxGridY = 65535;         // CUDA's grid.y limit
+constexpr int64_t kMaxGridY = 65535;        // CUDA's grid.y limit
 
 // Device scratch: the counter must be 0 when the norm launch starts (set by a memset before it;
 // the last block also resets it).

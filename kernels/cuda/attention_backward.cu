@@ -20,6 +20,7 @@
 // max_n (a caller bug) is truncated to max_n rows.
 
 #include <algorithm>
+#include <type_traits>
 
 #include "attention_common.cuh"
 
@@ -33,20 +34,6 @@ constexpr int kLanesPerRow = kThreads / kTile;              // 8
 constexpr int kColsPerThread = kTile / kLanesPerRow;        // 4 score columns per thread
 constexpr int kDimsPerThread = kMaxHeadDim / kLanesPerRow;  // head dims per thread (max)
 constexpr int kScoreLd = kTile + 1;                         // padded score-tile row
-
-struct BwdShape {
-  int64_t n_heads;
-  int64_t n_kv_heads;
-  int64_t group;
-  int hd;
-  int max_n;
-  float scale;
-};
-
-// stats[((s·max_n + t)·n_heads + h)·2 + {0: lse, 1: D}]
-__device__ __forceinline__ int64_t stat_index(const BwdShape& sh, int64_t s, int64_t t, int64_t h) {
-  return ((s * sh.max_n + t) * sh.n_heads + h) * 2;
-}
 
 // dst[r, d] (row stride ps) = src[(row0 + r)·ld + d] for row0 + r < n, else 0; coalesced reads.
 template <class T>
@@ -307,7 +294,7 @@ template <class T>
 void attention_backward(const T* q, const T* k, const T* v, const T* d_out, T* dq, T* dk, T* dv,
                         int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, const DenseSeq* seqs,
                         int32_t n_seqs, int32_t max_n, float scale, void* scratch,
-                        size_t scratch_bytes, cudaStream_t stream) {
+                        size_t scratch_bytes, cudaStream_t stream, bool allow_tensor_cores) {
   constexpr const char* kKernel = "attention_backward";
   SPINDLE_KERNEL_REQUIRE(n_kv_heads > 0, kKernel, "n_kv_heads > 0");
   SPINDLE_KERNEL_REQUIRE(head_dim > 0 && head_dim % 8 == 0 && head_dim <= detail::kMaxHeadDim,
@@ -323,8 +310,20 @@ void attention_backward(const T* q, const T* k, const T* v, const T* d_out, T* d
   const int n_tiles = (max_n + detail::kTile - 1) / detail::kTile;
   SPINDLE_KERNEL_REQUIRE(n_tiles <= 65535, kKernel, "max_n too large (grid)");
 
+  SPINDLE_KERNEL_REQUIRE(
+      scratch != nullptr &&
+          scratch_bytes >= attention_backward_scratch_bytes(n_seqs, max_n, n_heads),
+      kKernel, "scratch must hold attention_backward_scratch_bytes(n_seqs, max_n, n_heads) bytes");
+  float* stats = static_cast<float*>(scratch);
   const int hd = static_cast<int>(head_dim);
   const detail::BwdShape sh{n_heads, n_kv_heads, n_heads / n_kv_heads, hd, max_n, scale};
+  if constexpr (std::is_same_v<T, bf16>) {
+    if (allow_tensor_cores &&
+        attention_backward_uses_tensor_cores<T>(q, k, v, d_out, dq, dk, dv, head_dim)) {
+      detail::launch_backward_tc(q, k, v, d_out, dq, dk, dv, sh, seqs, n_seqs, stats, stream);
+      return;
+    }
+  }
   const size_t dq_smem = detail::dq_smem_bytes(hd);
   const size_t dkdv_smem = detail::dkdv_smem_bytes(hd);
   // Above 48 KiB a kernel must opt in to dynamic shared memory (sm_90: up to 227 KiB).
@@ -334,13 +333,8 @@ void attention_backward(const T* q, const T* k, const T* v, const T* d_out, T* d
   check(cudaFuncSetAttribute(detail::dkdv_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              static_cast<int>(dkdv_smem)),
         "cudaFuncSetAttribute (attention_backward dk/dv kernel)");
-  // The per-row softmax statistics the dq kernel leaves for the dk/dv kernel, in the caller's
-  // scratch (stream order: the next call's kernels start after these end).
-  SPINDLE_KERNEL_REQUIRE(
-      scratch != nullptr &&
-          scratch_bytes >= attention_backward_scratch_bytes(n_seqs, max_n, n_heads),
-      kKernel, "scratch must hold attention_backward_scratch_bytes(n_seqs, max_n, n_heads) bytes");
-  float* stats = static_cast<float*>(scratch);
+  // `stats`: the per-row softmax statistics the dq kernel leaves for the dk/dv kernel, in the
+  // caller's scratch (stream order: the next call's kernels start after these end).
   detail::dq_kernel<T><<<dim3(n_seqs, static_cast<unsigned>(n_heads), n_tiles), detail::kThreads,
                          dq_smem, stream>>>(q, k, v, d_out, dq, seqs, sh, stats);
   check(cudaGetLastError(), "attention_backward (dq kernel)");
@@ -350,10 +344,23 @@ void attention_backward(const T* q, const T* k, const T* v, const T* d_out, T* d
   check(cudaGetLastError(), "attention_backward (dk/dv kernel)");
 }
 
+template <class T>
+bool attention_backward_uses_tensor_cores(const T* q, const T* k, const T* v, const T* d_out,
+                                          const T* dq, const T* dk, const T* dv, int64_t head_dim) {
+  if constexpr (!std::is_same_v<T, bf16>) {
+    return false;
+  } else {
+    const void* ptrs[] = {q, k, v, d_out, dq, dk, dv};
+    return detail::tc_backward_applies(ptrs, 7, head_dim);
+  }
+}
+
 #define SPINDLE_INSTANTIATE_ATTENTION_BACKWARD(T)                                                  \
   template void attention_backward<T>(const T*, const T*, const T*, const T*, T*, T*, T*, int64_t, \
                                       int64_t, int64_t, const DenseSeq*, int32_t, int32_t, float,  \
-                                      void*, size_t, cudaStream_t);
+                                      void*, size_t, cudaStream_t, bool);                          \
+  template bool attention_backward_uses_tensor_cores<T>(const T*, const T*, const T*, const T*,    \
+                                                        const T*, const T*, const T*, int64_t);
 SPINDLE_INSTANTIATE_ATTENTION_BACKWARD(float)
 SPINDLE_INSTANTIATE_ATTENTION_BACKWARD(bf16)
 #undef SPINDLE_INSTANTIATE_ATTENTION_BACKWARD

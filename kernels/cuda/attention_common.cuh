@@ -1,6 +1,7 @@
 #pragma once
 // Private to kernels/cuda/attention*.cu (element conversion and warp reductions come from
-// device_common.cuh): the paged-cache address rule, host-side contract checks, and the launchers attention_paged dispatches to.
+// device_common.cuh): the paged-cache address rule, host-side contract checks, and the launchers
+// attention_paged dispatches to.
 
 #include <cuda_bf16.h>
 
@@ -73,6 +74,28 @@ void launch_prefill(const T* q, int64_t ld_q, T* out, int64_t ld_out, int64_t n_
                     const DevicePagedKv<T>& cache, const DeviceAttnSeq* seqs, int32_t n_seqs,
                     const int32_t* block_tables, int32_t max_new, float scale, bool skip_single,
                     cudaStream_t stream);
+// The backward's shape, shared by its CUDA-core and tensor-core kernels.
+struct BwdShape {
+  int64_t n_heads;
+  int64_t n_kv_heads;
+  int64_t group;
+  int hd;
+  int max_n;
+  float scale;
+};
+
+// The softmax statistics both backward paths leave in the caller's scratch (the dq kernel
+// writes, the dk/dv kernel reads): stats[((s·max_n + t)·n_heads + h)·2 + {0: lse, 1: D}].
+__device__ __forceinline__ int64_t stat_index(const BwdShape& sh, int64_t s, int64_t t, int64_t h) {
+  return ((s * sh.max_n + t) * sh.n_heads + h) * 2;
+}
+
+// attention_backward_tc.cu: the tensor-core backward (bf16) and when it applies (head_dim a
+// multiple of 16 in [16, 128], every pointer 16-byte aligned). stats: the caller's scratch.
+bool tc_backward_applies(const void* const* ptrs, int n_ptrs, int64_t head_dim);
+void launch_backward_tc(const bf16* q, const bf16* k, const bf16* v, const bf16* d_out, bf16* dq,
+                        bf16* dk, bf16* dv, const BwdShape& sh, const DenseSeq* seqs,
+                        int32_t n_seqs, float* stats, cudaStream_t stream);
 template <class T>
 void launch_decode(const T* q, int64_t ld_q, T* out, int64_t ld_out, int64_t n_heads,
                    const DevicePagedKv<T>& cache, const DeviceAttnSeq* seqs, int32_t n_seqs,

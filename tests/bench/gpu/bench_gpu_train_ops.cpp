@@ -58,9 +58,9 @@ void run_gpu_train_breakdown(engine_cuda::DeviceModel& model) {
   const int reps = 10;
 
   const int64_t wide = std::max({c.dim, c.q_dim(), c.hidden_dim});
-  engine_cuda::DeviceTensor x(rows, wide, engine_cuda::Precision::bf16), y(rows, wide, engine_cuda::Precision::bf16),
-      z(rows, wide, engine_cuda::Precision::bf16), dz(rows, wide, engine_cuda::Precision::bf16),
-      dw(rows, wide, engine_cuda::Precision::bf16);
+  engine_cuda::DeviceTensor x(rows, wide, engine_cuda::Precision::bf16),
+      y(rows, wide, engine_cuda::Precision::bf16), z(rows, wide, engine_cuda::Precision::bf16),
+      dz(rows, wide, engine_cuda::Precision::bf16), dw(rows, wide, engine_cuda::Precision::bf16);
   engine_cuda::DeviceTensor logits(chunk, V, engine_cuda::Precision::bf16);
   for (auto* t : {&x, &y, &z, &dz, &dw, &logits}) t->zero(s);
   cuda::DeviceBuffer<float> inv_rms(static_cast<size_t>(rows * c.n_heads));
@@ -117,7 +117,8 @@ void run_gpu_train_breakdown(engine_cuda::DeviceModel& model) {
 
   // LoRA (one segment of 2048 rows in slot 0, rank 16) on every projection of layer 0.
   {
-    engine_cuda::DeviceLoraPool pool(c, {.max_slots = 1, .max_rank = rank, .targets = gpu_bench_targets()});
+    engine_cuda::DeviceLoraPool pool(
+        c, {.max_slots = 1, .max_rank = rank, .targets = gpu_bench_targets()});
     pool.load(0, engine::init_lora(c, rank, 32.0f, gpu_bench_targets(), 7));
     pool.synchronize();
     cuda::DeviceBuffer<kernels::LoraSegment> seg(1);
@@ -162,16 +163,16 @@ void run_gpu_train_breakdown(engine_cuda::DeviceModel& model) {
         const double e_us = eager_us(
             s,
             [&] {
-              cuda::lora_expand_backward<bf16>(h.data(), y.data<bf16>(), n, 0, *view, sg,
-                                               dh.data(), dB.data(), lora_scratch.data(),
-                                               lora_scratch.size(), s, blas);
+              cuda::lora_expand_backward<bf16>(h.data(), y.data<bf16>(), n, 0, *view, sg, dh.data(),
+                                               dB.data(), lora_scratch.data(), lora_scratch.size(),
+                                               s, blas);
             },
             reps);
         const double s_us = eager_us(
             s,
             [&] {
-              cuda::lora_shrink_backward<bf16>(x.data<bf16>(), k, dh.data(), *view, sg,
-                                               dA.data(), dz.data<bf16>(), k, lora_scratch.data(),
+              cuda::lora_shrink_backward<bf16>(x.data<bf16>(), k, dh.data(), *view, sg, dA.data(),
+                                               dz.data<bf16>(), k, lora_scratch.data(),
                                                lora_scratch.size(), s, blas);
             },
             reps);
@@ -180,10 +181,11 @@ void run_gpu_train_breakdown(engine_cuda::DeviceModel& model) {
         (gemm ? gemm_us : kernels_us) += e_us + s_us;
       }
     }
-    std::printf("gpu_train_ops/lora_backward_kernels_over_cublas: %.2f  (one layer's targets, "
-                "%lld rows, rank %lld)\n",
-                gemm_us > 0 ? kernels_us / gemm_us : 0.0, static_cast<long long>(rows),
-                static_cast<long long>(rank));
+    std::printf(
+        "gpu_train_ops/lora_backward_kernels_over_cublas: %.2f  (one layer's targets, "
+        "%lld rows, rank %lld)\n",
+        gemm_us > 0 ? kernels_us / gemm_us : 0.0, static_cast<long long>(rows),
+        static_cast<long long>(rank));
   }
 
   // Pointwise ops of the backward.
@@ -256,7 +258,7 @@ void run_gpu_train_breakdown(engine_cuda::DeviceModel& model) {
   // Attention: prefill of 8 sequences x 256 from position 0 (forward), and its backward.
   {
     engine_cuda::DeviceKvCache cache(c, {.block_size = 16, .n_blocks = rows / 16 + n_seqs},
-                             engine_cuda::Precision::bf16);
+                                     engine_cuda::Precision::bf16);
     std::vector<engine_cuda::SeqId> ids;
     std::vector<int32_t> tables;
     std::vector<cuda::DeviceAttnSeq> aseqs;
@@ -293,23 +295,36 @@ void run_gpu_train_breakdown(engine_cuda::DeviceModel& model) {
                reps),
            nl);
     engine_cuda::DeviceTensor k(rows, c.kv_dim(), engine_cuda::Precision::bf16),
-        v(rows, c.kv_dim(), engine_cuda::Precision::bf16), dk(rows, c.kv_dim(), engine_cuda::Precision::bf16),
+        v(rows, c.kv_dim(), engine_cuda::Precision::bf16),
+        dk(rows, c.kv_dim(), engine_cuda::Precision::bf16),
         dv(rows, c.kv_dim(), engine_cuda::Precision::bf16);
     for (auto* t : {&k, &v}) t->zero(s);
     kernels::cuda::DeviceBuffer<unsigned char> attn_scratch(std::max<size_t>(
         1, cuda::attention_backward_scratch_bytes(int32_t(n_seqs), int32_t(seq_len), c.n_heads)));
-    report("attention_backward (8 x 256)",
-           eager_us(
-               s,
-               [&] {
-                 cuda::attention_backward<bf16>(
-                     x.data<bf16>(), k.data<bf16>(), v.data<bf16>(), y.data<bf16>(),
-                     dz.data<bf16>(), dk.data<bf16>(), dv.data<bf16>(), c.n_heads, c.n_kv_heads,
-                     c.head_dim, d_dense.data(), int32_t(n_seqs), int32_t(seq_len), scale,
-                     attn_scratch.data(), attn_scratch.size(), s);
-               },
-               reps),
-           nl);
+    // Both paths side by side: the CUDA-core kernels and the tensor-core (WMMA) ones.
+    double cores_us = 0.0, tc_us = 0.0;
+    for (const bool tensor_cores : {false, true}) {
+      const double us = eager_us(
+          s,
+          [&] {
+            cuda::attention_backward<bf16>(
+                x.data<bf16>(), k.data<bf16>(), v.data<bf16>(), y.data<bf16>(), dz.data<bf16>(),
+                dk.data<bf16>(), dv.data<bf16>(), c.n_heads, c.n_kv_heads, c.head_dim,
+                d_dense.data(), int32_t(n_seqs), int32_t(seq_len), scale, attn_scratch.data(),
+                attn_scratch.size(), s, tensor_cores);
+          },
+          reps);
+      report(std::string("attention_backward (8 x 256") +
+                 (tensor_cores ? ", tensor cores)" : ", CUDA cores)"),
+             us, nl);
+      (tensor_cores ? tc_us : cores_us) = us;
+    }
+    const bool tc_applies = cuda::attention_backward_uses_tensor_cores<bf16>(
+        x.data<bf16>(), k.data<bf16>(), v.data<bf16>(), y.data<bf16>(), dz.data<bf16>(),
+        dk.data<bf16>(), dv.data<bf16>(), c.head_dim);
+    std::printf("gpu_train_ops/attention_backward_cuda_cores_over_tensor_cores: %.2f  (%s)\n",
+                tc_us > 0 ? cores_us / tc_us : 0.0,
+                tc_applies ? "8 x 256 tokens, one layer" : "tensor cores do not apply here");
     for (engine_cuda::SeqId id : ids) cache.release(id);
   }
 

@@ -1,10 +1,13 @@
 // GPU attention_backward against the CPU kernel (kernels::attention_backward) on the same
 // inputs, and in fp32 against central finite differences of a scalar loss computed by a
-// double-precision forward in the test.
+// double-precision forward in the test. bf16 cases run on both paths: tensor cores (where
+// head_dim allows) and the CUDA-core kernels.
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "gpu_test_util.h"
@@ -46,7 +49,7 @@ struct DenseLayout {
 template <class T>
 Grads gpu_backward(const DenseCase& c, const DenseLayout& lay, const std::vector<float>& q,
                    const std::vector<float>& k, const std::vector<float>& v,
-                   const std::vector<float>& d_out, float scale) {
+                   const std::vector<float>& d_out, float scale, bool allow_tc = true) {
   auto d_q = upload_vec(to_elements<T>(q));
   auto d_k = upload_vec(to_elements<T>(k));
   auto d_v = upload_vec(to_elements<T>(v));
@@ -57,13 +60,18 @@ Grads gpu_backward(const DenseCase& c, const DenseLayout& lay, const std::vector
   auto d_seqs = upload_vec(lay.seqs);
   // upload_vec() runs on the legacy stream, which a non-blocking stream does not wait for.
   check(cudaDeviceSynchronize(), "sync after upload");
+  // The path the call takes is the one the case asks for (bf16, head_dim a multiple of 16).
+  const bool tc_possible = std::is_same_v<T, bf16> && c.hd % 16 == 0 && c.hd <= 128;
+  EXPECT_EQ(attention_backward_uses_tensor_cores<T>(d_q.data(), d_k.data(), d_v.data(), d_do.data(),
+                                                    d_dq.data(), d_dk.data(), d_dv.data(), c.hd),
+            tc_possible);
   Stream stream;
   const int32_t n_seqs = static_cast<int32_t>(lay.seqs.size());
   const size_t scratch_bytes = attention_backward_scratch_bytes(n_seqs, lay.max_n, c.n_heads);
   DeviceBuffer<unsigned char> scratch(scratch_bytes);
   attention_backward<T>(d_q.data(), d_k.data(), d_v.data(), d_do.data(), d_dq.data(), d_dk.data(),
                         d_dv.data(), c.n_heads, c.n_kv, c.hd, d_seqs.data(), n_seqs, lay.max_n,
-                        scale, scratch.data(), scratch_bytes, stream.get());
+                        scale, scratch.data(), scratch_bytes, stream.get(), allow_tc);
   stream.synchronize();
   return {to_floats<T>(d_dq.download()), to_floats<T>(d_dk.download()),
           to_floats<T>(d_dv.download())};
@@ -85,15 +93,21 @@ void check_against_cpu(const DenseCase& c) {
   kernels::attention_backward(q.data(), k.data(), v.data(), d_out.data(), want.dq.data(),
                               want.dk.data(), want.dv.data(), c.n_heads, c.n_kv, c.hd, lay.seqs,
                               scale);
-  const Grads got = gpu_backward<T>(c, lay, q, k, v, d_out, scale);
   // fp32: sums over up to n·group terms in a different order. bf16: the gradients are rounded
-  // to bf16 (relative 2^-9) after an fp32 computation.
+  // to bf16 (relative 2^-9) after an fp32 computation; on tensor cores P and dS are bf16
+  // operands too, each term off by at most 2^-9 of itself, which sums to well under the
+  // output's rounding at these magnitudes (|dS| sums to < 1 per row).
   const Tolerance tol = std::is_same_v<T, float> ? Tolerance{2e-5, 1e-4} : Tolerance{4e-3, 1e-2};
-  const std::string what = std::string("<") + type_name<T>() + "> hd " + std::to_string(c.hd) +
-                           " heads " + std::to_string(c.n_heads) + "/" + std::to_string(c.n_kv);
-  EXPECT_TRUE(all_close("dq" + what, got.dq, want.dq, ld_q, tol));
-  EXPECT_TRUE(all_close("dk" + what, got.dk, want.dk, ld_kv, tol));
-  EXPECT_TRUE(all_close("dv" + what, got.dv, want.dv, ld_kv, tol));
+  for (const bool allow_tc : {true, false}) {
+    if (!allow_tc && !std::is_same_v<T, bf16>) continue;  // fp32 has one path
+    const Grads got = gpu_backward<T>(c, lay, q, k, v, d_out, scale, allow_tc);
+    const std::string what = std::string("<") + type_name<T>() + "> hd " + std::to_string(c.hd) +
+                             " heads " + std::to_string(c.n_heads) + "/" + std::to_string(c.n_kv) +
+                             (allow_tc ? "" : " (CUDA cores)");
+    EXPECT_TRUE(all_close("dq" + what, got.dq, want.dq, ld_q, tol));
+    EXPECT_TRUE(all_close("dk" + what, got.dk, want.dk, ld_kv, tol));
+    EXPECT_TRUE(all_close("dv" + what, got.dv, want.dv, ld_kv, tol));
+  }
 }
 
 template <class T>
@@ -142,17 +156,19 @@ TYPED_TEST(GpuAttentionBackward, Gqa2HeadDim128Sequence1000) {
   check_against_cpu<TypeParam>({4, 2, 128, {1000}, 38});
 }
 
-// No atomics: two launches on the same inputs give bitwise-equal gradients.
-TEST(GpuAttentionBackwardDeterminism, RepeatedLaunchesBitwiseEqual) {
+// No atomics: two launches on the same inputs give bitwise-equal gradients, in fp32 and on
+// the tensor cores (bf16).
+TYPED_TEST(GpuAttentionBackward, RepeatedLaunchesBitwiseEqual) {
   SPINDLE_REQUIRE_GPU();
+  using T = TypeParam;
   const DenseCase c{4, 2, 64, {200, 77}, 39};
   const DenseLayout lay(c.lens);
-  const auto q = random_floats(size_t(lay.rows * c.n_heads * c.hd), 1);
-  const auto k = random_floats(size_t(lay.rows * c.n_kv * c.hd), 2);
-  const auto v = random_floats(size_t(lay.rows * c.n_kv * c.hd), 3);
-  const auto d_out = random_floats(size_t(lay.rows * c.n_heads * c.hd), 4);
-  const Grads a = gpu_backward<float>(c, lay, q, k, v, d_out, 0.125f);
-  const Grads b = gpu_backward<float>(c, lay, q, k, v, d_out, 0.125f);
+  const auto q = quantize<T>(random_floats(size_t(lay.rows * c.n_heads * c.hd), 1));
+  const auto k = quantize<T>(random_floats(size_t(lay.rows * c.n_kv * c.hd), 2));
+  const auto v = quantize<T>(random_floats(size_t(lay.rows * c.n_kv * c.hd), 3));
+  const auto d_out = quantize<T>(random_floats(size_t(lay.rows * c.n_heads * c.hd), 4));
+  const Grads a = gpu_backward<T>(c, lay, q, k, v, d_out, 0.125f);
+  const Grads b = gpu_backward<T>(c, lay, q, k, v, d_out, 0.125f);
   auto same = [](const char* name, const std::vector<float>& x, const std::vector<float>& y) {
     for (size_t i = 0; i < x.size(); ++i) {
       if (std::isnan(x[i]) && std::isnan(y[i])) continue;  // untouched sentinel rows
@@ -162,6 +178,22 @@ TEST(GpuAttentionBackwardDeterminism, RepeatedLaunchesBitwiseEqual) {
   same("dq", a.dq, b.dq);
   same("dk", a.dk, b.dk);
   same("dv", a.dv, b.dv);
+}
+
+// Which calls run on tensor cores is decided on the host: bf16, head_dim a multiple of 16 up to
+// 128, every operand 16-byte aligned.
+TEST(GpuAttentionBackwardPath, TensorCoresApplyToAlignedBf16HeadDimsUpTo128) {
+  auto* aligned = reinterpret_cast<bf16*>(uintptr_t{0x1000});
+  auto* odd = reinterpret_cast<bf16*>(uintptr_t{0x1008});
+  const auto uses = [&](int64_t hd, bf16* dq) {
+    return attention_backward_uses_tensor_cores<bf16>(aligned, aligned, aligned, aligned, dq,
+                                                      aligned, aligned, hd);
+  };
+  for (int64_t hd : {16, 32, 64, 128}) EXPECT_TRUE(uses(hd, aligned)) << hd;
+  for (int64_t hd : {8, 24, 256}) EXPECT_FALSE(uses(hd, aligned)) << hd;
+  EXPECT_FALSE(uses(64, odd));
+  auto* f = reinterpret_cast<float*>(uintptr_t{0x1000});
+  EXPECT_FALSE(attention_backward_uses_tensor_cores<float>(f, f, f, f, f, f, f, 64));
 }
 
 // L = Σ W ⊙ attention(q, k, v) in double; the GPU's fp32 gradients must match central

@@ -157,8 +157,8 @@ TEST(PointwiseAdamW, MoreTensorsThanGridRowsAllUpdate) {
                         .grad_clip_norm = hp.grad_clip_norm},
              d_norm.data(), scratch.data(), stream.get());
   stream.synchronize();
-  EXPECT_TRUE(all_close(d_norm.download(), std::vector<double>{result.grad_norm}, 0.0, 1e-6,
-                        "grad_norm"));
+  EXPECT_TRUE(
+      all_close(d_norm.download(), std::vector<double>{result.grad_norm}, 0.0, 1e-6, "grad_norm"));
   std::vector<float> want;
   for (const Tensor& t : params) want.insert(want.end(), t.span().begin(), t.span().end());
   EXPECT_TRUE(all_close(d_param.download(), want, 1e-7, 1e-6, "params"));

@@ -71,11 +71,20 @@ void attention_decode(const T* q, int64_t ld_q, T* out, int64_t ld_out, int64_t 
 // device memory of at least attention_backward_scratch_bytes(n_seqs, max_n, n_heads) bytes (the
 // softmax statistics the dq kernel hands the dk/dv kernel), scratch_bytes its size
 // (invalid_argument when too small); the kernels never allocate.
+// bf16 calls with head_dim a multiple of 16 up to 128 and 16-byte aligned operands run on tensor
+// cores (WMMA tiles, FlashAttention-2's scheme: P and dS rounded to bf16 as operands of the
+// products that consume them, everything else fp32), unless allow_tensor_cores is false; the
+// rest (and the fp32 exactness mode) run the CUDA-core kernels. Both are deterministic.
 size_t attention_backward_scratch_bytes(int32_t n_seqs, int32_t max_n, int64_t n_heads);
 template <class T>
 void attention_backward(const T* q, const T* k, const T* v, const T* d_out, T* dq, T* dk, T* dv,
                         int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, const DenseSeq* seqs,
                         int32_t n_seqs, int32_t max_n, float scale, void* scratch,
-                        size_t scratch_bytes, cudaStream_t stream);
+                        size_t scratch_bytes, cudaStream_t stream, bool allow_tensor_cores = true);
+// Whether attention_backward<T> with these operands runs on tensor cores.
+template <class T>
+bool attention_backward_uses_tensor_cores(const T* q, const T* k, const T* v, const T* d_out,
+                                          const T* dq, const T* dk, const T* dv,
+                                          int64_t head_dim);
 
 }  // namespace spindle::kernels::cuda
