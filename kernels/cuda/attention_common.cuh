@@ -68,12 +68,20 @@ bool check_paged_args(const char* kernel, const T* q, int64_t ld_q, const T* out
 }
 
 // The launchers behind the public entry points (arguments already checked). The prefill launcher
-// skips one-token sequences when skip_single is set (attention_paged hands those to decode).
+// skips one-token sequences when skip_single is set (attention_paged hands those to decode), and
+// runs bf16 on tensor cores where prefill_tc_applies unless allow_tensor_cores is false.
 template <class T>
 void launch_prefill(const T* q, int64_t ld_q, T* out, int64_t ld_out, int64_t n_heads,
                     const DevicePagedKv<T>& cache, const DeviceAttnSeq* seqs, int32_t n_seqs,
                     const int32_t* block_tables, int32_t max_new, float scale, bool skip_single,
-                    cudaStream_t stream);
+                    cudaStream_t stream, bool allow_tensor_cores = true);
+// attention_prefill_tc.cu: the tensor-core prefill (bf16) and when it applies (head_dim a
+// multiple of 16 in [16, 128], q and the caches 16-byte aligned, ld_q a multiple of 8).
+bool prefill_tc_applies(const bf16* q, int64_t ld_q, const DevicePagedKv<bf16>& cache);
+void launch_prefill_tc(const bf16* q, int64_t ld_q, bf16* out, int64_t ld_out, int64_t n_heads,
+                       const DevicePagedKv<bf16>& cache, const DeviceAttnSeq* seqs, int32_t n_seqs,
+                       const int32_t* block_tables, int32_t max_new, float scale, bool skip_single,
+                       cudaStream_t stream);
 // The backward's shape, shared by its CUDA-core and tensor-core kernels.
 struct BwdShape {
   int64_t n_heads;

@@ -9,8 +9,11 @@
 // Shared memory (floats): Q [tq, hd], O [tq, hd], K [32, hd + 1] (padded: lanes read different
 // rows of one column without bank conflicts), V [32, hd], m [tq], l [tq]; tq = 64 for
 // head_dim <= 128 (≈ 99 KiB at 128), 32 above (≈ 130 KiB at 256).
+// launch_prefill sends bf16 calls that prefill_tc_applies accepts to the tensor-core kernel
+// (attention_prefill_tc.cu); this one serves fp32, the other head dims and unaligned operands.
 
 #include <algorithm>
+#include <type_traits>
 
 #include "attention_common.cuh"
 
@@ -150,10 +153,17 @@ template <class T>
 void launch_prefill(const T* q, int64_t ld_q, T* out, int64_t ld_out, int64_t n_heads,
                     const DevicePagedKv<T>& cache, const DeviceAttnSeq* seqs, int32_t n_seqs,
                     const int32_t* block_tables, int32_t max_new, float scale, bool skip_single,
-                    cudaStream_t stream) {
+                    cudaStream_t stream, bool allow_tensor_cores) {
   const int tq = tile_q(cache.head_dim);
   const int n_tiles = (max_new + tq - 1) / tq;
   SPINDLE_KERNEL_REQUIRE(n_tiles <= 65535, "attention_prefill", "max_new too large (grid)");
+  if constexpr (std::is_same_v<T, bf16>) {
+    if (allow_tensor_cores && prefill_tc_applies(q, ld_q, cache)) {
+      launch_prefill_tc(q, ld_q, out, ld_out, n_heads, cache, seqs, n_seqs, block_tables, max_new,
+                        scale, skip_single, stream);
+      return;
+    }
+  }
   const size_t smem = prefill_smem(tq, static_cast<int>(cache.head_dim));
   if (smem > 48 * 1024) {
     check(cudaFuncSetAttribute(prefill_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -169,10 +179,10 @@ void launch_prefill(const T* q, int64_t ld_q, T* out, int64_t ld_out, int64_t n_
 
 template void launch_prefill<float>(const float*, int64_t, float*, int64_t, int64_t,
                                     const DevicePagedKv<float>&, const DeviceAttnSeq*, int32_t,
-                                    const int32_t*, int32_t, float, bool, cudaStream_t);
+                                    const int32_t*, int32_t, float, bool, cudaStream_t, bool);
 template void launch_prefill<bf16>(const bf16*, int64_t, bf16*, int64_t, int64_t,
                                    const DevicePagedKv<bf16>&, const DeviceAttnSeq*, int32_t,
-                                   const int32_t*, int32_t, float, bool, cudaStream_t);
+                                   const int32_t*, int32_t, float, bool, cudaStream_t, bool);
 
 }  // namespace detail
 
@@ -180,19 +190,30 @@ template <class T>
 void attention_prefill(const T* q, int64_t ld_q, T* out, int64_t ld_out, int64_t n_heads,
                        const DevicePagedKv<T>& cache, const DeviceAttnSeq* seqs, int32_t n_seqs,
                        const int32_t* block_tables, int32_t max_new, int32_t max_ctx, float scale,
-                       cudaStream_t stream) {
+                       cudaStream_t stream, bool allow_tensor_cores) {
   if (!detail::check_paged_args("attention_prefill", q, ld_q, out, ld_out, n_heads, cache, seqs,
                                 n_seqs, block_tables, max_new, max_ctx))
     return;
   detail::launch_prefill(q, ld_q, out, ld_out, n_heads, cache, seqs, n_seqs, block_tables, max_new,
-                         scale, /*skip_single=*/false, stream);
+                         scale, /*skip_single=*/false, stream, allow_tensor_cores);
 }
 
-template void attention_prefill<float>(const float*, int64_t, float*, int64_t, int64_t,
-                                       const DevicePagedKv<float>&, const DeviceAttnSeq*, int32_t,
-                                       const int32_t*, int32_t, int32_t, float, cudaStream_t);
-template void attention_prefill<bf16>(const bf16*, int64_t, bf16*, int64_t, int64_t,
-                                      const DevicePagedKv<bf16>&, const DeviceAttnSeq*, int32_t,
-                                      const int32_t*, int32_t, int32_t, float, cudaStream_t);
+template <class T>
+bool attention_prefill_uses_tensor_cores(const T* q, int64_t ld_q, const DevicePagedKv<T>& cache) {
+  if constexpr (std::is_same_v<T, bf16>) {
+    return detail::prefill_tc_applies(q, ld_q, cache);
+  } else {
+    return false;
+  }
+}
+
+#define SPINDLE_INSTANTIATE_ATTENTION_PREFILL(T)                                                   \
+  template void attention_prefill<T>(const T*, int64_t, T*, int64_t, int64_t,                      \
+                                     const DevicePagedKv<T>&, const DeviceAttnSeq*, int32_t,       \
+                                     const int32_t*, int32_t, int32_t, float, cudaStream_t, bool); \
+  template bool attention_prefill_uses_tensor_cores<T>(const T*, int64_t, const DevicePagedKv<T>&);
+SPINDLE_INSTANTIATE_ATTENTION_PREFILL(float)
+SPINDLE_INSTANTIATE_ATTENTION_PREFILL(bf16)
+#undef SPINDLE_INSTANTIATE_ATTENTION_PREFILL
 
 }  // namespace spindle::kernels::cuda

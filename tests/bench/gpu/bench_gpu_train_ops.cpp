@@ -283,17 +283,28 @@ void run_gpu_train_breakdown(engine_cuda::DeviceModel& model) {
     d_dense.upload(dense);
     const float scale = 1.0f / std::sqrt(float(c.head_dim));
     const cuda::DevicePagedKv<bf16> kv = cache.layer<bf16>(0);
-    report("attention_prefill (8 x 256)",
-           eager_us(
-               s,
-               [&] {
-                 cuda::attention_prefill<bf16>(x.data<bf16>(), c.q_dim(), y.data<bf16>(), c.q_dim(),
-                                               c.n_heads, kv, d_aseqs.data(), int32_t(n_seqs),
-                                               d_tables.data(), int32_t(seq_len), int32_t(seq_len),
-                                               scale, s);
-               },
-               reps),
-           nl);
+    // The prefill (the training forward's attention) on both paths, side by side.
+    double prefill_cores_us = 0.0, prefill_tc_us = 0.0;
+    for (const bool tensor_cores : {false, true}) {
+      const double us = eager_us(
+          s,
+          [&] {
+            cuda::attention_prefill<bf16>(x.data<bf16>(), c.q_dim(), y.data<bf16>(), c.q_dim(),
+                                          c.n_heads, kv, d_aseqs.data(), int32_t(n_seqs),
+                                          d_tables.data(), int32_t(seq_len), int32_t(seq_len),
+                                          scale, s, tensor_cores);
+          },
+          reps);
+      report(std::string("attention_prefill (8 x 256") +
+                 (tensor_cores ? ", tensor cores)" : ", CUDA cores)"),
+             us, nl);
+      (tensor_cores ? prefill_tc_us : prefill_cores_us) = us;
+    }
+    std::printf("gpu_train_ops/attention_prefill_cuda_cores_over_tensor_cores: %.2f  (%s)\n",
+                prefill_tc_us > 0 ? prefill_cores_us / prefill_tc_us : 0.0,
+                cuda::attention_prefill_uses_tensor_cores<bf16>(x.data<bf16>(), c.q_dim(), kv)
+                    ? "8 x 256 tokens, one layer"
+                    : "tensor cores do not apply here");
     engine_cuda::DeviceTensor k(rows, c.kv_dim(), engine_cuda::Precision::bf16),
         v(rows, c.kv_dim(), engine_cuda::Precision::bf16),
         dk(rows, c.kv_dim(), engine_cuda::Precision::bf16),

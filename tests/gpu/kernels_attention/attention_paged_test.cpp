@@ -1,13 +1,15 @@
 // GPU kv_cache_write, attention_paged, attention_prefill and attention_decode against the CPU
 // kernels (spindle::kernels) on the same inputs (rounded to bf16 first in the bf16 mode): ragged
 // batches mixing decode rows and prefill chunks with n_past > 0, shuffled block tables, GQA
-// ratios 1–16, head_dim 8–256, contexts that neither the block size nor the tiles divide.
+// ratios 1–16, head_dim 8–256, contexts that neither the block size nor the tiles divide. bf16
+// prefill runs on both paths: tensor cores (head_dim a multiple of 16 up to 128) and CUDA cores.
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <numeric>
 #include <random>
+#include <type_traits>
 #include <vector>
 
 #include "gpu_test_util.h"
@@ -27,12 +29,20 @@ struct PagedCase {
   uint32_t seed;
 };
 
-enum class Entry { paged, prefill, decode };
+enum class Entry { paged, prefill, prefill_cuda_cores, decode };
 
 const char* entry_name(Entry e) {
-  return e == Entry::paged     ? "attention_paged"
-         : e == Entry::prefill ? "attention_prefill"
-                               : "attention_decode";
+  switch (e) {
+    case Entry::paged:
+      return "attention_paged";
+    case Entry::prefill:
+      return "attention_prefill";
+    case Entry::prefill_cuda_cores:
+      return "attention_prefill (CUDA cores)";
+    case Entry::decode:
+      break;
+  }
+  return "attention_decode";
 }
 
 // Cache slots and out columns nobody should write (all_close accepts NaN only against NaN).
@@ -129,8 +139,8 @@ struct PagedBatch {
   // caches that start `shift` elements into their allocation (not 16-byte aligned).
   std::vector<float> gpu_out(Entry entry, float scale, cudaStream_t on = nullptr,
                              int64_t shift = 0) {
-    auto d_out = upload_vec(to_elements<T>(
-        std::vector<float>(size_t(std::max<int64_t>(rows, 1) * ld_out), kSentinel)));
+    auto d_out = upload_vec(
+        to_elements<T>(std::vector<float>(size_t(std::max<int64_t>(rows, 1) * ld_out), kSentinel)));
     const auto n_seqs = static_cast<int32_t>(dseqs.size());
     DevicePagedKv<T> cache = device_cache();
     DeviceBuffer<T> k_shifted, v_shifted;
@@ -148,8 +158,7 @@ struct PagedBatch {
     check(cudaDeviceSynchronize(), "sync after upload");
     Stream own;
     const cudaStream_t stream = on != nullptr ? on : own.get();
-    const size_t scratch_bytes =
-        attention_scratch_bytes(n_seqs, c.n_heads, c.n_kv, c.hd, max_ctx);
+    const size_t scratch_bytes = attention_scratch_bytes(n_seqs, c.n_heads, c.n_kv, c.hd, max_ctx);
     DeviceBuffer<unsigned char> scratch(scratch_bytes);
     switch (entry) {
       case Entry::paged:
@@ -158,14 +167,20 @@ struct PagedBatch {
                            scratch.size(), stream);
         break;
       case Entry::prefill:
+      case Entry::prefill_cuda_cores: {
+        // The path taken is the one the case asks for: bf16 with head_dim a multiple of 16 up
+        // to 128 and aligned caches runs on tensor cores.
+        const bool tc = std::is_same_v<T, bf16> && c.hd % 16 == 0 && c.hd <= 128 && shift == 0;
+        EXPECT_EQ(attention_prefill_uses_tensor_cores<T>(d_q.data(), ld_q, cache), tc);
         attention_prefill<T>(d_q.data(), ld_q, d_out.data(), ld_out, c.n_heads, cache,
                              d_seqs.data(), n_seqs, d_tables.data(), max_new, max_ctx, scale,
-                             stream);
+                             stream, entry == Entry::prefill);
         break;
+      }
       case Entry::decode:
         attention_decode<T>(d_q.data(), ld_q, d_out.data(), ld_out, c.n_heads, cache, d_seqs.data(),
-                            n_seqs, d_tables.data(), max_ctx, scale, scratch.data(),
-                            scratch.size(), stream);
+                            n_seqs, d_tables.data(), max_ctx, scale, scratch.data(), scratch.size(),
+                            stream);
         break;
     }
     check(cudaStreamSynchronize(stream), "sync after attention");
@@ -190,6 +205,10 @@ void check_case(const PagedCase& pc, std::vector<Entry> entries) {
   EXPECT_TRUE(all_close("kv_cache_write v", to_floats<T>(batch.d_v.download()), batch.v_cache,
                         batch.width, {0.0, 0.0}));
   const std::vector<float> want = batch.cpu_out(scale);
+  if (std::is_same_v<T, bf16> &&
+      std::find(entries.begin(), entries.end(), Entry::prefill) != entries.end()) {
+    entries.push_back(Entry::prefill_cuda_cores);
+  }
   for (Entry e : entries) {
     const std::string what = std::string(entry_name(e)) + "<" + type_name<T>() + "> hd " +
                              std::to_string(pc.hd) + " heads " + std::to_string(pc.n_heads) + "/" +
@@ -315,6 +334,30 @@ TYPED_TEST(GpuAttentionPaged, DecodeScratchReuseAndUnalignedCache) {
                         want_big, big.ld_out, tol));
   EXPECT_TRUE(all_close("paged big unaligned", big.gpu_out(Entry::paged, scale, stream.get(), 1),
                         want_big, big.ld_out, tol));
+}
+
+// Unaligned caches send bf16 prefill back to the CUDA cores (checked inside gpu_out), with the
+// same results.
+TYPED_TEST(GpuAttentionPaged, PrefillUnalignedCacheFallsBack) {
+  SPINDLE_REQUIRE_GPU();
+  PagedBatch<TypeParam> batch({8, 2, 64, 16, {{0, 70}, {40, 9}}, 30});
+  const float scale = 1.0f / std::sqrt(64.0f);
+  EXPECT_TRUE(all_close("prefill unaligned", batch.gpu_out(Entry::prefill, scale, nullptr, 1),
+                        batch.cpu_out(scale), batch.ld_out, forward_tolerance<TypeParam>()));
+}
+
+// No atomics on either path: two launches give bitwise-equal outputs (bf16: tensor cores).
+TYPED_TEST(GpuAttentionPaged, PrefillRepeatedLaunchesBitwiseEqual) {
+  SPINDLE_REQUIRE_GPU();
+  PagedBatch<TypeParam> batch({16, 8, 128, 16, {{0, 256}, {100, 37}}, 31});
+  const float scale = 1.0f / std::sqrt(128.0f);
+  const std::vector<float> a = batch.gpu_out(Entry::prefill, scale);
+  const std::vector<float> b = batch.gpu_out(Entry::prefill, scale);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isnan(a[i]) && std::isnan(b[i])) continue;  // untouched sentinel columns
+    ASSERT_EQ(a[i], b[i]) << "index " << i;
+  }
 }
 
 }  // namespace

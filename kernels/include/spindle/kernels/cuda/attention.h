@@ -53,11 +53,19 @@ void attention_paged(const T* q, int64_t ld_q, T* out, int64_t ld_out, int64_t n
                      const DevicePagedKv<T>& cache, const DeviceAttnSeq* seqs, int32_t n_seqs,
                      const int32_t* block_tables, int32_t max_new, int32_t max_ctx, float scale,
                      void* scratch, size_t scratch_bytes, cudaStream_t stream);
+// Prefill rows (here and inside attention_paged) run on tensor cores in bf16 where head_dim is
+// a multiple of 16 up to 128, q and the caches are 16-byte aligned and ld_q a multiple of 8
+// (WMMA tiles, FlashAttention-2's forward: P rounded to bf16 as the P·V operand, scores,
+// statistics and the accumulator fp32); allow_tensor_cores = false forces the CUDA cores.
 template <class T>
 void attention_prefill(const T* q, int64_t ld_q, T* out, int64_t ld_out, int64_t n_heads,
                        const DevicePagedKv<T>& cache, const DeviceAttnSeq* seqs, int32_t n_seqs,
-                       const int32_t* block_tables, int32_t max_new, int32_t max_ctx,
-                       float scale, cudaStream_t stream);
+                       const int32_t* block_tables, int32_t max_new, int32_t max_ctx, float scale,
+                       cudaStream_t stream, bool allow_tensor_cores = true);
+// Whether attention_prefill<T> (and attention_paged's prefill rows) with these operands run on
+// tensor cores.
+template <class T>
+bool attention_prefill_uses_tensor_cores(const T* q, int64_t ld_q, const DevicePagedKv<T>& cache);
 template <class T>
 void attention_decode(const T* q, int64_t ld_q, T* out, int64_t ld_out, int64_t n_heads,
                       const DevicePagedKv<T>& cache, const DeviceAttnSeq* seqs, int32_t n_seqs,
@@ -84,7 +92,6 @@ void attention_backward(const T* q, const T* k, const T* v, const T* d_out, T* d
 // Whether attention_backward<T> with these operands runs on tensor cores.
 template <class T>
 bool attention_backward_uses_tensor_cores(const T* q, const T* k, const T* v, const T* d_out,
-                                          const T* dq, const T* dk, const T* dv,
-                                          int64_t head_dim);
+                                          const T* dq, const T* dk, const T* dv, int64_t head_dim);
 
 }  // namespace spindle::kernels::cuda
