@@ -16,7 +16,7 @@
 //    rows, every sum runs in a fixed order: no atomics, and the result does not depend on
 //    scheduling.
 //
-// Scratch: n_seqs·max_n·n_heads·2 floats (stream-ordered allocation). A sequence longer than
+// Scratch: n_seqs·max_n·n_heads·2 floats, the caller's (attention_backward_scratch_bytes). A sequence longer than
 // max_n (a caller bug) is truncated to max_n rows.
 
 #include <algorithm>

@@ -193,14 +193,17 @@ __global__ void __launch_bounds__(kReduceThreads)
   if (!owns_slot(segs, g, seg.slot)) return;
   const int64_t max_rank = slots.max_rank;
   const int64_t n_el = rank_minor ? slots.d_out * max_rank : max_rank * slots.d_in;
-  const int64_t e = int64_t{blockIdx.y} * kReduceThreads + threadIdx.x;
-  if (e >= n_el) return;
-  const int64_t i = rank_minor ? e % max_rank : e / slots.d_in;
-  if (i >= rank) return;
-  float sum = 0.0f;
-  for (int64_t c = 0; c < n_chunks; ++c) sum += partial[(c * segs.count + g) * n_el + e];
   const float scale = rank_minor ? slots.scale[seg.slot] : 1.0f;
-  grad[int64_t{seg.slot} * n_el + e] += scale * sum;
+  // Grid-stride over the elements: a vocabulary-wide dB (151 936 x 128) has more element tiles
+  // than a grid has rows. Each element's chunk order is unchanged.
+  for (int64_t e = int64_t{blockIdx.y} * kReduceThreads + threadIdx.x; e < n_el;
+       e += int64_t{gridDim.y} * kReduceThreads) {
+    const int64_t i = rank_minor ? e % max_rank : e / slots.d_in;
+    if (i >= rank) continue;
+    float sum = 0.0f;
+    for (int64_t c = 0; c < n_chunks; ++c) sum += partial[(c * segs.count + g) * n_el + e];
+    grad[int64_t{seg.slot} * n_el + e] += scale * sum;
+  }
 }
 
 template <class T>
@@ -274,7 +277,8 @@ void launch_grad(const DeviceSegments& segs, const DeviceLoraSlots& slots, int64
   float* partial = static_cast<float*>(scratch);
   grad_kernel(static_cast<unsigned>(n_chunks), chunk_rows, partial);
   check_launch(name);
-  const dim3 grid(static_cast<unsigned>(segs.count), tiles(n_el, kReduceThreads));
+  const dim3 grid(static_cast<unsigned>(segs.count),
+                  std::min(tiles(n_el, kReduceThreads), unsigned{65535}));
   lora_grad_reduce_kernel<<<grid, kReduceThreads, 0, stream>>>(partial, n_chunks, slots, segs,
                                                                rank_minor, grad);
   check_launch("lora_grad_reduce_kernel");
@@ -322,8 +326,8 @@ __global__ void __launch_bounds__(kWidenThreads)
 }
 
 unsigned elementwise_grid(int64_t n) {
-  return static_cast<unsigned>(std::clamp<int64_t>((n + kWidenThreads - 1) / kWidenThreads, 1,
-                                                   int64_t{4096}));
+  return static_cast<unsigned>(
+      std::clamp<int64_t>((n + kWidenThreads - 1) / kWidenThreads, 1, int64_t{4096}));
 }
 
 // The call's tall segments when the GEMM path runs it (see lora.h), else nullopt. Validates the
@@ -335,11 +339,10 @@ std::optional<LoraPlan> gemm_plan(const DeviceLoraSlots& slots, const DeviceSegm
     return std::nullopt;
   }
   // plan_lora reads only the rank table through a pointer; A and B are checked non-null.
-  const LoraSlots host{slots.A,        slots.B,         slots.host_rank, slots.host_scale,
+  const LoraSlots host{slots.A,         slots.B,        slots.host_rank, slots.host_scale,
                        slots.max_slots, slots.max_rank, slots.d_in,      slots.d_out};
-  LoraPlan plan =
-      plan_lora(host, std::span<const LoraSegment>(segs.host, size_t(segs.count)), LoraPass::expand,
-                kernel);
+  LoraPlan plan = plan_lora(host, std::span<const LoraSegment>(segs.host, size_t(segs.count)),
+                            LoraPass::expand, kernel);
   if (!plan.rows.empty() || plan.segments.empty()) return std::nullopt;
   const LoraSegmentJob& last = plan.segments.back();
   SPINDLE_KERNEL_REQUIRE(last.row_begin + last.n_rows <= segs.rows, kernel,
@@ -386,8 +389,8 @@ const float* fp32_rows(const T* src, int64_t ld, int64_t col, int64_t b, int64_t
     *ld_out = ld;
     return src + b * ld + col;
   } else {
-    widen_rows_kernel<<<elementwise_grid(n * cols), kWidenThreads, 0, stream>>>(
-        src + b * ld + col, ld, n, cols, wide);
+    widen_rows_kernel<<<elementwise_grid(n * cols), kWidenThreads, 0, stream>>>(src + b * ld + col,
+                                                                                ld, n, cols, wide);
     check_launch("widen_rows_kernel");
     *ld_out = cols;
     return wide;
@@ -408,8 +411,8 @@ void expand_backward_gemm(const LoraPlan& plan, const float* h, const T* dy, int
       const float* dy_f = fp32_rows(dy, ld_dy, col_offset, b, n, d_out, wide, &ld, stream);
       gemm<float>(blas, Trans::no, Trans::no, n, seg.rank, d_out, c, dy_f, ld, B_s, R, 0.0f,
                   dh + b * R, R, stream);
-      gemm<float>(blas, Trans::yes, Trans::no, d_out, seg.rank, n, c, dy_f, ld, h + b * R, R,
-                  1.0f, dB_s, R, stream);
+      gemm<float>(blas, Trans::yes, Trans::no, d_out, seg.rank, n, c, dy_f, ld, h + b * R, R, 1.0f,
+                  dB_s, R, stream);
     });
   }
 }
@@ -462,11 +465,10 @@ bool lora_backward_uses_gemm(const DeviceLoraSlots& slots, const DeviceSegments&
 template <class T>
 size_t lora_backward_scratch_bytes(const DeviceLoraSlots& slots, const DeviceSegments& segments,
                                    bool with_blas) {
-  const int64_t floats =
-      with_blas && lora_backward_uses_gemm(slots, segments)
-          ? gemm_scratch_floats<T>(slots, segments)
-          : std::max(partial_floats(segments, slots.d_out * slots.max_rank),
-                     partial_floats(segments, slots.max_rank * slots.d_in));
+  const int64_t floats = with_blas && lora_backward_uses_gemm(slots, segments)
+                             ? gemm_scratch_floats<T>(slots, segments)
+                             : std::max(partial_floats(segments, slots.d_out * slots.max_rank),
+                                        partial_floats(segments, slots.max_rank * slots.d_in));
   return static_cast<size_t>(floats) * sizeof(float);
 }
 
@@ -527,8 +529,8 @@ void lora_shrink_backward(const T* x, int64_t ld_x, const float* dh, const Devic
   launch_grad(segments, slots, slots.max_rank * slots.d_in, /*rank_minor=*/false, dA, scratch,
               scratch_bytes, stream, kName, "lora_grad_kernel (dA)",
               [&](unsigned n_chunks, int64_t chunk_rows, float* partial) {
-                const dim3 grid(static_cast<unsigned>(segments.count),
-                                tiles(slots.d_in, kGradTile), n_chunks);
+                const dim3 grid(static_cast<unsigned>(segments.count), tiles(slots.d_in, kGradTile),
+                                n_chunks);
                 lora_grad_kernel<T, false><<<grid, kGradThreads, 0, stream>>>(
                     dh, x, ld_x, /*col_offset=*/0, slots, segments, dA, chunk_rows, partial);
               });
