@@ -67,7 +67,10 @@ __global__ void adamw_norm_kernel(const AdamWTensor* tensors, int64_t n_tensors,
   sum = detail::block_sum(sum);
   if (threadIdx.x == 0) {
     const double norm = sqrt(sum);
-    s->scale = (clip > 0.0f && norm > double(clip)) ? double(clip) / norm : 1.0;
+    // A non-finite norm (a NaN or ±Inf gradient) leaves NaN: the update then changes nothing.
+    s->scale = !isfinite(norm)                        ? __longlong_as_double(0x7ff8000000000000LL)
+               : (clip > 0.0f && norm > double(clip)) ? double(clip) / norm
+                                                      : 1.0;
     if (grad_norm_out != nullptr) *grad_norm_out = static_cast<float>(norm);
     s->counter = 0;
   }
@@ -96,6 +99,7 @@ __device__ void update_tensor(const AdamWTensor& t, double scale, const Coeffs& 
 __global__ void adamw_update_kernel(const AdamWTensor* tensors, int64_t n_tensors,
                                     const double* scale_ptr, Coeffs c) {
   const double scale = scale_ptr != nullptr ? *scale_ptr : 1.0;
+  if (!isfinite(scale)) return;  // a non-finite gradient norm: nothing is updated
   for (int64_t ti = blockIdx.y; ti < n_tensors; ti += gridDim.y) {
     update_tensor(tensors[ti], scale, c);
   }
@@ -108,8 +112,9 @@ size_t adamw_scratch_bytes(int64_t n_tensors) {
   return offsetof(NormScratch, partial) + sizeof(double) * static_cast<size_t>(n) * kNormBlocks;
 }
 
-// Gradients are not checked for finiteness here (the CPU AdamW refuses a non-finite step; on
-// the GPU the caller inspects grad_norm_out, which is then non-finite).
+// With the norm launch (scratch given, as the trainer always does), a non-finite ‖grad‖ (some
+// gradient NaN or ±Inf) updates nothing and grad_norm_out receives it: the caller refuses the
+// step, as the CPU AdamW does. Without scratch (no clipping, no grad_norm_out) nothing is checked.
 void adamw_step(const AdamWTensor* tensors, int64_t n_tensors, int64_t max_count,
                 const AdamWHyper& hyper, float* grad_norm_out, void* scratch, cudaStream_t stream) {
   constexpr const char* kKernel = "cuda::adamw_step";
@@ -129,7 +134,8 @@ void adamw_step(const AdamWTensor* tensors, int64_t n_tensors, int64_t max_count
     return;
   }
   SPINDLE_KERNEL_REQUIRE(tensors != nullptr, kKernel, "tensors must be non-null");
-  const bool need_norm = hyper.grad_clip_norm > 0.0f || grad_norm_out != nullptr;
+  const bool need_norm =
+      hyper.grad_clip_norm > 0.0f || grad_norm_out != nullptr || scratch != nullptr;
   SPINDLE_KERNEL_REQUIRE(!need_norm || scratch != nullptr, kKernel,
                          "scratch (adamw_scratch_bytes) is required for clipping or grad_norm_out");
   auto* s = static_cast<NormScratch*>(scratch);

@@ -1,6 +1,7 @@
 #include "spindle/engine_cuda/trainer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <numeric>
 #include <string>
@@ -91,8 +92,8 @@ struct DeviceTrainer::State {
   // `moments`, 4 per module (m_A, v_A, m_B, v_B), each [n_experts, max_rank, d_in] (or
   // [n_experts, d_out, max_rank]), one AdamW tensor per expert block.
   std::vector<std::pair<int64_t, LoraTarget>> expert_modules;
-  std::vector<cuda::DeviceBuffer<float>> moments;       // m, v per tensor
-  std::vector<cuda::AdamWTensor> tensors;               // A, B per module (slot regions)
+  std::vector<cuda::DeviceBuffer<float>> moments;  // m, v per tensor
+  std::vector<cuda::AdamWTensor> tensors;          // A, B per module (slot regions)
   cuda::DeviceBuffer<cuda::AdamWTensor> d_tensors;
   cuda::DeviceBuffer<unsigned char> adam_scratch;
   cuda::DeviceBuffer<float> grad_norm;
@@ -128,7 +129,11 @@ void DeviceTrainer::attach(int32_t slot, const engine::LoraWeights& weights,
                            const engine::AdamW& optimizer) {
   const cudaStream_t s = model_.stream();
   const engine::ModelConfig& c = model_.weights().config();
-  SPINDLE_CHECK(!c.moe.router_aux_loss || c.moe.aux_loss_coef == 0.0f, unsupported,
+  // As engine::moe_aux_loss: only a softmax router has the auxiliary loss (DeepSeek's sigmoid
+  // router balances with its bias instead and trains here).
+  SPINDLE_CHECK(!c.moe.router_aux_loss || c.moe.aux_loss_coef == 0.0f ||
+                    c.moe.scoring != engine::RouterScoring::softmax,
+                unsupported,
                 "{}: the router's auxiliary loss (output_router_logits, router_aux_loss_coef {}) "
                 "is not trained on the CUDA engine yet; train with --device cpu",
                 c.name, c.moe.aux_loss_coef);
@@ -199,8 +204,8 @@ void DeviceTrainer::attach(int32_t slot, const engine::LoraWeights& weights,
       }
       if (!optimizer.moments().empty()) {
         upload_moments(optimizer.moments().at(engine::lora_expert_param_name(int64_t(l), t, 0)),
-                       optimizer.moments().at(engine::lora_expert_param_name(int64_t(l), t, 1)),
-                       E, R, d_in, d_out, &st->moments[st->moments.size() - 4], s);
+                       optimizer.moments().at(engine::lora_expert_param_name(int64_t(l), t, 1)), E,
+                       R, d_in, d_out, &st->moments[st->moments.size() - 4], s);
       }
     }
   }
@@ -372,13 +377,18 @@ engine::OptimStepResult DeviceTrainer::optim_step(int32_t slot, const engine::Ad
                                .weight_decay = params.weight_decay,
                                .grad_clip_norm = params.grad_clip_norm,
                                .step = st.step + 1};
+  // A non-finite gradient norm makes the kernel update nothing (cuda/adamw.h); then, as the CPU
+  // AdamW, the step is refused and the gradients stay.
   cuda::adamw_step(st.d_tensors.data(), int64_t(st.tensors.size()), st.max_count, hyper,
                    st.grad_norm.data(), st.adam_scratch.data(), s);
-  grads_.zero_slot(slot, s);
   float norm = 0.0f;
   cuda::check(cudaMemcpyAsync(&norm, st.grad_norm.data(), sizeof(float), cudaMemcpyDeviceToHost, s),
               "cudaMemcpyAsync D2H (grad norm)");
   model_.synchronize();
+  SPINDLE_CHECK(std::isfinite(norm), invalid_argument,
+                "optim_step: slot {} has a non-finite gradient (norm {}); nothing was updated",
+                slot, norm);
+  grads_.zero_slot(slot, s);
   st.step += 1;
   engine::OptimStepResult r;
   r.grad_norm = double(norm);
@@ -441,9 +451,8 @@ engine::LoraWeights DeviceTrainer::download(int32_t slot, bool gradients) const 
     const auto B = [&, l = l, t = t](int64_t e) -> const float* {
       return gradients ? grads_.expert_dB(l, t, e) : pool_.expert_view(l, t, e)->B;
     };
-    w.experts[size_t(l)][size_t(engine::expert_proj(t))] =
-        download_expert_pair(A, B, c.moe.n_experts, slot, pool_.max_rank(), st.rank, d_in, d_out,
-                             model_.stream());
+    w.experts[size_t(l)][size_t(engine::expert_proj(t))] = download_expert_pair(
+        A, B, c.moe.n_experts, slot, pool_.max_rank(), st.rank, d_in, d_out, model_.stream());
   }
   return w;
 }
@@ -457,12 +466,12 @@ engine::AdamW DeviceTrainer::optimizer(int32_t slot) const {
     const auto [l, t] = st.modules[k];
     const auto view = pool_.view(l, t);
     // moments[4k .. 4k+3] = m_A, v_A, m_B, v_B, each one slot's padded block (slot 0 layout).
-    engine::LoraPair m = download_slot_pair(st.moments[4 * k].data(), st.moments[4 * k + 2].data(),
-                                            0, R, st.rank, view->d_in, view->d_out,
-                                            model_.stream());
-    engine::LoraPair v = download_slot_pair(st.moments[4 * k + 1].data(),
-                                            st.moments[4 * k + 3].data(), 0, R, st.rank,
-                                            view->d_in, view->d_out, model_.stream());
+    engine::LoraPair m =
+        download_slot_pair(st.moments[4 * k].data(), st.moments[4 * k + 2].data(), 0, R, st.rank,
+                           view->d_in, view->d_out, model_.stream());
+    engine::LoraPair v =
+        download_slot_pair(st.moments[4 * k + 1].data(), st.moments[4 * k + 3].data(), 0, R,
+                           st.rank, view->d_in, view->d_out, model_.stream());
     moments.emplace(engine::lora_param_name(l, t, 0), std::pair{std::move(m.A), std::move(v.A)});
     moments.emplace(engine::lora_param_name(l, t, 1), std::pair{std::move(m.B), std::move(v.B)});
   }
@@ -477,9 +486,8 @@ engine::AdamW DeviceTrainer::optimizer(int32_t slot) const {
     const auto block = [&](size_t i, int64_t per) {
       return [&st, i, per](int64_t e) -> const float* { return st.moments[i].data() + e * per; };
     };
-    engine::ExpertLoraPair m =
-        download_expert_pair(block(at, R * d_in), block(at + 2, d_out * R), E, 0, R, st.rank,
-                             d_in, d_out, model_.stream());
+    engine::ExpertLoraPair m = download_expert_pair(block(at, R * d_in), block(at + 2, d_out * R),
+                                                    E, 0, R, st.rank, d_in, d_out, model_.stream());
     engine::ExpertLoraPair v =
         download_expert_pair(block(at + 1, R * d_in), block(at + 3, d_out * R), E, 0, R, st.rank,
                              d_in, d_out, model_.stream());

@@ -3,6 +3,8 @@
 // the reported grad norm; more tensors than a grid has rows (a routed-expert adapter); the
 // empty set; and the contract checks.
 
+#include <cmath>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -162,6 +164,41 @@ TEST(PointwiseAdamW, MoreTensorsThanGridRowsAllUpdate) {
   std::vector<float> want;
   for (const Tensor& t : params) want.insert(want.end(), t.span().begin(), t.span().end());
   EXPECT_TRUE(all_close(d_param.download(), want, 1e-7, 1e-6, "params"));
+}
+
+// A NaN or an Inf gradient anywhere: nothing is updated (the CPU AdamW refuses such a step), and
+// the norm says why.
+TEST(PointwiseAdamW, NonFiniteGradientUpdatesNothing) {
+  SPINDLE_REQUIRE_CUDA_DEVICE();
+  for (const float bad :
+       {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    for (const float clip : {0.0f, 1.0f}) {
+      SCOPED_TRACE(testing::Message() << "bad " << bad << " clip " << clip);
+      Stream stream;
+      const auto p0 = random_floats(300, 5u);
+      auto g = random_floats(300, 6u, -0.2f, 0.2f);
+      g[257] = bad;  // in the second tensor
+      DeviceBuffer<float> d_param(300), d_grad(300), d_m(300), d_v(300);
+      d_param.upload(p0);
+      d_grad.upload(g);
+      d_m.zero(stream.get());
+      d_v.zero(stream.get());
+      const std::vector<AdamWTensor> table = {
+          {d_param.data(), d_grad.data(), d_m.data(), d_v.data(), 200},
+          {d_param.data() + 200, d_grad.data() + 200, d_m.data() + 200, d_v.data() + 200, 100}};
+      auto d_table = upload_vec(table);
+      DeviceBuffer<uint8_t> scratch(adamw_scratch_bytes(2));
+      DeviceBuffer<float> d_norm(1);
+      adamw_step(d_table.data(), 2, 200,
+                 AdamWHyper{.learning_rate = 1e-2f, .weight_decay = 0.1f, .grad_clip_norm = clip},
+                 d_norm.data(), scratch.data(), stream.get());
+      stream.synchronize();
+      EXPECT_FALSE(std::isfinite(d_norm.download()[0]));
+      EXPECT_EQ(d_param.download(), p0);
+      EXPECT_EQ(d_m.download(), std::vector<float>(300, 0.0f));
+      EXPECT_EQ(d_v.download(), std::vector<float>(300, 0.0f));
+    }
+  }
 }
 
 TEST(PointwiseAdamW, EmptySetReportsZeroNorm) {

@@ -32,7 +32,10 @@ struct AdamWTensor {
 //   m ← β1·m + (1−β1)·g;  v ← β2·v + (1−β2)·g²
 //   p ← p − lr·wd·p − lr·(m/(1−β1ᵗ)) / (√(v/(1−β2ᵗ)) + ε)
 // grad_norm_out (device, 1 float, may be null) receives ‖grad‖₂ before clipping.
-// `scratch` holds adamw_scratch_bytes(n_tensors) bytes of device memory.
+// `scratch` holds adamw_scratch_bytes(n_tensors) bytes of device memory (required for clipping
+// or grad_norm_out). Whenever scratch is given the norm is computed, and a non-finite norm (a
+// NaN or ±Inf gradient element) updates nothing: params and moments keep their values, and the
+// caller (which reads grad_norm_out) refuses the step as the CPU AdamW does.
 size_t adamw_scratch_bytes(int64_t n_tensors);
 void adamw_step(const AdamWTensor* tensors, int64_t n_tensors, int64_t max_count,
                 const AdamWHyper& hyper, float* grad_norm_out, void* scratch,
