@@ -26,9 +26,15 @@ struct BlasAccess {
 
 namespace {
 
-void check_blas(cublasStatus_t status, const char* what) {
+// As check(): the caller's file:line; cuBLAS's allocation failure is an out-of-memory error
+// (CudaError::out_of_memory, so it reaches a client as resource_exhausted).
+void check_blas(cublasStatus_t status, const char* what, const char* file = __builtin_FILE(),
+                int line = __builtin_LINE()) {
   if (status != CUBLAS_STATUS_SUCCESS) {
-    throw CudaError(std::string(what) + ": " + cublasGetStatusString(status));
+    throw CudaError(
+        std::string(what) + " at " + file + ":" + std::to_string(line) + ": " +
+            cublasGetStatusString(status),
+        status == CUBLAS_STATUS_ALLOC_FAILED ? cudaErrorMemoryAllocation : cudaErrorUnknown);
   }
 }
 

@@ -12,8 +12,8 @@ namespace spindle::engine_cuda {
 namespace {
 
 namespace cuda = kernels::cuda;
-using engine::BatchSequence;
 using engine::append_segment;
+using engine::BatchSequence;
 using engine::LogitsFor;
 
 template <class V>
@@ -47,9 +47,13 @@ DeviceModel::DeviceModel(const DeviceWeights& weights)
 
 DeviceModel::~DeviceModel() = default;
 
-size_t DeviceModel::cached_graphs() const { return graphs_->size(); }
+size_t DeviceModel::cached_graphs() const {
+  return graphs_->size();
+}
 
-void DeviceModel::clear_graphs() { graphs_->clear(); }
+void DeviceModel::clear_graphs() {
+  graphs_->clear();
+}
 
 void DeviceModel::validate(std::span<const BatchSequence> batch, const DeviceKvCache& cache,
                            const DeviceLoraPool* lora) const {
@@ -139,9 +143,8 @@ size_t DeviceModel::lay_out(std::span<const BatchSequence> batch, DeviceKvCache&
   return graph ? total : st.tables.used();
 }
 
-void DeviceModel::enqueue(DeviceKvCache& cache, const DeviceLoraPool* lora,
-                          DeviceForwardState& st, const DeviceForwardOptions& options,
-                          size_t table_bytes) {
+void DeviceModel::enqueue(DeviceKvCache& cache, const DeviceLoraPool* lora, DeviceForwardState& st,
+                          const DeviceForwardOptions& options, size_t table_bytes) {
   st.tables.copy(table_bytes, stream());
   internal::ForwardContext ctx{weights_, blas_, stream(), lora, st};
   if (precision() == Precision::fp32) {
@@ -157,17 +160,18 @@ void DeviceModel::run_graph(DeviceKvCache& cache, const DeviceLoraPool* lora,
   const cudaStream_t s = stream();
   const engine::ModelConfig& c = config();
   const bool adapted = lora != nullptr && !st.slots_used.empty();
-  internal::GraphKey key{.state = &st,
-                         .cache = &cache,
-                         .lora = adapted ? lora : nullptr,
-                         .lora_fingerprint = adapted ? internal::lora_fingerprint(*lora, c.n_layers)
-                                                     : 0,
-                         .generation = device_generation(),
-                         .n_seqs = int32_t(st.attn_seqs.size()),
-                         .n_segments = int32_t(st.segments.size()),
-                         .n_out_segments = int32_t(st.out_segments.size()),
-                         .ctx_bucket = st.attn_max_ctx,
-                         .table_bytes = table_bytes};
+  internal::GraphKey key{
+      .state = &st,
+      .cache = &cache,
+      .cache_id = cache.id(),
+      .lora = adapted ? lora : nullptr,
+      .lora_fingerprint = adapted ? internal::lora_fingerprint(*lora, c.n_layers) : 0,
+      .generation = device_generation(),
+      .n_seqs = int32_t(st.attn_seqs.size()),
+      .n_segments = int32_t(st.segments.size()),
+      .n_out_segments = int32_t(st.out_segments.size()),
+      .ctx_bucket = st.attn_max_ctx,
+      .table_bytes = table_bytes};
   if (cudaGraphExec_t exec = graphs_->find(key)) {
     // The graph writes these; give them this batch's shapes (no reallocation: the capture
     // sized them and the generation has not moved since).
@@ -184,11 +188,18 @@ void DeviceModel::run_graph(DeviceKvCache& cache, const DeviceLoraPool* lora,
     }
   }
   // A new shape: run it eagerly (this step's result; sizes every buffer), then capture the
-  // same work for the next steps of this shape.
+  // same work for the next steps of this shape. A capture that fails leaves this step's eager
+  // result standing and the key eager from then on (graph.h).
   enqueue(cache, lora, st, options, table_bytes);
   st.tables.record(s);
   key.generation = device_generation();
-  graphs_->capture(key, s, [&] { enqueue(cache, lora, st, options, table_bytes); });
+  if (graphs_->refused(key)) return;
+  try {
+    graphs_->capture(key, s, [&] { enqueue(cache, lora, st, options, table_bytes); });
+  } catch (const std::exception&) {
+    graphs_->refuse(key);
+    return;
+  }
   SPINDLE_CHECK(device_generation() == key.generation, internal,
                 "forward: a buffer was reallocated while capturing a decode graph");
 }
@@ -236,8 +247,8 @@ void DeviceModel::unembed(DeviceForwardState& st, const DeviceLoraPool* lora, in
   upload_table(segs, chunk_segments_, stream());
   internal::ForwardContext ctx{weights_, blas_, stream(), lora, st};
   if (precision() == Precision::fp32) {
-    internal::run_unembed<float>(ctx, r0, r1, chunk_segments_.data(), int32_t(segs.size()),
-                                 adapted, logits);
+    internal::run_unembed<float>(ctx, r0, r1, chunk_segments_.data(), int32_t(segs.size()), adapted,
+                                 logits);
   } else {
     internal::run_unembed<cuda::bf16>(ctx, r0, r1, chunk_segments_.data(), int32_t(segs.size()),
                                       adapted, logits);

@@ -12,11 +12,22 @@ namespace spindle::engine_cuda {
 namespace cuda = kernels::cuda;
 
 namespace {
-std::atomic<uint64_t> g_generation{0};
+// Per thread: a graph is captured and replayed by the one thread that drives its model, and the
+// buffers it bakes in (its state's tensors and staging) are reallocated by that thread only; a
+// process-wide count made every engine thread's reallocation miss every other base's graphs.
+thread_local uint64_t t_generation = 0;
+std::atomic<uint64_t> g_object_id{0};
 }  // namespace
 
-uint64_t device_generation() { return g_generation.load(std::memory_order_acquire); }
-void bump_device_generation() { g_generation.fetch_add(1, std::memory_order_acq_rel); }
+uint64_t device_generation() {
+  return t_generation;
+}
+void bump_device_generation() {
+  ++t_generation;
+}
+uint64_t next_device_object_id() {
+  return g_object_id.fetch_add(1, std::memory_order_relaxed) + 1;
+}
 
 PinnedBuffer::PinnedBuffer(size_t bytes) : bytes_(bytes) {
   if (bytes_ > 0) {
@@ -50,9 +61,12 @@ TableStaging::~TableStaging() {
 }
 
 TableStaging::TableStaging(TableStaging&& o) noexcept
-    : host_(std::move(o.host_)), device_(std::move(o.device_)),
-      copied_(std::exchange(o.copied_, nullptr)), recorded_(std::exchange(o.recorded_, false)),
-      cursor_(std::exchange(o.cursor_, 0)), limit_(std::exchange(o.limit_, 0)) {}
+    : host_(std::move(o.host_)),
+      device_(std::move(o.device_)),
+      copied_(std::exchange(o.copied_, nullptr)),
+      recorded_(std::exchange(o.recorded_, false)),
+      cursor_(std::exchange(o.cursor_, 0)),
+      limit_(std::exchange(o.limit_, 0)) {}
 
 TableStaging& TableStaging::operator=(TableStaging&& o) noexcept {
   if (this != &o) {
@@ -68,9 +82,13 @@ void TableStaging::begin(size_t bytes) {
   }
   if (bytes > host_.bytes()) {
     // Generous growth: reallocation also invalidates every captured graph.
+    // Both allocated before either replaces its predecessor: an out-of-memory error leaves the
+    // old pair (and the graphs that read it) intact.
     const size_t cap = std::max<size_t>(aligned(bytes) * 2, size_t{16} << 10);
-    host_ = PinnedBuffer(cap);
-    device_ = cuda::DeviceBuffer<unsigned char>(cap);
+    PinnedBuffer host(cap);
+    cuda::DeviceBuffer<unsigned char> device(cap);
+    host_ = std::move(host);
+    device_ = std::move(device);
     bump_device_generation();
   }
   cursor_ = 0;
@@ -89,7 +107,9 @@ size_t TableStaging::put(const void* src, size_t bytes) {
 }
 
 void TableStaging::copy(size_t bytes, cudaStream_t stream) {
-  if (bytes > host_.bytes()) throw std::logic_error("TableStaging::copy: beyond the staging");
+  if (bytes > host_.bytes() || bytes > device_.size()) {
+    throw std::logic_error("TableStaging::copy: beyond the staging");
+  }
   if (bytes == 0) return;
   cuda::check(cudaMemcpyAsync(device_.data(), host_.data(), bytes, cudaMemcpyHostToDevice, stream),
               "cudaMemcpyAsync H2D (forward tables)");
@@ -107,7 +127,9 @@ const char* precision_name(Precision precision) {
   return precision == Precision::fp32 ? "fp32" : "bf16";
 }
 
-size_t precision_bytes(Precision precision) { return precision == Precision::fp32 ? 4 : 2; }
+size_t precision_bytes(Precision precision) {
+  return precision == Precision::fp32 ? 4 : 2;
+}
 
 void DeviceTensor::ensure(int64_t rows, int64_t cols, Precision dtype) {
   if (rows < 0 || cols < 0) {
@@ -151,8 +173,8 @@ const T* DeviceTensor::data() const {
 
 void DeviceTensor::upload(const float* host, int64_t count, cudaStream_t stream) {
   if (count != numel()) {
-    throw std::invalid_argument("DeviceTensor::upload: " + std::to_string(count) +
-                                " values for " + std::to_string(numel()) + " elements");
+    throw std::invalid_argument("DeviceTensor::upload: " + std::to_string(count) + " values for " +
+                                std::to_string(numel()) + " elements");
   }
   if (count == 0) return;
   cuda::check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
@@ -190,9 +212,9 @@ std::vector<float> DeviceTensor::download(cudaStream_t stream) const {
 void DeviceTensor::copy_from(const DeviceTensor& src, cudaStream_t stream) {
   ensure(src.rows(), src.cols(), src.dtype());
   if (src.bytes() > 0) {
-    cuda::check(cudaMemcpyAsync(storage_.data(), src.raw(), src.bytes(),
-                                cudaMemcpyDeviceToDevice, stream),
-                "cudaMemcpyAsync D2D");
+    cuda::check(
+        cudaMemcpyAsync(storage_.data(), src.raw(), src.bytes(), cudaMemcpyDeviceToDevice, stream),
+        "cudaMemcpyAsync D2D");
   }
 }
 

@@ -1,5 +1,7 @@
 #include "graph.h"
 
+#include <algorithm>
+
 #include <exception>
 
 #include "spindle/kernels/cuda/runtime.h"
@@ -44,7 +46,9 @@ uint64_t lora_fingerprint(const DeviceLoraPool& pool, int64_t n_layers) {
   return h;
 }
 
-GraphCache::~GraphCache() { clear(); }
+GraphCache::~GraphCache() {
+  clear();
+}
 
 void GraphCache::clear() {
   for (auto& e : entries_) cudaGraphExecDestroy(e.second);
@@ -81,6 +85,15 @@ cudaGraphExec_t GraphCache::capture(const GraphKey& key, cudaStream_t stream,
   cuda::check(st, "cudaGraphInstantiate (decode graph)");
   entries_.emplace_back(key, exec);
   return exec;
+}
+
+void GraphCache::refuse(const GraphKey& key) {
+  if (refused_.size() >= kMaxGraphs) refused_.clear();
+  if (!refused(key)) refused_.push_back(key);
+}
+
+bool GraphCache::refused(const GraphKey& key) const {
+  return std::find(refused_.begin(), refused_.end(), key) != refused_.end();
 }
 
 void GraphCache::launch(cudaGraphExec_t exec, cudaStream_t stream) {

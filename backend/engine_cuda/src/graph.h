@@ -6,9 +6,11 @@
 // shapes them (GraphKey): the state, cache and pool it reads, the batch's row and segment
 // counts, the attention context bucket (grids sized for the bucket; the decode kernel exits
 // blocks beyond each sequence's real context, which it reads from device memory), the size of
-// the table copy, and device_generation() at capture time (any DeviceTensor or staging
-// reallocation since then makes the key miss). What changes step to step lives in device memory
-// the graph reads: tokens, positions, KV slots, block tables, segments, adapter weights.
+// the table copy, the cache's id, and device_generation() at capture time (any DeviceTensor or
+// staging reallocation by this thread since then makes the key miss). What changes step to step
+// lives in device memory the graph reads: tokens, positions, KV slots, block tables, segments,
+// adapter weights. A key whose capture failed is remembered and runs eagerly from then on (a
+// graph is an optimisation: the step that tried it already ran eagerly and stands).
 //
 // Threading: one thread drives a GraphCache (the DeviceModel's engine loop).
 
@@ -32,6 +34,7 @@ uint64_t lora_fingerprint(const DeviceLoraPool& pool, int64_t n_layers);
 struct GraphKey {
   const void* state = nullptr;
   const void* cache = nullptr;
+  uint64_t cache_id = 0;
   const void* lora = nullptr;  // null when no row of the batch is adapted
   uint64_t lora_fingerprint = 0;
   uint64_t generation = 0;
@@ -63,8 +66,14 @@ class GraphCache {
   void clear();
   size_t size() const { return entries_.size(); }
 
+  // Keys whose capture failed (bounded like the graphs: emptied beyond kMaxGraphs).
+  void refuse(const GraphKey& key);
+  bool refused(const GraphKey& key) const;
+  size_t refused_count() const { return refused_.size(); }
+
  private:
   std::vector<std::pair<GraphKey, cudaGraphExec_t>> entries_;
+  std::vector<GraphKey> refused_;
 };
 
 }  // namespace spindle::engine_cuda::internal

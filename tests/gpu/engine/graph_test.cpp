@@ -1,13 +1,16 @@
-// CUDA-graph decode (DeviceForwardOptions::use_graph, backend/engine_cuda/src/graph.h): replayed decode
-// steps give logits bitwise equal to eager forwards of the same batches (same kernels), over
+// CUDA-graph decode (DeviceForwardOptions::use_graph, backend/engine_cuda/src/graph.h): replayed
+// decode steps give logits bitwise equal to eager forwards of the same batches (same kernels), over
 // contexts crossing the graph context buckets, a sequence released and another created mid-way
 // (another graph shape), and an adapter evicted and reloaded into its slot between replays;
 // DeviceGenerator's greedy tokens are identical with graphs on and off.
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstring>
 #include <random>
+#include <string>
+#include <thread>
 
 #include "gpu_fixtures.h"
 #include "spindle/engine/lora.h"
@@ -34,8 +37,8 @@ engine::ModelConfig graph_config() {
                                          const std::string& what) {
   if (got.numel() != want.numel() || got.rank() != 2 || want.rank() != 2 ||
       got.dim(0) != want.dim(0)) {
-    return ::testing::AssertionFailure() << what << ": shapes differ (" << got.numel() << " vs "
-                                         << want.numel() << " elements)";
+    return ::testing::AssertionFailure()
+           << what << ": shapes differ (" << got.numel() << " vs " << want.numel() << " elements)";
   }
   const int64_t cols = want.dim(1);
   for (int64_t i = 0; i < want.numel(); ++i) {
@@ -142,7 +145,8 @@ void check_graph_decode(Precision p) {
                               "decode step " + std::to_string(step) + " (" +
                                   std::to_string(seqs.size()) + " sequences, context " +
                                   std::to_string(cache_g.length(seqs[0].g)) + ")"));
-    for (size_t i = 0; i < seqs.size(); ++i) seqs[i].next = argmax_row(st_e.host_logits, int64_t(i));
+    for (size_t i = 0; i < seqs.size(); ++i)
+      seqs[i].next = argmax_row(st_e.host_logits, int64_t(i));
   }
   // Replays happened: shapes 5 and 4 rows over several buckets are cached.
   EXPECT_GE(model.cached_graphs(), 4u);
@@ -191,13 +195,75 @@ TEST(GpuGraph, GeneratorGreedyTokensEqualWithAndWithoutGraphs) {
     }
     for (size_t i = 0; i < reqs.size(); ++i) {
       for (size_t n = 0; n < out[0][i].size(); ++n) {
-        const std::string who = std::string(precision_name(p)) + " request " +
-                                std::to_string(i) + " sample " + std::to_string(n);
+        const std::string who = std::string(precision_name(p)) + " request " + std::to_string(i) +
+                                " sample " + std::to_string(n);
         EXPECT_EQ(out[1][i][n].tokens, out[0][i][n].tokens) << who;
         EXPECT_EQ(out[1][i][n].logprobs, out[0][i][n].logprobs) << who << " (bitwise)";
       }
     }
   }
+}
+
+// Two bases on two engine threads, as spindled runs them: one thread's reallocations (here a
+// second model's prefills of growing length) neither fail nor invalidate the other thread's
+// decode graphs, whose steps still equal eager ones bitwise.
+TEST(GpuGraph, AnotherThreadsReallocationsLeaveThisThreadsGraphs) {
+  SPINDLE_REQUIRE_GPU();
+  const engine::ModelWeights w = testing::random_weights(graph_config(), 52);
+  const engine::ModelConfig& c = w.config;
+  const DeviceWeights dw(w, Precision::fp32);
+  DeviceModel model(dw);
+  const engine::KvCacheOptions ko{.block_size = 4, .n_blocks = 0, .max_seqs = 2};
+  DeviceKvCache cache_e(c, ko, Precision::fp32), cache_g(c, ko, Precision::fp32);
+  DeviceForwardState st_e, st_g;
+  const DeviceForwardOptions eager{.logits = engine::LogitsFor::last_token};
+  DeviceForwardOptions graph = eager;
+  graph.use_graph = true;
+  const std::vector<int32_t> prompt = {1, 7, 3, 9};
+  const SeqId se = cache_e.create(), sg = cache_g.create();
+  model.forward(std::vector<BatchSequence>{{se, prompt, -1}}, cache_e, nullptr, st_e, eager);
+  model.forward(std::vector<BatchSequence>{{sg, prompt, -1}}, cache_g, nullptr, st_g, graph);
+  int32_t next = argmax_row(st_e.host_logits, 0);
+
+  std::atomic<bool> stop{false};
+  std::string other_error;
+  std::thread other([&] {
+    try {
+      const DeviceWeights dw2(testing::random_weights(graph_config(), 53), Precision::fp32);
+      DeviceModel model2(dw2);
+      for (int64_t n = 2; !stop.load() && n < c.max_seq_len; n += 3) {
+        DeviceKvCache cache2(c, {.block_size = 4, .n_blocks = 0, .max_seqs = 1}, Precision::fp32);
+        DeviceForwardState st2;  // fresh buffers every time: reallocations on this thread
+        std::vector<int32_t> tokens(size_t(n), 5);
+        model2.forward(std::vector<BatchSequence>{{cache2.create(), tokens, -1}}, cache2, nullptr,
+                       st2, eager);
+      }
+    } catch (const std::exception& e) {
+      other_error = e.what();
+    }
+  });
+  {
+    struct Joiner {  // the other thread ends before this scope does, however it is left
+      std::atomic<bool>& stop;
+      std::thread& t;
+      ~Joiner() {
+        stop = true;
+        t.join();
+      }
+    } joiner{stop, other};
+    for (int step = 0; step < 24; ++step) {
+      const std::vector<int32_t> tok = {next};
+      model.forward(std::vector<BatchSequence>{{se, tok, -1}}, cache_e, nullptr, st_e, eager);
+      model.forward(std::vector<BatchSequence>{{sg, tok, -1}}, cache_g, nullptr, st_g, graph);
+      ASSERT_TRUE(
+          bitwise_equal(st_g.host_logits, st_e.host_logits, "decode step " + std::to_string(step)));
+      next = argmax_row(st_e.host_logits, 0);
+    }
+  }
+  EXPECT_EQ(other_error, "");
+  // Contexts 5..28 cross the 16 and 32 buckets: one graph each (the eager state's own first
+  // reallocations can add a recapture, not one per step of the other thread).
+  EXPECT_LE(model.cached_graphs(), 4u);
 }
 
 }  // namespace

@@ -33,6 +33,9 @@ class DeviceKvCache final : public engine::KvPool {
   DeviceKvCache& operator=(const DeviceKvCache&) = delete;
 
   engine::Device device() const override { return device_; }
+  // Process-unique (next_device_object_id): graph keys tell a new cache at a reused address
+  // from the one a graph was captured over, whichever thread made it.
+  uint64_t id() const { return id_; }
   SeqId create() override { return blocks_.create(); }
   // Shares every block of `parent` (same length, same tokens).
   SeqId fork(SeqId parent) override { return blocks_.fork(parent); }
@@ -68,6 +71,7 @@ class DeviceKvCache final : public engine::KvPool {
   engine::KvBlockTable blocks_;
   Precision precision_;
   engine::Device device_;
+  uint64_t id_ = next_device_object_id();
   std::vector<DeviceTensor> k_, v_;  // per layer, [n_blocks·block_size, n_kv_heads·head_dim]
 };
 

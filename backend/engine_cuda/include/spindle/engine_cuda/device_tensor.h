@@ -38,7 +38,7 @@ class DeviceTensor {
   // dtype changes (a state reused across steps keeps its memory). Contents are undefined after
   // a reallocation, kept otherwise.
   void ensure(int64_t rows, int64_t cols, Precision dtype);
-  void reset();  // frees the memory
+  void reset();                              // frees the memory
   void zero(cudaStream_t stream = nullptr);  // asynchronous memset of bytes()
 
   // Typed pointer; throws std::logic_error when T does not match dtype() (a caller bug).
@@ -71,11 +71,16 @@ class DeviceTensor {
   Precision dtype_ = Precision::fp32;
 };
 
-// Process-wide count of device (re)allocations by DeviceTensor::ensure and TableStaging. A
-// captured CUDA graph bakes buffer addresses: a graph captured at one value is valid only while
-// the value is unchanged (graph.h). Never decreases; thread-safe.
+// The calling thread's count of device (re)allocations by DeviceTensor::ensure and
+// TableStaging. A captured CUDA graph bakes buffer addresses: a graph captured at one value is
+// valid only while the value is unchanged (graph.h). Per thread, because the thread that drives
+// a model is the only one that reallocates the buffers its graphs read, and another base's
+// engine thread must not invalidate them. Never decreases.
 uint64_t device_generation();
 void bump_device_generation();
+// A process-unique id (never 0) for objects whose address a graph key holds (a new object at a
+// reused address gets a new id). Thread-safe.
+uint64_t next_device_object_id();
 
 // Page-locked host memory (cudaHostAlloc), freed in the destructor. Move-only.
 class PinnedBuffer {
