@@ -255,7 +255,9 @@ void DeviceLoraPool::wait_loaded(int32_t slot, cudaStream_t stream) const {
               "cudaStreamWaitEvent (LoRA slot)");
 }
 
-void DeviceLoraPool::synchronize() const { loader_.synchronize(); }
+void DeviceLoraPool::synchronize() const {
+  device_call(device_, "waiting for the slot pool's loads", [&] { loader_.synchronize(); });
+}
 
 std::optional<cuda::DeviceLoraSlots> DeviceLoraPool::view(int64_t layer, LoraTarget target) const {
   const Module* m = module(layer, target);

@@ -70,8 +70,16 @@ class CudaTrainer final : public engine::Trainer {
         },
         [&] { trainer_->attach(slot, weights, optimizer); });
   }
-  void detach(int32_t slot) override { trainer_->detach(slot); }
-  bool attached(int32_t slot) const override { return trainer_->attached(slot); }
+  void detach(int32_t slot) override {
+    device_call(
+        device_, [&] { return fmt::format("detaching slot {}", slot); },
+        [&] { trainer_->detach(slot); });
+  }
+  bool attached(int32_t slot) const override {
+    return device_call(
+        device_, [&] { return fmt::format("querying slot {}", slot); },
+        [&] { return trainer_->attached(slot); });
+  }
   engine::ForwardBackwardOutput forward_backward(std::span<const engine::TrainDatum> batch,
                                                  engine::LossFn fn,
                                                  const engine::LossConfig& config) override {
@@ -106,7 +114,11 @@ class CudaTrainer final : public engine::Trainer {
         device_, [&] { return fmt::format("downloading the optimizer state of slot {}", slot); },
         [&] { return trainer_->optimizer(slot); });
   }
-  int64_t step_count(int32_t slot) const override { return trainer_->step_count(slot); }
+  int64_t step_count(int32_t slot) const override {
+    return device_call(
+        device_, [&] { return fmt::format("querying slot {}'s step", slot); },
+        [&] { return trainer_->step_count(slot); });
+  }
 
  private:
   engine::Device device_;
