@@ -21,6 +21,7 @@
 #include "device_forward.h"
 #include "spindle/core/error.h"
 #include "spindle/engine/decoder_graph.h"
+#include "spindle/engine/model.h"
 #include "spindle/engine/moe_routing.h"
 #include "spindle/kernels/cuda/activation.h"
 #include "spindle/kernels/cuda/attention.h"
@@ -130,7 +131,7 @@ class DeviceOps {
     cuda::attention_paged(q.data<T>(), c_.q_dim(), out.data<T>(), c_.q_dim(), c_.n_heads,
                           cache_->layer<T>(l), st_.d_attn_seqs.data(),
                           int32_t(st_.attn_seqs.size()), st_.d_block_tables.data(),
-                          st_.attn_max_new, st_.attn_max_ctx, 1.0f / std::sqrt(float(c_.head_dim)),
+                          st_.attn_max_new, st_.attn_max_ctx, attn_scale_,
                           st_.attn_scratch.data<float>(), st_.attn_scratch.bytes(), s_);
   }
 
@@ -386,7 +387,7 @@ class DeviceOps {
     cuda::attention_backward<T>(q.data<T>(), k.data<T>(), v.data<T>(), d_out.data<T>(),
                                 dq.data<T>(), dk.data<T>(), dv.data<T>(), c_.n_heads, c_.n_kv_heads,
                                 c_.head_dim, train_->scratch.dense_seqs.data(), n_dense_, max_n_,
-                                1.0f / std::sqrt(float(c_.head_dim)), scratch.data(), bytes, s_);
+                                attn_scale_, scratch.data(), bytes, s_);
   }
   void embedding_backward(const DeviceTensor&) {}  // the base is frozen on the GPU
 
@@ -433,6 +434,8 @@ class DeviceOps {
   ForwardContext* fwd_ = nullptr;
   TrainContext* train_ = nullptr;
   static constexpr Precision P_ = precision_of<T>();
+  // The CPU engine's softmax scale (1/√head_dim, times YaRN's attention factor squared).
+  const float attn_scale_ = engine::attention_softmax_scale(c_);
   bool adapted_ = false;
   cuda::DeviceSegments segs_;
   int32_t max_n_ = 0, n_dense_ = 0;

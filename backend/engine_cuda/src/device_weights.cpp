@@ -41,12 +41,6 @@ DeviceWeights::DeviceWeights(const engine::ModelWeights& w, Precision precision)
                 "{}: multi-head latent attention (kv_lora_rank {}) does not run on the CUDA "
                 "engine yet; serve it with --device cpu",
                 w.config.name, w.config.mla.kv_lora_rank);
-  SPINDLE_CHECK(
-      !w.config.rope_scaling || w.config.rope_scaling->type != engine::RopeScalingType::yarn,
-      unsupported,
-      "{}: YaRN rope scaling does not run on the CUDA engine yet; serve it with "
-      "--device cpu",
-      w.config.name);
   const Precision p = precision, f32 = Precision::fp32;
   tok_emb_ = upload(w.tok_emb, p);
   for (const engine::LayerWeights& L : w.layers) {

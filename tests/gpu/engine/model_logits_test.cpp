@@ -3,8 +3,8 @@
 // sequences straddle blocks), all-token and last-token logits, the kept activations, and the
 // validation errors (raised before the cache is touched).
 
-#include <gtest/gtest.h>
 #include <gmock/gmock.h>
+#include <gtest/gtest.h>
 
 #include <random>
 
@@ -29,19 +29,21 @@ std::vector<int32_t> random_tokens(std::mt19937& rng, size_t n, int64_t vocab) {
 
 // Tolerance relative to each row's largest |logit|: fp32 1e-4; bf16 weights, activations and
 // KV cache (fp32 accumulation) 6e-2.
-float tolerance(Precision p) { return p == Precision::fp32 ? 1e-4f : 6e-2f; }
+float tolerance(Precision p) {
+  return p == Precision::fp32 ? 1e-4f : 6e-2f;
+}
 
-void check_against_cpu(Arch arch, Precision p) {
-  const engine::ModelWeights w = testing::random_weights(testing::gpu_tiny_config(arch), 21);
+void check_against_cpu(const engine::ModelConfig& config, Precision p) {
+  const engine::ModelWeights w = testing::random_weights(config, 21);
   const engine::ModelConfig& c = w.config;
   const DeviceWeights dw(w, p);
   DeviceModel model(dw);
   DeviceKvCache cache(c, {.block_size = 4, .n_blocks = 0, .max_seqs = 4}, p);
   std::mt19937 rng(3);
   // Step 1: three fresh sequences of 1, 5 and 17 tokens; every token's logits.
-  const std::vector<std::vector<int32_t>> first = {
-      random_tokens(rng, 1, c.vocab_size), random_tokens(rng, 5, c.vocab_size),
-      random_tokens(rng, 17, c.vocab_size)};
+  const std::vector<std::vector<int32_t>> first = {random_tokens(rng, 1, c.vocab_size),
+                                                   random_tokens(rng, 5, c.vocab_size),
+                                                   random_tokens(rng, 17, c.vocab_size)};
   // Step 2: seq 0 decodes one token, seq 1 a chunk of 3 (chunked prefill), seq 2 one token,
   // a new seq 3 prefills 6; last-token logits only.
   const std::vector<std::vector<int32_t>> second = {
@@ -83,6 +85,10 @@ void check_against_cpu(Arch arch, Precision p) {
   }
 }
 
+void check_against_cpu(Arch arch, Precision p) {
+  check_against_cpu(testing::gpu_tiny_config(arch), p);
+}
+
 TEST(GpuModel, LlamaFp32MatchesCpu) {
   SPINDLE_REQUIRE_GPU();
   check_against_cpu(Arch::llama, Precision::fp32);
@@ -90,6 +96,15 @@ TEST(GpuModel, LlamaFp32MatchesCpu) {
 TEST(GpuModel, Qwen3Fp32MatchesCpu) {
   SPINDLE_REQUIRE_GPU();
   check_against_cpu(Arch::qwen3, Precision::fp32);
+}
+// YaRN rope scaling on a dense model (Qwen3's long-context setting): YaRN's inverse
+// frequencies, and its attention factor folded into the softmax scale as on the CPU.
+TEST(GpuModel, Qwen3WithYarnFp32MatchesCpu) {
+  SPINDLE_REQUIRE_GPU();
+  engine::ModelConfig c = testing::gpu_tiny_config(Arch::qwen3);
+  c.rope_scaling = engine::RopeScaling{
+      .type = engine::RopeScalingType::yarn, .factor = 4.0f, .original_max_position = 16};
+  check_against_cpu(c, Precision::fp32);
 }
 // Routed experts (fp32, the exactness mode: a bf16 router may pick another expert on a near
 // tie, which is not an error but fails an elementwise comparison).
@@ -139,8 +154,7 @@ TEST(GpuModel, Qwen3Bf16MatchesCpu) {
 // keep_activations: every layer's intermediates equal the CPU's LayerActivations (fp32 mode).
 TEST(GpuModel, KeptActivationsMatchCpuLayerActivations) {
   SPINDLE_REQUIRE_GPU();
-  const engine::ModelWeights w =
-      testing::random_weights(testing::gpu_tiny_config(Arch::qwen3), 5);
+  const engine::ModelWeights w = testing::random_weights(testing::gpu_tiny_config(Arch::qwen3), 5);
   const engine::ModelConfig& c = w.config;
   const std::vector<int32_t> p0 = {1, 7, 9, 11, 3, 4, 5}, p1 = {2, 8, 13};
 
@@ -155,7 +169,8 @@ TEST(GpuModel, KeptActivationsMatchCpuLayerActivations) {
   DeviceKvCache cache(c, {.block_size = 4, .n_blocks = 0, .max_seqs = 2}, Precision::fp32);
   const std::vector<BatchSequence> gb = {{cache.create(), p0, -1}, {cache.create(), p1, -1}};
   DeviceForwardState st;
-  model.forward(gb, cache, nullptr, st, {.logits = LogitsFor::all_tokens, .keep_activations = true});
+  model.forward(gb, cache, nullptr, st,
+                {.logits = LogitsFor::all_tokens, .keep_activations = true});
   ASSERT_EQ(st.layers.size(), size_t(c.n_layers));
   EXPECT_EQ(st.T, 10);
   EXPECT_EQ(st.positions, cs.positions);
@@ -164,15 +179,27 @@ TEST(GpuModel, KeptActivationsMatchCpuLayerActivations) {
     const auto& g = st.layers[size_t(l)];
     const auto& r = cs.layers[size_t(l)];
     const std::pair<const DeviceTensor*, const Tensor*> pairs[] = {
-        {&g.x_in, &r.x_in},       {&g.xn_attn, &r.xn_attn}, {&g.inv_rms_attn, &r.inv_rms_attn},
-        {&g.q_pre, &r.q_pre},     {&g.k_pre, &r.k_pre},     {&g.inv_rms_q, &r.inv_rms_q},
-        {&g.inv_rms_k, &r.inv_rms_k}, {&g.q, &r.q},         {&g.k, &r.k},
-        {&g.v, &r.v},             {&g.attn, &r.attn},       {&g.x_mid, &r.x_mid},
-        {&g.xn_mlp, &r.xn_mlp},   {&g.inv_rms_mlp, &r.inv_rms_mlp}, {&g.gate, &r.gate},
-        {&g.up, &r.up},           {&g.act, &r.act}};
-    const char* names[] = {"x_in", "xn_attn", "inv_rms_attn", "q_pre", "k_pre", "inv_rms_q",
-                           "inv_rms_k", "q", "k", "v", "attn", "x_mid", "xn_mlp",
-                           "inv_rms_mlp", "gate", "up", "act"};
+        {&g.x_in, &r.x_in},
+        {&g.xn_attn, &r.xn_attn},
+        {&g.inv_rms_attn, &r.inv_rms_attn},
+        {&g.q_pre, &r.q_pre},
+        {&g.k_pre, &r.k_pre},
+        {&g.inv_rms_q, &r.inv_rms_q},
+        {&g.inv_rms_k, &r.inv_rms_k},
+        {&g.q, &r.q},
+        {&g.k, &r.k},
+        {&g.v, &r.v},
+        {&g.attn, &r.attn},
+        {&g.x_mid, &r.x_mid},
+        {&g.xn_mlp, &r.xn_mlp},
+        {&g.inv_rms_mlp, &r.inv_rms_mlp},
+        {&g.gate, &r.gate},
+        {&g.up, &r.up},
+        {&g.act, &r.act}};
+    const char* names[] = {
+        "x_in", "xn_attn", "inv_rms_attn", "q_pre", "k_pre",  "inv_rms_q",   "inv_rms_k", "q",
+        "k",    "v",       "attn",         "x_mid", "xn_mlp", "inv_rms_mlp", "gate",      "up",
+        "act"};
     for (size_t i = 0; i < std::size(pairs); ++i) {
       const std::vector<float> got = pairs[i].first->download(model.stream());
       const Tensor& want = *pairs[i].second;

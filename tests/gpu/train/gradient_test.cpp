@@ -7,6 +7,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <string>
+
 #include "train_fixtures.h"
 
 namespace spindle::engine_cuda {
@@ -89,9 +92,10 @@ TEST_P(GpuLoraGradients, MatchFiniteDifferencesOfTheGpuLoss) {
 // The GPU trainer's loss, logprobs and gradients against the CPU engine's for one batch of
 // sequences (lengths, slots) over two adapters of different ranks (slots 0 and 2), then a second
 // call that accumulates.
-void expect_cpu_gradients(Arch arch, LossFn fn, uint64_t seed, const std::vector<size_t>& lengths,
+void expect_cpu_gradients(const engine::ModelConfig& config, const std::string& label, LossFn fn,
+                          uint64_t seed, const std::vector<size_t>& lengths,
                           const std::vector<int32_t>& slots, int64_t unembed_chunk_rows) {
-  Rig rig(arch, seed, Precision::fp32, {.max_slots = 3, .max_rank = 4},
+  Rig rig(config, seed, Precision::fp32, {.max_slots = 3, .max_rank = 4},
           {.unembed_chunk_rows = unembed_chunk_rows});
   const engine::ModelConfig& c = rig.config();
   LoraWeights a0 = LoraWeights::random(c, 4, 8.0f, kAllTargets, 3, 0.3f, 0.3f);
@@ -112,24 +116,25 @@ void expect_cpu_gradients(Arch arch, LossFn fn, uint64_t seed, const std::vector
   EXPECT_EQ(got.metrics.n_tokens, want.metrics.n_tokens);
   EXPECT_EQ(got.metrics.n_clipped, want.metrics.n_clipped);
   EXPECT_NEAR(got.metrics.loss, want.metrics.loss, 1e-4 * (1.0 + std::abs(want.metrics.loss)))
-      << case_name(arch, fn);
+      << (label + " " + loss_fn_name(fn));
   ASSERT_EQ(got.logprobs.size(), want.logprobs.size());
   for (size_t i = 0; i < want.logprobs.size(); ++i) {
     ASSERT_EQ(got.logprobs[i].size(), want.logprobs[i].size()) << "datum " << i;
     for (size_t t = 0; t < want.logprobs[i].size(); ++t)
       EXPECT_NEAR(got.logprobs[i][t], want.logprobs[i][t], 2e-5)
-          << case_name(arch, fn) << " datum " << i << " position " << t;
+          << (label + " " + loss_fn_name(fn)) << " datum " << i << " position " << t;
   }
   for (int32_t slot : {0, 2}) {
-    expect_lora_close(rig.dev_trainer->grads(slot), rig.cpu_trainer->grads(slot),
-                      /*rtol=*/2e-4, /*atol=*/1e-6,
-                      case_name(arch, fn) + " gradients of slot " + std::to_string(slot));
+    expect_lora_close(
+        rig.dev_trainer->grads(slot), rig.cpu_trainer->grads(slot),
+        /*rtol=*/2e-4, /*atol=*/1e-6,
+        (label + " " + loss_fn_name(fn)) + " gradients of slot " + std::to_string(slot));
   }
   // A second call accumulates (Tinker semantics): the sums double.
   rig.cpu_trainer->forward_backward(batch, fn, cfg);
   rig.dev_trainer->forward_backward(batch, fn, cfg);
   expect_lora_close(rig.dev_trainer->grads(0), rig.cpu_trainer->grads(0), 2e-4, 1e-6,
-                    case_name(arch, fn) + " accumulated gradients of slot 0");
+                    (label + " " + loss_fn_name(fn)) + " accumulated gradients of slot 0");
 }
 
 // Short interleaved sequences: the LoRA backward runs the hand-written kernels. Chunks of 5
@@ -137,7 +142,8 @@ void expect_cpu_gradients(Arch arch, LossFn fn, uint64_t seed, const std::vector
 TEST_P(GpuLoraGradients, MatchTheCpuEngineOnAHeterogeneousBatch) {
   SPINDLE_REQUIRE_GPU();
   const auto [arch, fn] = GetParam();
-  expect_cpu_gradients(arch, fn, 50 + int(arch), {6, 9, 1, 5}, {2, 0, 2, 0}, 5);
+  expect_cpu_gradients(gpu_tiny_config(arch), arch_name(arch), fn, 50 + int(arch), {6, 9, 1, 5},
+                       {2, 0, 2, 0}, 5);
 }
 
 // Every sequence at least kLoraGemmMinRows long and the unembedding in one chunk: the dense
@@ -146,7 +152,21 @@ TEST_P(GpuLoraGradients, MatchTheCpuEngineOnAHeterogeneousBatch) {
 TEST_P(GpuLoraGradients, MatchTheCpuEngineOnTallSequences) {
   SPINDLE_REQUIRE_GPU();
   const auto [arch, fn] = GetParam();
-  expect_cpu_gradients(arch, fn, 60 + int(arch), {40, 24, 33}, {0, 2, 0}, 0);
+  expect_cpu_gradients(gpu_tiny_config(arch), arch_name(arch), fn, 60 + int(arch), {40, 24, 33},
+                       {0, 2, 0}, 0);
+}
+
+// YaRN rope scaling (Qwen3's long-context setting): its attention factor folds into the softmax
+// scale of the forward and the backward alike.
+TEST(GpuLoraGradientsYarn, Qwen3WithYarnMatchesTheCpuEngine) {
+  SPINDLE_REQUIRE_GPU();
+  engine::ModelConfig c = gpu_tiny_config(Arch::qwen3);
+  c.rope_scaling = engine::RopeScaling{
+      .type = engine::RopeScalingType::yarn, .factor = 4.0f, .original_max_position = 16};
+  ASSERT_NE(engine::attention_softmax_scale(c), 1.0f / std::sqrt(float(c.head_dim)));
+  for (LossFn fn : {LossFn::cross_entropy, LossFn::ppo}) {
+    expect_cpu_gradients(c, "qwen3 yarn", fn, 70, {40, 9, 33}, {0, 2, 0}, 5);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -49,7 +49,10 @@ struct Rig {
 
   Rig(Arch arch, uint64_t seed, Precision precision, engine::LoraPoolOptions pool_options,
       DeviceTrainerOptions trainer_options = {})
-      : weights(spindle::testing::random_weights(gpu_tiny_config(arch), seed)) {
+      : Rig(gpu_tiny_config(arch), seed, precision, pool_options, trainer_options) {}
+  Rig(const engine::ModelConfig& config, uint64_t seed, Precision precision,
+      engine::LoraPoolOptions pool_options, DeviceTrainerOptions trainer_options = {})
+      : weights(spindle::testing::random_weights(config, seed)) {
     cpu_model = std::make_unique<engine::Model>(weights);
     cpu_pool = std::make_unique<engine::LoraSlotPool>(weights.config, pool_options);
     cpu_trainer = std::make_unique<engine::LoraTrainer>(*cpu_model, *cpu_pool);
