@@ -261,9 +261,10 @@ TEST(GpuGraph, AnotherThreadsReallocationsLeaveThisThreadsGraphs) {
     }
   }
   EXPECT_EQ(other_error, "");
-  // Contexts 5..28 cross the 16 and 32 buckets: one graph each (the eager state's own first
-  // reallocations can add a recapture, not one per step of the other thread).
-  EXPECT_LE(model.cached_graphs(), 4u);
+  // Contexts 5..28 cross the 16 and 32 buckets: one graph each, plus a recapture for any growth
+  // of this thread's own buffers (the eager state's); a process-wide generation made the other
+  // thread's fresh states invalidate nearly every step (~24 entries).
+  EXPECT_LE(model.cached_graphs(), 8u);
 }
 
 }  // namespace
