@@ -9,8 +9,9 @@
 //   O += P·V (WMMA, fp32), the accumulator kept in shared memory between tiles.
 // Query row i of a tile (position n_past + t0 + i) sees keys [0, n_past + t0 + i]. Scores, the
 // softmax statistics and O are fp32; only P is rounded (as the CUDA-core kernel's output is, to
-// bf16, once at the end). No atomics: bitwise reproducible. q may alias out (each block reads
-// its own rows of q before it writes those rows of out, and no other block reads them).
+// bf16, once at the end). No atomics: bitwise reproducible. q may alias out when ld_out ==
+// ld_q (each block reads its own (row, head) columns of q before it writes the same columns of
+// out, and no other block reads them); with different strides it may not.
 // Applies to bf16 with head_dim a multiple of 16 up to 128, q and the caches 16-byte aligned and
 // ld_q a multiple of 8 (prefill_tc_applies); launch_prefill sends the rest to the CUDA cores.
 
@@ -129,18 +130,22 @@ __global__ void __launch_bounds__(kTcThreads)
     m = m_new;
     for (int d = d0; d < d0 + hd / 2; ++d) o_row[d] *= alpha;
     __syncwarp();  // P and the scaled O rows are in place before the warp's products
+    FragA pa[kTcTile / 16];  // this warp's P rows, loaded once for every O column block
+#pragma unroll
+    for (int kk = 0; kk < kTcTile / 16; ++kk) {
+      wmma::load_matrix_sync(pa[kk], Ps + (16 * warp) * kLdH + 16 * kk, kLdH);
+    }
 #pragma unroll
     for (int c2 = 0; c2 < kTcDimFrags; ++c2) {
       if (c2 < hd / 16) {
         FragC acc;
         float* o_frag = Os + (16 * warp) * ldo + 16 * c2;
         wmma::load_matrix_sync(acc, o_frag, ldo, wmma::mem_row_major);
+#pragma unroll
         for (int kk = 0; kk < kTcTile / 16; ++kk) {
-          FragA a;
           FragBRow b;  // b(k, n) = V[16kk + k, 16c2 + n]
-          wmma::load_matrix_sync(a, Ps + (16 * warp) * kLdH + 16 * kk, kLdH);
           wmma::load_matrix_sync(b, Vs + (16 * kk) * ldt + 16 * c2, ldt);
-          wmma::mma_sync(acc, a, b, acc);
+          wmma::mma_sync(acc, pa[kk], b, acc);
         }
         wmma::store_matrix_sync(o_frag, acc, ldo, wmma::mem_row_major);
       }

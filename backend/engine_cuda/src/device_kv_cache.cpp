@@ -19,7 +19,9 @@ DeviceKvCache::DeviceKvCache(const engine::ModelConfig& config, engine::KvCacheO
     k_.back().zero();
     v_.back().zero();
   }
-  cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize (KV cache zeroing)");
+  // The legacy stream only (the memsets ran there): a device-wide sync would break another
+  // engine thread's graph capture on this device.
+  cuda::check(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize (KV cache zeroing)");
 }
 
 size_t DeviceKvCache::bytes() const {

@@ -65,7 +65,9 @@ DeviceLoraPool::DeviceLoraPool(const engine::ModelConfig& config, engine::LoraPo
   for (auto& e : loaded_) {
     cuda::check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
   }
-  cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize (pool zeroing)");
+  // The legacy stream only (the zeroing ran there): a device-wide sync would break another
+  // engine thread's graph capture on this device.
+  cuda::check(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize (pool zeroing)");
 }
 
 DeviceLoraPool::~DeviceLoraPool() {

@@ -71,7 +71,8 @@ DeviceWeights::DeviceWeights(const engine::ModelWeights& w, Precision precision)
 }
 
 size_t DeviceWeights::bytes() const {
-  size_t total = tok_emb_.bytes() + final_norm_.bytes() + lm_head_.bytes() + inv_freq_.bytes();
+  // The checkpoint's tensors, as engine::ModelWeights::bytes (the RoPE table is derived).
+  size_t total = tok_emb_.bytes() + final_norm_.bytes() + lm_head_.bytes();
   for (const DeviceLayerWeights& L : layers_) {
     for (const DeviceTensor* t : {&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.q_norm, &L.k_norm,
                                   &L.ffn_norm, &L.w_gate, &L.w_up, &L.w_down, &L.router, &L.expert_gate,

@@ -40,7 +40,9 @@ DeviceLoraGrads::DeviceLoraGrads(const DeviceLoraPool& pool)
       p.dB.zero();
     }
   }
-  cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize (gradient buffers zeroed)");
+  // The legacy stream only (the zeroing ran there): a device-wide sync would break another
+  // engine thread's graph capture on this device.
+  cuda::check(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize (gradient buffers zeroed)");
 }
 
 DeviceLoraGrads::Pair* DeviceLoraGrads::pair(int64_t layer, LoraTarget target) {

@@ -225,23 +225,30 @@ TEST(GpuGraph, AnotherThreadsReallocationsLeaveThisThreadsGraphs) {
   model.forward(std::vector<BatchSequence>{{sg, prompt, -1}}, cache_g, nullptr, st_g, graph);
   int32_t next = argmax_row(st_e.host_logits, 0);
 
-  std::atomic<bool> stop{false};
+  std::atomic<bool> stop{false}, ready{false};
   std::string other_error;
   std::thread other([&] {
     try {
+      // Everything that waits on the legacy stream is made before this thread's loop starts;
+      // the loop only allocates (fresh states) and runs forwards on its own model's stream.
       const DeviceWeights dw2(testing::random_weights(graph_config(), 53), Precision::fp32);
       DeviceModel model2(dw2);
+      DeviceKvCache cache2(c, {.block_size = 4, .n_blocks = 0, .max_seqs = 1}, Precision::fp32);
+      ready = true;
       for (int64_t n = 2; !stop.load() && n < c.max_seq_len; n += 3) {
-        DeviceKvCache cache2(c, {.block_size = 4, .n_blocks = 0, .max_seqs = 1}, Precision::fp32);
         DeviceForwardState st2;  // fresh buffers every time: reallocations on this thread
+        const SeqId seq = cache2.create();
         std::vector<int32_t> tokens(size_t(n), 5);
-        model2.forward(std::vector<BatchSequence>{{cache2.create(), tokens, -1}}, cache2, nullptr,
-                       st2, eager);
+        model2.forward(std::vector<BatchSequence>{{seq, tokens, -1}}, cache2, nullptr, st2,
+                       eager);
+        cache2.release(seq);
       }
     } catch (const std::exception& e) {
       other_error = e.what();
     }
+    ready = true;
   });
+  while (!ready.load()) std::this_thread::yield();
   {
     struct Joiner {  // the other thread ends before this scope does, however it is left
       std::atomic<bool>& stop;

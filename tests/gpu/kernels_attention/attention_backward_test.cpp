@@ -94,8 +94,8 @@ void check_against_cpu(const DenseCase& c) {
                               want.dk.data(), want.dv.data(), c.n_heads, c.n_kv, c.hd, lay.seqs,
                               scale);
   // fp32: sums over up to n·group terms in a different order. bf16: the gradients are rounded
-  // to bf16 (relative 2^-9) after an fp32 computation; on tensor cores P and dS are bf16
-  // operands too, each term off by at most 2^-9 of itself, which sums to well under the
+  // to bf16 (unit roundoff 2^-8) after an fp32 computation; on tensor cores P and dS are bf16
+  // operands too, each term off by at most 2^-8 of itself, which sums to well under the
   // output's rounding at these magnitudes (|dS| sums to < 1 per row).
   const Tolerance tol = std::is_same_v<T, float> ? Tolerance{2e-5, 1e-4} : Tolerance{4e-3, 1e-2};
   for (const bool allow_tc : {true, false}) {

@@ -48,8 +48,9 @@ TEST(GpuTrainer, AdamWStepsEqualTheCpuTrainer) {
           // Adam's update m̂/(√v̂+ε) is a ratio of gradients, so a gradient element that is a
           // near-cancellation (its fp32 sum order differs between devices) moves its weight by a
           // slightly different fraction of lr. Seen on an H200: 3.3e-5 = 0.33% of one lr step
-          // on 1 of 576 elements after the clipped step. A wrong update is a whole step (1e-2).
-          /*rtol=*/1e-4, /*atol=*/5e-3 * hp.learning_rate,
+          // on 1 of 576 elements after the clipped step; routed experts add several times the
+          // elements, so the bound is 2% of a step. A wrong update is a whole step (1e-2).
+          /*rtol=*/1e-4, /*atol=*/2e-2 * hp.learning_rate,
           std::string(arch_name(arch)) + " weights after step " + std::to_string(step));
       // Gradients were zeroed by the step.
       const LoraWeights g = rig.dev_trainer->grads(1);

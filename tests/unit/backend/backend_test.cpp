@@ -208,7 +208,10 @@ TEST(ExecutionBackend, TrainerEqualsTheCpuTrainer) {
   constexpr int K = 2;
   const LoraWeights init[K] = {LoraWeights::random(c, 4, 8.0f, kAll, 11, 0.2f, 0.1f),
                                LoraWeights::random(c, 2, 4.0f, kAll, 12, 0.2f, 0.1f)};
-  const AdamParams adam{.learning_rate = 1e-2f, .weight_decay = 0.01f, .grad_clip_norm = 1.0f};
+  // eps well above rounding: with a near-zero eps the first update is lr·sign(g), and an element
+  // whose gradient is below the two devices' rounding difference would land 2·lr apart.
+  const AdamParams adam{
+      .learning_rate = 1e-2f, .eps = 1e-4f, .weight_decay = 0.01f, .grad_clip_norm = 1.0f};
 
   const auto pool = backend->make_slot_pool({.max_slots = K, .max_rank = 4});
   const auto trainer = backend->make_trainer(*pool);

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -64,7 +65,11 @@ void check_merged_equals_alone(int64_t tokens_per_pass) {
   const std::vector<engine::TrainDatum> data[2] = {random_data(c, 1, true),
                                                     random_data(c, 2, true)};
   const engine::LossFn fn = engine::LossFn::ppo;
-  const engine::AdamParams adam{.learning_rate = 1e-2f, .weight_decay = 0.01f};
+  // eps well above rounding: with a near-zero eps AdamW's first update is lr·sign(g), and an
+  // element whose gradient is below the CPU/GPU rounding difference would land 2·lr apart.
+  const engine::AdamParams adam{.learning_rate = 1e-2f, .eps = 1e-4f, .weight_decay = 0.01f};
+  // The CUDA instance compares another device's sums (other order, fp32) with the CPU's.
+  const bool cpu = spindle::testing::testing_cpu();
 
   std::vector<Waiter<TrainBatchResult>> fb(2);
   std::vector<Waiter<engine::OptimStepResult>> step(2);
@@ -96,15 +101,16 @@ void check_merged_equals_alone(int64_t tokens_per_pass) {
     ASSERT_EQ(f.value->logprobs.size(), want.logprobs.size());
     for (size_t i = 0; i < want.logprobs.size(); ++i)
       for (size_t t = 0; t < want.logprobs[i].size(); ++t)
-        EXPECT_NEAR(f.value->logprobs[i][t], want.logprobs[i][t], 1e-5f);
+        EXPECT_NEAR(f.value->logprobs[i][t], want.logprobs[i][t], cpu ? 1e-5f : 2e-5f);
     EXPECT_NEAR(f.value->metrics.loss, want.metrics.loss, 1e-4 * (1 + std::abs(want.metrics.loss)));
     EXPECT_EQ(f.value->metrics.n_tokens, want.metrics.n_tokens);
     EXPECT_EQ(f.value->metrics.n_clipped, want.metrics.n_clipped);
-    EXPECT_NEAR(st.value->grad_norm, want_step.grad_norm, 1e-5 * (1 + want_step.grad_norm));
+    EXPECT_NEAR(st.value->grad_norm, want_step.grad_norm,
+                (cpu ? 1e-5 : 1e-4) * (1 + want_step.grad_norm));
     EXPECT_EQ(st.value->step, 1);
     // The snapshot was queued after the step and sees it.
     EXPECT_EQ(sn.value->step, 1);
-    EXPECT_LT(max_abs_diff(*sn.value->weights, alone.weights(0)), 1e-5f);
+    EXPECT_LT(max_abs_diff(*sn.value->weights, alone.weights(0)), cpu ? 1e-5f : 2e-4f);
     EXPECT_GT(max_abs_diff(*sn.value->weights, init[size_t(k)]), 1e-4f);
     ASSERT_NE(sn.value->optimizer, nullptr);
     EXPECT_EQ(sn.value->optimizer->step_count(), 1);
@@ -113,11 +119,16 @@ void check_merged_equals_alone(int64_t tokens_per_pass) {
     ASSERT_EQ(m_got.size(), m_want.size());
     for (const auto& [name, mv] : m_want) {
       const auto& g = m_got.at(name);
+      // After one step m = (1 − β1)·g and v = (1 − β2)·g²: gradients agree to 1e-5 on the CPU,
+      // to 2e-4 of the tensor's largest gradient on another device.
+      float scale = 0.0f;
+      for (int64_t i = 0; i < mv.first.numel(); ++i)
+        scale = std::max(scale, std::abs(mv.first.data()[i] / 0.1f));
+      const float tol = cpu ? 1e-5f : 2e-4f * std::max(1e-2f, scale);
       for (int64_t i = 0; i < mv.first.numel(); ++i) {
-        // After one step m = (1 − β1)·g and v = (1 − β2)·g²: gradients agree to 1e-5.
-        EXPECT_NEAR(g.first.data()[i] / 0.1f, mv.first.data()[i] / 0.1f, 1e-5f) << name;
+        EXPECT_NEAR(g.first.data()[i] / 0.1f, mv.first.data()[i] / 0.1f, tol) << name;
         EXPECT_NEAR(std::sqrt(g.second.data()[i] / 0.05f), std::sqrt(mv.second.data()[i] / 0.05f),
-                    1e-5f)
+                    tol)
             << name;
       }
     }

@@ -11,10 +11,14 @@
 #include <random>
 
 #include "../model/model_fixtures.h"
+#include "central_difference.h"
 #include "spindle/engine/trainer.h"
 
 namespace spindle::engine {
 namespace {
+
+using spindle::testing::central_difference;
+using spindle::testing::routing;
 
 // Every target; LoraWeights::random skips those the architecture lacks (k/v on MLA, ...).
 constexpr auto kAll = kAllLoraTargets;
@@ -47,46 +51,6 @@ std::vector<TrainDatum> make_batch(const Model& model, LoraSlotPool& pool, int32
         batch[i].logprobs.push_back(out.logprobs[i][t] + offsets[(i + t) % 4]);
   }
   return batch;
-}
-
-// Every sparse layer's expert choices for every token of `batch` (empty for dense models).
-std::vector<int32_t> routing(const Model& model, const LoraSlotPool* pool,
-                             std::span<const TrainDatum> batch, bool use_slots) {
-  if (model.config().moe.n_experts == 0) return {};
-  KvCache cache(model.config(),
-                {.block_size = 16, .n_blocks = 0, .max_seqs = int64_t(batch.size())});
-  std::vector<BatchSequence> seqs;
-  for (const auto& d : batch) {
-    seqs.push_back({cache.create(), d.input_tokens, use_slots ? d.slot : -1});
-  }
-  ForwardState st;
-  model.forward(seqs, cache, pool, st,
-                {.logits = LogitsFor::hidden_only, .keep_activations = true});
-  std::vector<int32_t> out;
-  for (const auto& a : st.layers) out.insert(out.end(), a.moe.expert.begin(), a.moe.expert.end());
-  return out;
-}
-
-// (f(eps) − f(−eps)) / 2·eps, where f(e) is the loss with the perturbation e applied and
-// routes(e) the routing under it. With routed experts the loss is only piecewise smooth (a
-// token's top-k choice flips somewhere along the direction): the step halves until the routing
-// at ±eps is the unperturbed one (at most 5 times: smaller steps drown in the loss's fp32
-// rounding). nullopt when no such step avoids a flip. `rounding` is the estimate's share of
-// the loss's fp32 rounding (a few ulps over 2·eps) once the step was shrunk, 0 otherwise.
-struct Difference {
-  double value = 0;
-  double rounding = 0;
-};
-template <class F, class R>
-std::optional<Difference> central_difference(F&& f, R&& routes, float eps) {
-  const auto at0 = routes(0.0f);
-  for (int i = 0; i < 6; ++i, eps /= 2) {
-    if (routes(eps) != at0 || routes(-eps) != at0) continue;
-    const double hi = f(eps), lo = f(-eps);
-    const double ulps = i == 0 ? 0.0 : 4 * 6e-8 * (std::abs(hi) + std::abs(lo));
-    return Difference{(hi - lo) / (2.0 * double(eps)), ulps / (2.0 * double(eps))};
-  }
-  return std::nullopt;
 }
 
 void check_lora_gradients(Arch arch, LossFn fn, bool router_aux = false) {
