@@ -20,24 +20,6 @@ namespace spindle::engine::internal {
 
 using kernels::Trans;
 
-namespace {
-
-struct MlaDims {
-  int64_t H, dn, dr, dv, R, qw, lw, kvw, P;
-  explicit MlaDims(const ModelConfig& c)
-      : H(c.n_heads),
-        dn(c.mla.qk_nope_head_dim),
-        dr(c.mla.qk_rope_head_dim),
-        dv(c.mla.v_head_dim),
-        R(c.mla.kv_lora_rank),
-        qw(dn + dr),
-        lw(R + dr),
-        kvw(dn + dv),
-        P(std::max(dn + dr, dv)) {}
-};
-
-}  // namespace
-
 void CpuOps::copy_cols(const Tensor& src, int64_t c0, int64_t n, Tensor& dst) {
   const int64_t rows = src.dim(0);
   ensure(dst, {rows, n});

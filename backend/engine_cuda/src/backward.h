@@ -37,6 +37,9 @@ struct TrainScratch {
   DeviceTensor moe_d_out;      // [T·top_k, dim] ∂loss/∂ the experts' outputs
   DeviceTensor moe_d_xg;       // [T·top_k, dim] ∂loss/∂ the experts' input rows
   DeviceTensor moe_d_logits;   // [T, n_experts] ∂loss/∂ router logits
+  // Latent attention (the graph's names; DeviceOps' own: the padded heads' gradients).
+  DeviceTensor mla_dkv, mla_dk_pe, mla_dc, mla_dc_raw, mla_dkv_lat, mla_dq_lat, mla_dq_lat_raw;
+  DeviceTensor mla_d_attn_p, mla_dq_p, mla_dk_p, mla_dv_p;  // [T, H·P]
   kernels::cuda::DeviceBuffer<int32_t> targets;               // [T]
   kernels::cuda::DeviceBuffer<float> weight, q, adv;          // [T] loss inputs (0 / 1 when absent)
   kernels::cuda::DeviceBuffer<float> logp, lse, loss, dlogp;  // [T] outputs

@@ -13,6 +13,7 @@
 #include <array>
 #include <cmath>
 #include <initializer_list>
+#include <numeric>
 #include <optional>
 #include <span>
 #include <vector>
@@ -27,6 +28,7 @@
 #include "spindle/kernels/cuda/attention.h"
 #include "spindle/kernels/cuda/gemm.h"
 #include "spindle/kernels/cuda/lora.h"
+#include "spindle/kernels/cuda/mla.h"
 #include "spindle/kernels/cuda/norm.h"
 #include "spindle/kernels/cuda/qk_rope.h"
 #include "spindle/kernels/cuda/rope.h"
@@ -60,8 +62,10 @@ class DeviceOps {
       st_.lora_h.ensure(int64_t(cuda::kLoraMaxTargets) * rows, lora_->max_rank(), Precision::fp32);
     }
     // The decode attention's partials, sized for this call's (or graph bucket's) context.
+    // (MLA attends with every head over one latent row: kv_cache_heads / kv_cache_head_dim.)
     const size_t attn_bytes = cuda::attention_scratch_bytes(
-        int32_t(st_.attn_seqs.size()), c_.n_heads, c_.n_kv_heads, c_.head_dim, st_.attn_max_ctx);
+        int32_t(st_.attn_seqs.size()), c_.n_heads, c_.kv_cache_heads(), c_.kv_cache_head_dim(),
+        st_.attn_max_ctx);
     st_.attn_scratch.ensure(1, int64_t((attn_bytes + sizeof(float) - 1) / sizeof(float)),
                             Precision::fp32);
   }
@@ -233,10 +237,8 @@ class DeviceOps {
     for_each_expert(m, [&](int64_t e, int64_t o, int64_t n) {
       const T* x = m.xg.data<T>() + o * D;
       const std::array<cuda::LinearOut<T>, 2> outs = {
-          cuda::LinearOut<T>{L.expert_gate.data<T>() + e * F * D, F,
-                             m.gate.data<T>() + o * F, F},
-          cuda::LinearOut<T>{L.expert_up.data<T>() + e * F * D, F, m.up.data<T>() + o * F,
-                             F}};
+          cuda::LinearOut<T>{L.expert_gate.data<T>() + e * F * D, F, m.gate.data<T>() + o * F, F},
+          cuda::LinearOut<T>{L.expert_up.data<T>() + e * F * D, F, m.up.data<T>() + o * F, F}};
       cuda::linear_multi<T>(blas_, x, D, n, D, std::span<const cuda::LinearOut<T>>(outs),
                             /*beta=*/0.0f, s_);
       const auto segs = expert_segments(m, e, n);
@@ -310,13 +312,11 @@ class DeviceOps {
       T* dx = d_xg.data<T>() + o * D;
       // d_xg = d_gate · W_gate + d_up · W_up (each [F, D]), with their LoRA parts.
       const auto lg = expert_grad_target(l, engine::LoraTarget::gate, e, segs);
-      linear_backward<T>(*train_, L.expert_gate.data<T>() + e * F * D, F, D,
-                         lg ? &*lg : nullptr, x, D, n, d_gate.data<T>() + o * F, F, segs, dx, D,
-                         0.0f);
+      linear_backward<T>(*train_, L.expert_gate.data<T>() + e * F * D, F, D, lg ? &*lg : nullptr, x,
+                         D, n, d_gate.data<T>() + o * F, F, segs, dx, D, 0.0f);
       const auto lu = expert_grad_target(l, engine::LoraTarget::up, e, segs);
-      linear_backward<T>(*train_, L.expert_up.data<T>() + e * F * D, F, D,
-                         lu ? &*lu : nullptr, x, D, n, d_up.data<T>() + o * F, F, segs, dx, D,
-                         1.0f);
+      linear_backward<T>(*train_, L.expert_up.data<T>() + e * F * D, F, D, lu ? &*lu : nullptr, x,
+                         D, n, d_up.data<T>() + o * F, F, segs, dx, D, 1.0f);
     });
     // d_xn[t] = Σ of token t's rows (overwritten), in the forward's order.
     cuda::moe_combine<T>(d_xg.data<T>(), D, m.d_pos.data(), nullptr, st_.T, K, D, /*beta=*/0.0f,
@@ -330,14 +330,140 @@ class DeviceOps {
     std::vector<float> dw(size_t(n * K));
     for (int64_t i = 0; i < n * K; ++i) dw[size_t(m.routing.order[size_t(i)])] = sorted[size_t(i)];
     std::vector<float> dz(size_t(n * E));
-    engine::route_experts_backward(c_, m.probs.data(), m.routing.expert, dw.data(), n,
-                                   st_.segments, /*aux=*/nullptr, dz.data());
+    engine::route_experts_backward(c_, m.probs.data(), m.routing.expert, dw.data(), n, st_.segments,
+                                   /*aux=*/nullptr, dz.data());
     DeviceTensor& d_logits = train_->scratch.moe_d_logits;
     d_logits.ensure(n, E, P_);
     d_logits.upload(dz.data(), n * E, s_);
     // d_xn += dz · W_router (W_router [E, D])
-    cuda::gemm<T>(blas_, kernels::Trans::no, kernels::Trans::no, n, D, E, 1.0f,
-                  d_logits.data<T>(), E, L.router.data<T>(), D, 1.0f, d_xn.data<T>(), D, s_);
+    cuda::gemm<T>(blas_, kernels::Trans::no, kernels::Trans::no, n, D, E, 1.0f, d_logits.data<T>(),
+                  E, L.router.data<T>(), D, 1.0f, d_xn.data<T>(), D, s_);
+  }
+
+  // ---- Multi-head Latent Attention (the CPU's cpu_mla.cpp, op for op) ----
+  static constexpr bool kMla = true;
+
+  void copy_cols(const DeviceTensor& src, int64_t c0, int64_t n, DeviceTensor& dst) {
+    dst.ensure(src.rows(), n, P_);
+    cuda::copy_head_cols<T>(src.data<T>(), src.cols(), src.cols(), c0, dst.data<T>(), n, n, 0,
+                            src.rows(), 1, n, s_);
+  }
+  void put_cols(const DeviceTensor& src, DeviceTensor& dst, int64_t c0) {
+    cuda::copy_head_cols<T>(src.data<T>(), src.cols(), src.cols(), 0, dst.data<T>(), dst.cols(),
+                            dst.cols(), c0, src.rows(), 1, src.cols(), s_);
+  }
+  void mla_rope(DeviceTensor& x, int64_t heads, bool inverse) {
+    const auto style =
+        c_.mla.rope_interleave ? kernels::RopeStyle::interleaved : kernels::RopeStyle::half;
+    cuda::mla_rope<T>(x.data<T>(), x.cols(), x.rows(), heads, x.cols() / heads,
+                      c_.mla.qk_rope_head_dim, st_.d_positions.data(),
+                      w_.rope_inv_freq().data<float>(), style, inverse, rope_factor_, s_);
+  }
+  void mla_kv_write(int64_t l, const DeviceTensor& ckv, const DeviceTensor& k_pe) {
+    const int64_t R = ckv.cols(), dr = k_pe.cols();
+    DeviceTensor& latent = st_.layers[st_.keep_activations ? size_t(l) : 0].mla.latent;
+    latent.ensure(st_.T, R + dr, P_);
+    put_cols(ckv, latent, 0);
+    put_cols(k_pe, latent, R);
+    // The latent cache's V is its K (one row [ckv, k_pe] per token): the same values twice.
+    cuda::kv_cache_write(cache_->layer<T>(l), latent.data<T>(), latent.data<T>(), R + dr, st_.T,
+                         st_.d_cache_slots.data(), s_);
+  }
+  // Inference: q̃[h] = [q_nope[h]·W_UK[h] (+ kv_b's LoRA, absorbed), q_pe[h]] attends over the
+  // cached latent rows as multi-query attention; the attended latent goes through W_UV[h].
+  void mla_attention(int64_t l, DeviceLayerActivations& a) {
+    const DeviceLayerWeights& L = w_.layer(l);
+    const engine::MlaDims d(c_);
+    DeviceMlaActivations& m = a.mla;
+    const int64_t n = st_.T;
+    m.q_abs.ensure(n, d.H * d.lw, P_);
+    m.o_lat.ensure(n, d.H * d.lw, P_);
+    a.attn.ensure(n, d.H * d.dv, P_);
+    for (int64_t h = 0; h < d.H; ++h) {  // W_UK[h] = kv_b rows h·kvw + [0, dn): [dn, R]
+      cuda::gemm<T>(blas_, kernels::Trans::no, kernels::Trans::no, n, d.R, d.dn, 1.0f,
+                    a.q.data<T>() + h * d.qw, d.H * d.qw, L.wkv_b.data<T>() + h * d.kvw * d.R, d.R,
+                    0.0f, m.q_abs.data<T>() + h * d.lw, d.H * d.lw, s_);
+    }
+    cuda::copy_head_cols<T>(a.q.data<T>(), d.H * d.qw, d.qw, d.dn, m.q_abs.data<T>(), d.H * d.lw,
+                            d.lw, d.R, n, d.H, d.dr, s_);
+    const auto view = adapted_ ? lora_->view(l, engine::LoraTarget::kv_b) : std::nullopt;
+    if (view) {
+      cuda::mla_lora_absorb_q<T>(a.q.data<T>(), d.H * d.qw, d.H, d.qw, d.dn, d.kvw, d.lw, *view,
+                                 segs_, m.q_abs.data<T>(), d.H * d.lw, s_);
+    }
+    cuda::attention_paged(m.q_abs.data<T>(), d.H * d.lw, m.o_lat.data<T>(), d.H * d.lw, d.H,
+                          cache_->layer<T>(l), st_.d_attn_seqs.data(),
+                          int32_t(st_.attn_seqs.size()), st_.d_block_tables.data(),
+                          st_.attn_max_new, st_.attn_max_ctx, attn_scale_,
+                          st_.attn_scratch.data<float>(), st_.attn_scratch.bytes(), s_);
+    for (int64_t h = 0; h < d.H; ++h) {  // W_UV[h] = kv_b rows h·kvw + dn + [0, dv): [dv, R]
+      cuda::gemm<T>(blas_, kernels::Trans::no, kernels::Trans::yes, n, d.dv, d.R, 1.0f,
+                    m.o_lat.data<T>() + h * d.lw, d.H * d.lw,
+                    L.wkv_b.data<T>() + (h * d.kvw + d.dn) * d.R, d.R, 0.0f,
+                    a.attn.data<T>() + h * d.dv, d.H * d.dv, s_);
+    }
+    if (view) {
+      cuda::mla_lora_absorb_out<T>(m.o_lat.data<T>(), d.H * d.lw, d.H, d.lw, d.dn, d.dv, d.kvw,
+                                   *view, segs_, a.attn.data<T>(), d.H * d.dv, s_);
+    }
+  }
+  // Training forwards: the uncompressed form over the new rows (sequences from position 0),
+  // heads zero-padded to P, through the dense attention kernels the backward differentiates.
+  void mla_attention_dense(int64_t, DeviceLayerActivations& a) {
+    const engine::MlaDims d(c_);
+    DeviceMlaActivations& m = a.mla;
+    const int64_t n = st_.T, W = d.H * d.P;
+    for (DeviceTensor* t : {&m.q_p, &m.k_p, &m.v_p, &m.attn_p}) {
+      t->ensure(n, W, P_);
+      t->zero(s_);
+    }
+    cuda::copy_head_cols<T>(a.q.data<T>(), d.H * d.qw, d.qw, 0, m.q_p.data<T>(), W, d.P, 0, n, d.H,
+                            d.qw, s_);
+    cuda::copy_head_cols<T>(m.kv.data<T>(), d.H * d.kvw, d.kvw, 0, m.k_p.data<T>(), W, d.P, 0, n,
+                            d.H, d.dn, s_);
+    cuda::copy_head_cols<T>(m.k_pe.data<T>(), d.dr, 0, 0, m.k_p.data<T>(), W, d.P, d.dn, n, d.H,
+                            d.dr, s_);  // src_w 0: every head reads the shared rope key
+    cuda::copy_head_cols<T>(m.kv.data<T>(), d.H * d.kvw, d.kvw, d.dn, m.v_p.data<T>(), W, d.P, 0, n,
+                            d.H, d.dv, s_);
+    // Dense causal attention over the new rows: the backward's own kernel layout, sequences
+    // from position 0 (its forward recomputes nothing: only attn_p is kept from here).
+    SPINDLE_CHECK(std::all_of(st_.attn_seqs.begin(), st_.attn_seqs.end(),
+                              [](const auto& q) { return q.n_past == 0; }),
+                  unsupported,
+                  "MLA: a forward that keeps activations (training, scoring for a backward) "
+                  "needs sequences from position 0");
+    dense_attention(m.q_p, m.k_p, m.v_p, m.attn_p, d.H, d.P);
+    a.attn.ensure(n, d.H * d.dv, P_);
+    cuda::copy_head_cols<T>(m.attn_p.data<T>(), W, d.P, 0, a.attn.data<T>(), d.H * d.dv, d.dv, 0, n,
+                            d.H, d.dv, s_);
+  }
+  void mla_attention_dense_backward(const DeviceLayerActivations& a, const DeviceTensor& d_attn,
+                                    DeviceTensor& dq, DeviceTensor& dkv, DeviceTensor& dk_pe) {
+    const engine::MlaDims d(c_);
+    const DeviceMlaActivations& m = a.mla;
+    TrainScratch& sc = train_->scratch;
+    const int64_t n = st_.T, W = d.H * d.P;
+    for (DeviceTensor* t : {&sc.mla_d_attn_p, &sc.mla_dq_p, &sc.mla_dk_p, &sc.mla_dv_p}) {
+      t->ensure(n, W, P_);
+    }
+    sc.mla_d_attn_p.zero(s_);
+    cuda::copy_head_cols<T>(d_attn.data<T>(), d.H * d.dv, d.dv, 0, sc.mla_d_attn_p.data<T>(), W,
+                            d.P, 0, n, d.H, d.dv, s_);
+    auto& scratch = sc.kernel_scratch;
+    const size_t bytes = cuda::attention_backward_scratch_bytes(n_dense_, max_n_, d.H);
+    ensure_capacity(scratch, bytes);
+    cuda::attention_backward<T>(
+        m.q_p.data<T>(), m.k_p.data<T>(), m.v_p.data<T>(), sc.mla_d_attn_p.data<T>(),
+        sc.mla_dq_p.data<T>(), sc.mla_dk_p.data<T>(), sc.mla_dv_p.data<T>(), d.H, d.H, d.P,
+        sc.dense_seqs.data(), n_dense_, max_n_, attn_scale_, scratch.data(), bytes, s_);
+    cuda::copy_head_cols<T>(sc.mla_dq_p.data<T>(), W, d.P, 0, dq.data<T>(), d.H * d.qw, d.qw, 0, n,
+                            d.H, d.qw, s_);
+    cuda::copy_head_cols<T>(sc.mla_dk_p.data<T>(), W, d.P, 0, dkv.data<T>(), d.H * d.kvw, d.kvw, 0,
+                            n, d.H, d.dn, s_);
+    cuda::copy_head_cols<T>(sc.mla_dv_p.data<T>(), W, d.P, 0, dkv.data<T>(), d.H * d.kvw, d.kvw,
+                            d.dn, n, d.H, d.dv, s_);
+    cuda::sum_heads<T>(sc.mla_dk_p.data<T>(), W, n, d.H, d.P, d.dn, d.dr, dk_pe.data<T>(), d.dr,
+                       s_);
   }
 
   // ---- backward ----
@@ -392,10 +518,32 @@ class DeviceOps {
   void embedding_backward(const DeviceTensor&) {}  // the base is frozen on the GPU
 
  private:
+  // out = causal attention of q over (k, v), dense rows of the batch's sequences (all from
+  // position 0), heads × head_dim each: the new rows as a cache of one-token blocks (block b is
+  // row b), through the paged prefill kernels.
+  void dense_attention(const DeviceTensor& q, const DeviceTensor& k, const DeviceTensor& v,
+                       DeviceTensor& out, int64_t heads, int64_t head_dim) {
+    const int64_t n = st_.T;
+    std::vector<int32_t> rows(static_cast<size_t>(n));
+    std::iota(rows.begin(), rows.end(), 0);
+    std::vector<cuda::DeviceAttnSeq> seqs;
+    int32_t max_new = 0;
+    for (const auto& q_seq : st_.attn_seqs) {
+      seqs.push_back({q_seq.row_begin, q_seq.n_new, 0, int32_t(q_seq.row_begin)});
+      max_new = std::max(max_new, q_seq.n_new);
+    }
+    upload_table(rows, dense_rows_, s_);
+    upload_table(seqs, dense_seqs_, s_);
+    const cuda::DevicePagedKv<T> kv{
+        const_cast<T*>(k.data<T>()), const_cast<T*>(v.data<T>()), n, 1, heads, head_dim};
+    cuda::attention_prefill<T>(q.data<T>(), heads * head_dim, out.data<T>(), heads * head_dim,
+                               heads, kv, dense_seqs_.data(), int32_t(seqs.size()),
+                               dense_rows_.data(), max_new, max_new, attn_scale_, s_);
+  }
+
   // Expert e's LoRA of `target` with its gradient blocks, when the rows are adapted and a
   // backward accumulates gradients.
-  std::optional<LoraGradTarget> expert_grad_target(int64_t l, engine::LoraTarget target,
-                                                   int64_t e,
+  std::optional<LoraGradTarget> expert_grad_target(int64_t l, engine::LoraTarget target, int64_t e,
                                                    const cuda::DeviceSegments& segs) const {
     if (segs.count == 0 || train_ == nullptr || train_->grads == nullptr) return std::nullopt;
     const auto view = lora_->expert_view(l, target, e);
@@ -434,8 +582,13 @@ class DeviceOps {
   ForwardContext* fwd_ = nullptr;
   TrainContext* train_ = nullptr;
   static constexpr Precision P_ = precision_of<T>();
-  // The CPU engine's softmax scale (1/√head_dim, times YaRN's attention factor squared).
+  // The CPU engine's softmax scale (1/√head_dim, times YaRN's attention factor squared; MLA's
+  // own rule) and YaRN's factor on MLA's rope columns.
   const float attn_scale_ = engine::attention_softmax_scale(c_);
+  const float rope_factor_ = engine::rope_attention_factor(c_);
+  // mla_attention_dense's one-token-block tables (rows as blocks, sequences from 0).
+  cuda::DeviceBuffer<int32_t> dense_rows_;
+  cuda::DeviceBuffer<cuda::DeviceAttnSeq> dense_seqs_;
   bool adapted_ = false;
   cuda::DeviceSegments segs_;
   int32_t max_n_ = 0, n_dense_ = 0;

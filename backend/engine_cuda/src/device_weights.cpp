@@ -37,10 +37,20 @@ DeviceTensor upload_stacked(const std::vector<engine::ExpertWeights>& experts,
 DeviceWeights::DeviceWeights(const engine::ModelWeights& w, Precision precision)
     : config_(w.config), precision_(precision) {
   w.validate("DeviceWeights upload");
-  SPINDLE_CHECK(!w.config.mla_attention(), unsupported,
-                "{}: multi-head latent attention (kv_lora_rank {}) does not run on the CUDA "
-                "engine yet; serve it with --device cpu",
-                w.config.name, w.config.mla.kv_lora_rank);
+  if (w.config.mla_attention()) {
+    // The attention kernels take head dims that are multiples of 8 up to 256: the absorbed
+    // form's latent rows (R + dr) and the uncompressed form's padded heads (max(dn+dr, dv)).
+    const engine::MlaConfig& m = w.config.mla;
+    const int64_t latent = m.kv_lora_rank + m.qk_rope_head_dim;
+    const int64_t padded = std::max(m.qk_nope_head_dim + m.qk_rope_head_dim, m.v_head_dim);
+    SPINDLE_CHECK(latent % 8 == 0 && latent <= 256 && padded % 8 == 0 && padded <= 256,
+                  unsupported,
+                  "{}: multi-head latent attention with kv_lora_rank + qk_rope_head_dim = {} and "
+                  "a padded head of {} does not run on the CUDA engine (its attention kernels "
+                  "take multiples of 8 up to 256; DeepSeek-V3's 576-wide latent needs its own "
+                  "decode kernel); serve it with --device cpu",
+                  w.config.name, latent, padded);
+  }
   const Precision p = precision, f32 = Precision::fp32;
   tok_emb_ = upload(w.tok_emb, p);
   for (const engine::LayerWeights& L : w.layers) {
@@ -61,6 +71,12 @@ DeviceWeights::DeviceWeights(const engine::ModelWeights& w, Precision precision)
     D.expert_gate = upload_stacked(L.experts, &engine::ExpertWeights::w_gate, p);
     D.expert_up = upload_stacked(L.experts, &engine::ExpertWeights::w_up, p);
     D.expert_down = upload_stacked(L.experts, &engine::ExpertWeights::w_down, p);
+    D.wq_a = upload(L.wq_a, p);
+    D.q_a_norm = upload(L.q_a_norm, f32);
+    D.wq_b = upload(L.wq_b, p);
+    D.wkv_a = upload(L.wkv_a, p);
+    D.kv_a_norm = upload(L.kv_a_norm, f32);
+    D.wkv_b = upload(L.wkv_b, p);
     layers_.push_back(std::move(D));
   }
   final_norm_ = upload(w.final_norm, f32);
@@ -76,7 +92,8 @@ size_t DeviceWeights::bytes() const {
   for (const DeviceLayerWeights& L : layers_) {
     for (const DeviceTensor* t : {&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.q_norm, &L.k_norm,
                                   &L.ffn_norm, &L.w_gate, &L.w_up, &L.w_down, &L.router, &L.expert_gate,
-                                  &L.expert_up, &L.expert_down}) {
+                                  &L.expert_up, &L.expert_down, &L.wq_a, &L.q_a_norm, &L.wq_b,
+                                  &L.wkv_a, &L.kv_a_norm, &L.wkv_b}) {
       total += t->bytes();
     }
   }

@@ -19,15 +19,6 @@
 
 namespace spindle::testing {
 
-// tiny_config with head_dim 16 where the CPU fixture's is no multiple of 8 (Qwen3's 12), as
-// the CUDA attention needs; Qwen3-MoE: 3 layers, 0 and 2 routed (8 experts, top 2,
-// renormalised), 1 dense.
-inline engine::ModelConfig gpu_tiny_config(engine::Arch arch) {
-  engine::ModelConfig c = tiny_config(arch);
-  if (c.head_dim % 8 != 0) c.head_dim = 16;
-  return c;
-}
-
 // |got − want| <= tol · max(1, max_j |want[r, j]|) for every element of row r.
 // On failure names the first mismatch: row, column, got, want, allowed error.
 inline ::testing::AssertionResult rows_close(const float* got, const float* want, int64_t rows,

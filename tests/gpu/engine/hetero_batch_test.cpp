@@ -118,6 +118,15 @@ TEST(GpuHeteroBatch, AdaptersOnExpertsMatchCpuOnRandomQwen3MoeFp32) {
                Precision::fp32, 1e-4f);
 }
 
+// Latent attention (DeepSeek-V3 shape, with YaRN and routed + shared experts): LoRA on q_a, q_b,
+// kv_a, kv_b (absorbed into the query and the attended latent at decode) and o beside the
+// experts'.
+TEST(GpuHeteroBatch, AdaptersOnLatentAttentionMatchCpuOnRandomDeepseekV3Fp32) {
+  SPINDLE_REQUIRE_GPU();
+  check_hetero(testing::random_weights(testing::gpu_tiny_config(Arch::deepseek_v3), 14),
+               Precision::fp32, 1e-4f);
+}
+
 TEST(GpuHeteroBatch, AdaptersOfManyRanksMatchCpuOnRandomQwen3Bf16) {
   SPINDLE_REQUIRE_GPU();
   check_hetero(testing::random_weights(testing::gpu_tiny_config(Arch::qwen3), 11),

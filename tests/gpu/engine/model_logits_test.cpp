@@ -106,6 +106,13 @@ TEST(GpuModel, Qwen3WithYarnFp32MatchesCpu) {
       .type = engine::RopeScalingType::yarn, .factor = 4.0f, .original_max_position = 16};
   check_against_cpu(c, Precision::fp32);
 }
+// Multi-head Latent Attention (DeepSeek-V3 shape: query latent, YaRN with an attention factor,
+// interleaved rope, sigmoid group-limited routing, a shared expert): prefill and chunked
+// prefill read the latent cache through the absorbed form and must equal the CPU engine.
+TEST(GpuModel, DeepseekV3Fp32MatchesCpu) {
+  SPINDLE_REQUIRE_GPU();
+  check_against_cpu(Arch::deepseek_v3, Precision::fp32);
+}
 // Routed experts (fp32, the exactness mode: a bf16 router may pick another expert on a near
 // tie, which is not an error but fails an elementwise comparison).
 TEST(GpuModel, Qwen3MoeFp32MatchesCpu) {

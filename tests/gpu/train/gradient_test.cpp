@@ -1,4 +1,5 @@
-// LoRA gradients on the GPU (fp32 mode), tiny random Llama and Qwen3 models, every loss:
+// LoRA gradients on the GPU (fp32 mode), tiny random Llama, Qwen3, Qwen3-MoE and DeepSeek-V3
+// (latent attention: q_a, q_b, kv_a, kv_b targets) models, every loss:
 //  - against central finite differences of the GPU's own forward loss, along a random
 //    direction per tensor (the CPU gradient test's method and tolerances,
 //    tests/unit/train/gradient_check_test.cpp);
@@ -191,7 +192,8 @@ TEST(GpuLoraGradientsYarn, Qwen3WithYarnMatchesTheCpuEngine) {
 
 INSTANTIATE_TEST_SUITE_P(
     ArchsAndLosses, GpuLoraGradients,
-    ::testing::Combine(::testing::Values(Arch::llama, Arch::qwen3, Arch::qwen3_moe),
+    ::testing::Combine(::testing::Values(Arch::llama, Arch::qwen3, Arch::qwen3_moe,
+                                         Arch::deepseek_v3),
                        ::testing::Values(LossFn::cross_entropy, LossFn::importance_sampling,
                                          LossFn::ppo, LossFn::cispo, LossFn::dro)),
     [](const auto& info) {

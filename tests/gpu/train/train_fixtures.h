@@ -30,11 +30,7 @@ inline constexpr auto kAllTargets = engine::kAllLoraTargets;
 
 // The CPU tests' tiny configs (odd sizes: dim 48, hidden 80, vocab 97, GQA 6/2). Qwen3's
 // head_dim 12 becomes 16: the CUDA attention kernels take head_dim multiples of 8.
-inline engine::ModelConfig gpu_tiny_config(Arch arch) {
-  engine::ModelConfig c = spindle::testing::tiny_config(arch);
-  if (c.head_dim % 8 != 0) c.head_dim = 16;
-  return c;
-}
+using spindle::testing::gpu_tiny_config;
 
 // One random base on the CPU (reference) and on the device, with a slot pool on each side.
 struct Rig {

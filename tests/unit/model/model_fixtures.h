@@ -108,6 +108,21 @@ inline engine::ModelConfig tiny_config(engine::Arch arch) {
   return c;
 }
 
+// tiny_config with the head dims the CUDA attention kernels take (multiples of 8): Qwen3's 12
+// becomes 16; DeepSeek-V3's query head 8 + 4 becomes 12 + 4, so that its latent row (12 + 4)
+// and its padded uncompressed head (max(16, 10)) are multiples of 8 too. Qwen3-MoE: 3 layers,
+// 0 and 2 routed (8 experts, top 2, renormalised), 1 dense.
+inline engine::ModelConfig gpu_tiny_config(engine::Arch arch) {
+  engine::ModelConfig c = tiny_config(arch);
+  if (c.mla_attention()) {
+    c.mla.qk_nope_head_dim = 12;
+    c.head_dim = c.mla.qk_head_dim();
+  } else if (c.head_dim % 8 != 0) {
+    c.head_dim = 16;
+  }
+  return c;
+}
+
 inline engine::ModelWeights random_weights(const engine::ModelConfig& c, uint64_t seed) {
   std::mt19937_64 rng(seed);
   auto fill = [&](Shape shape, float lo, float hi) {

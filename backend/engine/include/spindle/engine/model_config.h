@@ -157,4 +157,22 @@ struct ModelConfig {
   void validate_deepseek(const std::string& source) const;
 };
 
+// Multi-head Latent Attention's working dims, as both engines' MLA ops use them: H heads, dn /
+// dr / dv the nope / rope / value head dims, R the latent rank; qw = dn + dr per query head,
+// lw = R + dr per cached latent row, kvw = dn + dv rows of kv_b_proj per head, P = max(qw, dv)
+// the uncompressed form's padded head.
+struct MlaDims {
+  int64_t H, dn, dr, dv, R, qw, lw, kvw, P;
+  explicit MlaDims(const ModelConfig& c)
+      : H(c.n_heads),
+        dn(c.mla.qk_nope_head_dim),
+        dr(c.mla.qk_rope_head_dim),
+        dv(c.mla.v_head_dim),
+        R(c.mla.kv_lora_rank),
+        qw(dn + dr),
+        lw(R + dr),
+        kvw(dn + dv),
+        P(dn + dr > dv ? dn + dr : dv) {}
+};
+
 }  // namespace spindle::engine

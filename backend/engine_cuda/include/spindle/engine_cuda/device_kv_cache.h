@@ -72,7 +72,9 @@ class DeviceKvCache final : public engine::KvPool {
   Precision precision_;
   engine::Device device_;
   uint64_t id_ = next_device_object_id();
-  std::vector<DeviceTensor> k_, v_;  // per layer, [n_blocks·block_size, n_kv_heads·head_dim]
+  // Per layer, [n_blocks·block_size, kv_cache_heads·kv_cache_head_dim]; v_ is empty for MLA
+  // (the latent row is read as K and V).
+  std::vector<DeviceTensor> k_, v_;
 };
 
 }  // namespace spindle::engine_cuda

@@ -32,6 +32,14 @@ struct DeviceLayerWeights {
   DeviceTensor expert_gate;        // [n_experts·expert_dim, dim]
   DeviceTensor expert_up;          // [n_experts·expert_dim, dim]
   DeviceTensor expert_down;        // [n_experts·dim, expert_dim]
+  // Multi-head Latent Attention (ModelConfig::mla_attention; wk / wv stay empty), as
+  // engine::LayerWeights: Q = q_lora_rank, R = kv_lora_rank, H heads.
+  DeviceTensor wq_a;       // [Q, dim] (Q > 0)
+  DeviceTensor q_a_norm;   // [1, Q] fp32
+  DeviceTensor wq_b;       // [H·(dn+dr), Q]
+  DeviceTensor wkv_a;      // [R + dr, dim]
+  DeviceTensor kv_a_norm;  // [1, R] fp32
+  DeviceTensor wkv_b;      // [H·(dn+dv), R]
 };
 
 class DeviceWeights {

@@ -41,6 +41,26 @@ struct DeviceMoeActivations {
   DeviceTensor out;            // [T·top_k, dim] the experts' outputs (before the weights)
 };
 
+// Multi-head Latent Attention's intermediates (engine::MlaActivations; model dtype unless
+// marked): H heads, Q = q_lora_rank, R = kv_lora_rank, P = max(dn + dr, dv).
+struct DeviceMlaActivations {
+  DeviceTensor q_lat;       // [T, Q] q_a_proj(xn)                        (Q > 0)
+  DeviceTensor q_latn;      // [T, Q] q_a_layernorm(q_lat)
+  DeviceTensor inv_rms_q;   // [T, 1] fp32
+  DeviceTensor kv_lat;      // [T, R + dr] kv_a_proj_with_mqa(xn)
+  DeviceTensor c_raw;       // [T, R] its latent columns
+  DeviceTensor ckv;         // [T, R] kv_a_layernorm(c_raw): cached, with k_pe
+  DeviceTensor inv_rms_kv;  // [T, 1] fp32
+  DeviceTensor k_pe;        // [T, dr] the shared rope key, rotated
+  DeviceTensor latent;      // [T, R + dr] [ckv, k_pe], the rows the cache takes
+  // The uncompressed form (keep_activations forwards; the backward reads it):
+  DeviceTensor kv;                       // [T, H·(dn+dv)] kv_b_proj(ckv)
+  DeviceTensor q_p, k_p, v_p, attn_p;    // [T, H·P] per head, zero-padded
+  // The absorbed form over the latent cache (inference):
+  DeviceTensor q_abs;  // [T, H·(R+dr)] per head [q_nope·W_UK (+ kv_b's LoRA), q_pe]
+  DeviceTensor o_lat;  // [T, H·(R+dr)] attention over the cached [ckv, k_pe] rows
+};
+
 // Intermediates of one decoder layer over the batch's T rows (as engine::LayerActivations).
 struct DeviceLayerActivations {
   DeviceTensor x_in;          // [T, dim] residual stream entering the layer (keep_activations)
@@ -61,6 +81,7 @@ struct DeviceLayerActivations {
   DeviceTensor up;            // [T, hidden]
   DeviceTensor act;           // [T, hidden] silu(gate)·up
   DeviceMoeActivations moe;   // sparse layers (gate/up/act above hold shared experts, if any)
+  DeviceMlaActivations mla;   // latent attention (q, attn above: [T, H·(dn+dr)], [T, H·dv])
 };
 
 // A typed view of device memory owned elsewhere (DeviceForwardState::tables).
