@@ -30,7 +30,7 @@ __global__ void kv_cache_write_kernel(DevicePagedKv<T> cache, const T* __restric
     const int64_t sl = slot[t];
     if (sl < 0 || sl >= n_slots) continue;
     cache.k[sl * width + c] = k_new[t * ld + c];
-    cache.v[sl * width + c] = v_new[t * ld + c];
+    if (cache.v != cache.k) cache.v[sl * width + c] = v_new[t * ld + c];  // MLA: one latent row
   }
 }
 

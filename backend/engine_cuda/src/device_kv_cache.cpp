@@ -60,7 +60,7 @@ template <class T>
 cuda::DevicePagedKv<T> DeviceKvCache::layer(int64_t l) {
   cuda::DevicePagedKv<T> kv;
   kv.k = k_.at(size_t(l)).data<T>();
-  kv.v = v_.empty() ? kv.k : v_.at(size_t(l)).data<T>();  // MLA: the latent row is K and V
+  kv.v = config_.mla_attention() ? kv.k : v_.at(size_t(l)).data<T>();  // MLA: the row is K and V
   kv.n_blocks = blocks_.n_blocks();
   kv.block_size = blocks_.block_size();
   kv.n_kv_heads = config_.kv_cache_heads();

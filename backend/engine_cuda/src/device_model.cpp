@@ -40,8 +40,9 @@ bool graph_eligible(std::span<const BatchSequence> batch, const DeviceForwardOpt
 
 DeviceModel::DeviceModel(const DeviceWeights& weights)
     : weights_(weights), graphs_(std::make_unique<internal::GraphCache>()) {
+  // (MLA's attention widths, the latent row and the padded head, are DeviceWeights' checks.)
   const int64_t hd = weights.config().head_dim;
-  SPINDLE_CHECK(hd % 8 == 0 && hd <= 256, unsupported,
+  SPINDLE_CHECK(weights.config().mla_attention() || (hd % 8 == 0 && hd <= 256), unsupported,
                 "GPU attention needs head_dim a multiple of 8 and <= 256, the model has {}", hd);
 }
 

@@ -413,10 +413,11 @@ class DeviceOps {
     const engine::MlaDims d(c_);
     DeviceMlaActivations& m = a.mla;
     const int64_t n = st_.T, W = d.H * d.P;
-    for (DeviceTensor* t : {&m.q_p, &m.k_p, &m.v_p, &m.attn_p}) {
+    for (DeviceTensor* t : {&m.q_p, &m.k_p, &m.v_p}) {  // the padding columns are zeros
       t->ensure(n, W, P_);
       t->zero(s_);
     }
+    m.attn_p.ensure(n, W, P_);  // every column written by the attention (head_dim P)
     cuda::copy_head_cols<T>(a.q.data<T>(), d.H * d.qw, d.qw, 0, m.q_p.data<T>(), W, d.P, 0, n, d.H,
                             d.qw, s_);
     cuda::copy_head_cols<T>(m.kv.data<T>(), d.H * d.kvw, d.kvw, 0, m.k_p.data<T>(), W, d.P, 0, n,
@@ -532,13 +533,15 @@ class DeviceOps {
       seqs.push_back({q_seq.row_begin, q_seq.n_new, 0, int32_t(q_seq.row_begin)});
       max_new = std::max(max_new, q_seq.n_new);
     }
-    upload_table(rows, dense_rows_, s_);
-    upload_table(seqs, dense_seqs_, s_);
+    // In the state (grow-only, like the MoE tables): a DeviceOps buffer would be freed, a
+    // device-wide sync, at the end of every forward.
+    upload_table(rows, st_.mla_dense_rows, s_);
+    upload_table(seqs, st_.mla_dense_seqs, s_);
     const cuda::DevicePagedKv<T> kv{
         const_cast<T*>(k.data<T>()), const_cast<T*>(v.data<T>()), n, 1, heads, head_dim};
     cuda::attention_prefill<T>(q.data<T>(), heads * head_dim, out.data<T>(), heads * head_dim,
-                               heads, kv, dense_seqs_.data(), int32_t(seqs.size()),
-                               dense_rows_.data(), max_new, max_new, attn_scale_, s_);
+                               heads, kv, st_.mla_dense_seqs.data(), int32_t(seqs.size()),
+                               st_.mla_dense_rows.data(), max_new, max_new, attn_scale_, s_);
   }
 
   // Expert e's LoRA of `target` with its gradient blocks, when the rows are adapted and a
@@ -586,9 +589,7 @@ class DeviceOps {
   // own rule) and YaRN's factor on MLA's rope columns.
   const float attn_scale_ = engine::attention_softmax_scale(c_);
   const float rope_factor_ = engine::rope_attention_factor(c_);
-  // mla_attention_dense's one-token-block tables (rows as blocks, sequences from 0).
-  cuda::DeviceBuffer<int32_t> dense_rows_;
-  cuda::DeviceBuffer<cuda::DeviceAttnSeq> dense_seqs_;
+
   bool adapted_ = false;
   cuda::DeviceSegments segs_;
   int32_t max_n_ = 0, n_dense_ = 0;

@@ -90,6 +90,7 @@ size_t DeviceWeights::bytes() const {
   // The checkpoint's tensors, as engine::ModelWeights::bytes (the RoPE table is derived).
   size_t total = tok_emb_.bytes() + final_norm_.bytes() + lm_head_.bytes();
   for (const DeviceLayerWeights& L : layers_) {
+    total += L.router_bias.size() * sizeof(float);  // host-side (the routing is), still the base's
     for (const DeviceTensor* t : {&L.attn_norm, &L.wq, &L.wk, &L.wv, &L.wo, &L.q_norm, &L.k_norm,
                                   &L.ffn_norm, &L.w_gate, &L.w_up, &L.w_down, &L.router, &L.expert_gate,
                                   &L.expert_up, &L.expert_down, &L.wq_a, &L.q_a_norm, &L.wq_b,

@@ -135,6 +135,10 @@ struct DeviceForwardState {
   DeviceTensor lora_h;         // [T, max_rank] fp32 SGMV scratch
   DeviceTensor lora_dh;        // [T, max_rank] fp32 backward scratch (the backward's to use)
   DeviceTensor attn_scratch;   // fp32 split-KV decode partials (cuda::attention_scratch_bytes)
+  // MLA's uncompressed training attention: the new rows as one-token blocks (identity table)
+  // and its sequences from position 0.
+  kernels::cuda::DeviceBuffer<int32_t> mla_dense_rows;
+  kernels::cuda::DeviceBuffer<kernels::cuda::DeviceAttnSeq> mla_dense_seqs;
 
   // The logits copied to the host as fp32 [rows_out, vocab] when the forward was asked to
   // (DeviceForwardOptions::copy_logits); empty otherwise.
