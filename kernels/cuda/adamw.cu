@@ -134,10 +134,10 @@ void adamw_step(const AdamWTensor* tensors, int64_t n_tensors, int64_t max_count
     return;
   }
   SPINDLE_KERNEL_REQUIRE(tensors != nullptr, kKernel, "tensors must be non-null");
-  const bool need_norm =
-      hyper.grad_clip_norm > 0.0f || grad_norm_out != nullptr || scratch != nullptr;
-  SPINDLE_KERNEL_REQUIRE(!need_norm || scratch != nullptr, kKernel,
-                         "scratch (adamw_scratch_bytes) is required for clipping or grad_norm_out");
+  SPINDLE_KERNEL_REQUIRE(
+      scratch != nullptr || (hyper.grad_clip_norm == 0.0f && grad_norm_out == nullptr), kKernel,
+      "scratch (adamw_scratch_bytes) is required for clipping or grad_norm_out");
+  const bool need_norm = scratch != nullptr;  // the norm (and the non-finite check) runs
   auto* s = static_cast<NormScratch*>(scratch);
   const auto grid_y = static_cast<unsigned>(n_tensors < kMaxGridY ? n_tensors : kMaxGridY);
   if (need_norm) {

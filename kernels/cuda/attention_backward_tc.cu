@@ -24,14 +24,26 @@ namespace {
 
 static_assert(2 * score_bytes() >= size_t{kTcWarps} * 16 * kTcMaxHeadDim * sizeof(float),
               "the output staging fits in the two score tiles");
-// dq kernel: Q, dO, K, V | S, dP (float) | dS (bf16).
-size_t tc_dq_smem_bytes(int hd) {
-  return 4 * operand_bytes(hd) + 2 * score_bytes() + half_score_bytes();
-}
-// dk/dv kernel: K, V, Q, dO | Sᵀ, dPᵀ (float) | P, dS (bf16) | lse, D of the query tile.
-size_t tc_dkdv_smem_bytes(int hd) {
-  return 4 * operand_bytes(hd) + 2 * score_bytes() + 2 * half_score_bytes() +
-         align128(2 * kTcTile * sizeof(float));
+// Both kernels' shared memory, one layout: four bf16 operand tiles | two fp32 score tiles |
+// n_half bf16 score tiles | (dk/dv) the query tile's lse and D. The dq kernel holds Q, dO, K, V
+// | S, dP | dS; the dk/dv kernel K, V, Q, dO | Sᵀ, dPᵀ | P, dS | lse, D.
+struct BwdSmem {
+  unsigned char* base;
+  size_t ob;  // operand_bytes(hd)
+  __device__ bf16* operand(int i) const { return reinterpret_cast<bf16*>(base + i * ob); }
+  __device__ float* score(int i) const {
+    return reinterpret_cast<float*>(base + 4 * ob + i * score_bytes());
+  }
+  __device__ bf16* half(int i) const {
+    return reinterpret_cast<bf16*>(base + 4 * ob + 2 * score_bytes() + i * half_score_bytes());
+  }
+  __device__ float* stats() const {
+    return reinterpret_cast<float*>(base + 4 * ob + 2 * score_bytes() + 2 * half_score_bytes());
+  }
+};
+size_t bwd_smem_bytes(int hd, int n_half, bool stats) {
+  return 4 * operand_bytes(hd) + 2 * score_bytes() + n_half * half_score_bytes() +
+         (stats ? align128(2 * kTcTile * sizeof(float)) : 0);
 }
 
 // Writes this warp's 16 × hd accumulator rows to global rows [row0, row0 + 16) ∩ [0, n) of
@@ -67,14 +79,14 @@ __global__ void __launch_bounds__(kTcThreads)
   if (t0 >= n) return;  // block-uniform, before any barrier
   const int64_t h = blockIdx.y;
   const int hd = sh.hd;
-  const size_t ob = operand_bytes(hd);
-  bf16* Qs = reinterpret_cast<bf16*>(smem);
-  bf16* dOs = reinterpret_cast<bf16*>(smem + ob);
-  bf16* Ks = reinterpret_cast<bf16*>(smem + 2 * ob);
-  bf16* Vs = reinterpret_cast<bf16*>(smem + 3 * ob);
-  float* Ss = reinterpret_cast<float*>(smem + 4 * ob);
-  float* dPs = reinterpret_cast<float*>(smem + 4 * ob + score_bytes());
-  bf16* dSs = reinterpret_cast<bf16*>(smem + 4 * ob + 2 * score_bytes());
+  const BwdSmem sm{smem, operand_bytes(hd)};
+  bf16* Qs = sm.operand(0);
+  bf16* dOs = sm.operand(1);
+  bf16* Ks = sm.operand(2);
+  bf16* Vs = sm.operand(3);
+  float* Ss = sm.score(0);
+  float* dPs = sm.score(1);
+  bf16* dSs = sm.half(0);
   const int64_t ld_q = sh.n_heads * hd;
   const int64_t ld_kv = sh.n_kv_heads * hd;
   const bf16* Kg = k + seq.row_begin * ld_kv + (h / sh.group) * hd;
@@ -181,17 +193,16 @@ __global__ void __launch_bounds__(kTcThreads)
   if (j0 >= n) return;  // block-uniform, before any barrier
   const int64_t g = blockIdx.y;
   const int hd = sh.hd;
-  const size_t ob = operand_bytes(hd);
-  bf16* Ks = reinterpret_cast<bf16*>(smem);
-  bf16* Vs = reinterpret_cast<bf16*>(smem + ob);
-  bf16* Qs = reinterpret_cast<bf16*>(smem + 2 * ob);
-  bf16* dOs = reinterpret_cast<bf16*>(smem + 3 * ob);
-  float* Ss = reinterpret_cast<float*>(smem + 4 * ob);
-  float* dPs = reinterpret_cast<float*>(smem + 4 * ob + score_bytes());
-  bf16* Ps = reinterpret_cast<bf16*>(smem + 4 * ob + 2 * score_bytes());
-  bf16* dSs = reinterpret_cast<bf16*>(smem + 4 * ob + 2 * score_bytes() + half_score_bytes());
-  float* lse_s =
-      reinterpret_cast<float*>(smem + 4 * ob + 2 * score_bytes() + 2 * half_score_bytes());
+  const BwdSmem sm{smem, operand_bytes(hd)};
+  bf16* Ks = sm.operand(0);
+  bf16* Vs = sm.operand(1);
+  bf16* Qs = sm.operand(2);
+  bf16* dOs = sm.operand(3);
+  float* Ss = sm.score(0);
+  float* dPs = sm.score(1);
+  bf16* Ps = sm.half(0);
+  bf16* dSs = sm.half(1);
+  float* lse_s = sm.stats();
   float* D_s = lse_s + kTcTile;
   const int64_t ld_q = sh.n_heads * hd;
   const int64_t ld_kv = sh.n_kv_heads * hd;
@@ -271,8 +282,8 @@ void launch_backward_tc(const bf16* q, const bf16* k, const bf16* v, const bf16*
                         int32_t n_seqs, float* stats, cudaStream_t stream) {
   const int hd = sh.hd;
   const unsigned n_tiles = static_cast<unsigned>((sh.max_n + kTcTile - 1) / kTcTile);
-  const size_t dq_smem = tc_dq_smem_bytes(hd);
-  const size_t dkdv_smem = tc_dkdv_smem_bytes(hd);
+  const size_t dq_smem = bwd_smem_bytes(hd, /*n_half=*/1, /*stats=*/false);
+  const size_t dkdv_smem = bwd_smem_bytes(hd, /*n_half=*/2, /*stats=*/true);
   check(cudaFuncSetAttribute(tc_dq_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              static_cast<int>(dq_smem)),
         "cudaFuncSetAttribute (attention_backward tensor-core dq kernel)");

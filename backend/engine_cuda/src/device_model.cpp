@@ -163,7 +163,6 @@ void DeviceModel::run_graph(DeviceKvCache& cache, const DeviceLoraPool* lora,
   const bool adapted = lora != nullptr && !st.slots_used.empty();
   internal::GraphKey key{
       .state = &st,
-      .cache = &cache,
       .cache_id = cache.id(),
       .lora = adapted ? lora : nullptr,
       .lora_fingerprint = adapted ? internal::lora_fingerprint(*lora, c.n_layers) : 0,

@@ -361,7 +361,7 @@ class DeviceOps {
   }
   void mla_kv_write(int64_t l, const DeviceTensor& ckv, const DeviceTensor& k_pe) {
     const int64_t R = ckv.cols(), dr = k_pe.cols();
-    DeviceTensor& latent = st_.layers[st_.keep_activations ? size_t(l) : 0].mla.latent;
+    DeviceTensor& latent = st_.mla_latent;  // transient: the cache keeps the rows
     latent.ensure(st_.T, R + dr, P_);
     put_cols(ckv, latent, 0);
     put_cols(k_pe, latent, R);
@@ -409,7 +409,7 @@ class DeviceOps {
   }
   // Training forwards: the uncompressed form over the new rows (sequences from position 0),
   // heads zero-padded to P, through the dense attention kernels the backward differentiates.
-  void mla_attention_dense(int64_t, DeviceLayerActivations& a) {
+  void mla_attention_dense(int64_t l, DeviceLayerActivations& a) {
     const engine::MlaDims d(c_);
     DeviceMlaActivations& m = a.mla;
     const int64_t n = st_.T, W = d.H * d.P;
@@ -433,6 +433,7 @@ class DeviceOps {
                   unsupported,
                   "MLA: a forward that keeps activations (training, scoring for a backward) "
                   "needs sequences from position 0");
+    if (l == 0) upload_dense_tables();  // every layer is MLA: the first of this forward
     dense_attention(m.q_p, m.k_p, m.v_p, m.attn_p, d.H, d.P);
     a.attn.ensure(n, d.H * d.dv, P_);
     cuda::copy_head_cols<T>(m.attn_p.data<T>(), W, d.P, 0, a.attn.data<T>(), d.H * d.dv, d.dv, 0, n,
@@ -519,29 +520,30 @@ class DeviceOps {
   void embedding_backward(const DeviceTensor&) {}  // the base is frozen on the GPU
 
  private:
-  // out = causal attention of q over (k, v), dense rows of the batch's sequences (all from
-  // position 0), heads × head_dim each: the new rows as a cache of one-token blocks (block b is
-  // row b), through the paged prefill kernels.
-  void dense_attention(const DeviceTensor& q, const DeviceTensor& k, const DeviceTensor& v,
-                       DeviceTensor& out, int64_t heads, int64_t head_dim) {
-    const int64_t n = st_.T;
-    std::vector<int32_t> rows(static_cast<size_t>(n));
+  // The one-token-block tables of dense_attention for this forward's sequences: block b is
+  // row b, each sequence from position 0. The same for every layer: uploaded once per forward,
+  // into the state (grow-only; a DeviceOps buffer would be freed, a device-wide sync, at the
+  // end of every forward).
+  void upload_dense_tables() {
+    std::vector<int32_t> rows(static_cast<size_t>(st_.T));
     std::iota(rows.begin(), rows.end(), 0);
     std::vector<cuda::DeviceAttnSeq> seqs;
-    int32_t max_new = 0;
-    for (const auto& q_seq : st_.attn_seqs) {
-      seqs.push_back({q_seq.row_begin, q_seq.n_new, 0, int32_t(q_seq.row_begin)});
-      max_new = std::max(max_new, q_seq.n_new);
+    for (const auto& q : st_.attn_seqs) {
+      seqs.push_back({q.row_begin, q.n_new, 0, int32_t(q.row_begin)});
     }
-    // In the state (grow-only, like the MoE tables): a DeviceOps buffer would be freed, a
-    // device-wide sync, at the end of every forward.
     upload_table(rows, st_.mla_dense_rows, s_);
     upload_table(seqs, st_.mla_dense_seqs, s_);
+  }
+  // out = causal attention of q over (k, v), the batch's new rows (upload_dense_tables), heads
+  // × head_dim each, through the paged prefill kernels.
+  void dense_attention(const DeviceTensor& q, const DeviceTensor& k, const DeviceTensor& v,
+                       DeviceTensor& out, int64_t heads, int64_t head_dim) {
     const cuda::DevicePagedKv<T> kv{
-        const_cast<T*>(k.data<T>()), const_cast<T*>(v.data<T>()), n, 1, heads, head_dim};
+        const_cast<T*>(k.data<T>()), const_cast<T*>(v.data<T>()), st_.T, 1, heads, head_dim};
     cuda::attention_prefill<T>(q.data<T>(), heads * head_dim, out.data<T>(), heads * head_dim,
-                               heads, kv, st_.mla_dense_seqs.data(), int32_t(seqs.size()),
-                               st_.mla_dense_rows.data(), max_new, max_new, attn_scale_, s_);
+                               heads, kv, st_.mla_dense_seqs.data(), int32_t(st_.attn_seqs.size()),
+                               st_.mla_dense_rows.data(), st_.attn_max_new, st_.attn_max_new,
+                               attn_scale_, s_);
   }
 
   // Expert e's LoRA of `target` with its gradient blocks, when the rows are adapted and a

@@ -3,7 +3,7 @@
 // work (the packed table copy, every kernel, every cuBLAS call) captured once and replayed.
 //
 // A capture bakes launch parameters and addresses, so a graph is cached under everything that
-// shapes them (GraphKey): the state, cache and pool it reads, the batch's row and segment
+// shapes them (GraphKey): the state, cache (by id) and pool it reads, the batch's row and segment
 // counts, the attention context bucket (grids sized for the bucket; the decode kernel exits
 // blocks beyond each sequence's real context, which it reads from device memory), the size of
 // the table copy, the cache's id, and device_generation() at capture time (any DeviceTensor or
@@ -33,8 +33,7 @@ uint64_t lora_fingerprint(const DeviceLoraPool& pool, int64_t n_layers);
 
 struct GraphKey {
   const void* state = nullptr;
-  const void* cache = nullptr;
-  uint64_t cache_id = 0;
+  uint64_t cache_id = 0;  // DeviceKvCache::id(): unique even for a new cache at a reused address
   const void* lora = nullptr;  // null when no row of the batch is adapted
   uint64_t lora_fingerprint = 0;
   uint64_t generation = 0;

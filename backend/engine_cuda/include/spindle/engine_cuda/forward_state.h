@@ -52,7 +52,6 @@ struct DeviceMlaActivations {
   DeviceTensor ckv;         // [T, R] kv_a_layernorm(c_raw): cached, with k_pe
   DeviceTensor inv_rms_kv;  // [T, 1] fp32
   DeviceTensor k_pe;        // [T, dr] the shared rope key, rotated
-  DeviceTensor latent;      // [T, R + dr] [ckv, k_pe], the rows the cache takes
   // The uncompressed form (keep_activations forwards; the backward reads it):
   DeviceTensor kv;                       // [T, H·(dn+dv)] kv_b_proj(ckv)
   DeviceTensor q_p, k_p, v_p, attn_p;    // [T, H·P] per head, zero-padded
@@ -135,6 +134,7 @@ struct DeviceForwardState {
   DeviceTensor lora_h;         // [T, max_rank] fp32 SGMV scratch
   DeviceTensor lora_dh;        // [T, max_rank] fp32 backward scratch (the backward's to use)
   DeviceTensor attn_scratch;   // fp32 split-KV decode partials (cuda::attention_scratch_bytes)
+  DeviceTensor mla_latent;     // [T, R + dr] MLA's [ckv, k_pe] rows on their way to the cache
   // MLA's uncompressed training attention: the new rows as one-token blocks (identity table)
   // and its sequences from position 0.
   kernels::cuda::DeviceBuffer<int32_t> mla_dense_rows;
