@@ -283,28 +283,30 @@ void run_gpu_train_breakdown(engine_cuda::DeviceModel& model) {
     d_dense.upload(dense);
     const float scale = 1.0f / std::sqrt(float(c.head_dim));
     const cuda::DevicePagedKv<bf16> kv = cache.layer<bf16>(0);
-    // The prefill (the training forward's attention) on both paths, side by side.
-    double prefill_cores_us = 0.0, prefill_tc_us = 0.0;
-    for (const bool tensor_cores : {false, true}) {
-      const double us = eager_us(
-          s,
-          [&] {
-            cuda::attention_prefill<bf16>(x.data<bf16>(), c.q_dim(), y.data<bf16>(), c.q_dim(),
-                                          c.n_heads, kv, d_aseqs.data(), int32_t(n_seqs),
-                                          d_tables.data(), int32_t(seq_len), int32_t(seq_len),
-                                          scale, s, tensor_cores);
-          },
-          reps);
-      report(std::string("attention_prefill (8 x 256") +
-                 (tensor_cores ? ", tensor cores)" : ", CUDA cores)"),
-             us, nl);
-      (tensor_cores ? prefill_tc_us : prefill_cores_us) = us;
-    }
-    std::printf("gpu_train_ops/attention_prefill_cuda_cores_over_tensor_cores: %.2f  (%s)\n",
-                prefill_tc_us > 0 ? prefill_cores_us / prefill_tc_us : 0.0,
-                cuda::attention_prefill_uses_tensor_cores<bf16>(x.data<bf16>(), c.q_dim(), kv)
-                    ? "8 x 256 tokens, one layer"
-                    : "tensor cores do not apply here");
+    // An attention op on the CUDA cores and on tensor cores (WMMA), side by side: both lines and
+    // the ratio, or a note when the tensor cores do not apply to these operands.
+    const auto both_paths = [&](const char* op, bool applies,
+                                const std::function<void(bool tensor_cores)>& run) {
+      double us[2] = {0.0, 0.0};
+      for (const bool tensor_cores : {false, true}) {
+        us[tensor_cores] = eager_us(
+            s, [&] { run(tensor_cores); }, reps);
+        report(std::string(op) + " (8 x 256" + (tensor_cores ? ", tensor cores)" : ", CUDA cores)"),
+               us[tensor_cores], nl);
+      }
+      std::printf("gpu_train_ops/%s_cuda_cores_over_tensor_cores: %.2f  (%s)\n", op,
+                  us[1] > 0 ? us[0] / us[1] : 0.0,
+                  applies ? "8 x 256 tokens, one layer" : "tensor cores do not apply here");
+    };
+    // The prefill (the training forward's attention).
+    both_paths("attention_prefill",
+               cuda::attention_prefill_uses_tensor_cores<bf16>(x.data<bf16>(), c.q_dim(), kv),
+               [&](bool tensor_cores) {
+                 cuda::attention_prefill<bf16>(x.data<bf16>(), c.q_dim(), y.data<bf16>(), c.q_dim(),
+                                               c.n_heads, kv, d_aseqs.data(), int32_t(n_seqs),
+                                               d_tables.data(), int32_t(seq_len), int32_t(seq_len),
+                                               scale, s, tensor_cores);
+               });
     engine_cuda::DeviceTensor k(rows, c.kv_dim(), engine_cuda::Precision::bf16),
         v(rows, c.kv_dim(), engine_cuda::Precision::bf16),
         dk(rows, c.kv_dim(), engine_cuda::Precision::bf16),
@@ -312,30 +314,17 @@ void run_gpu_train_breakdown(engine_cuda::DeviceModel& model) {
     for (auto* t : {&k, &v}) t->zero(s);
     kernels::cuda::DeviceBuffer<unsigned char> attn_scratch(std::max<size_t>(
         1, cuda::attention_backward_scratch_bytes(int32_t(n_seqs), int32_t(seq_len), c.n_heads)));
-    // Both paths side by side: the CUDA-core kernels and the tensor-core (WMMA) ones.
-    double cores_us = 0.0, tc_us = 0.0;
-    for (const bool tensor_cores : {false, true}) {
-      const double us = eager_us(
-          s,
-          [&] {
-            cuda::attention_backward<bf16>(
-                x.data<bf16>(), k.data<bf16>(), v.data<bf16>(), y.data<bf16>(), dz.data<bf16>(),
-                dk.data<bf16>(), dv.data<bf16>(), c.n_heads, c.n_kv_heads, c.head_dim,
-                d_dense.data(), int32_t(n_seqs), int32_t(seq_len), scale, attn_scratch.data(),
-                attn_scratch.size(), s, tensor_cores);
-          },
-          reps);
-      report(std::string("attention_backward (8 x 256") +
-                 (tensor_cores ? ", tensor cores)" : ", CUDA cores)"),
-             us, nl);
-      (tensor_cores ? tc_us : cores_us) = us;
-    }
-    const bool tc_applies = cuda::attention_backward_uses_tensor_cores<bf16>(
-        x.data<bf16>(), k.data<bf16>(), v.data<bf16>(), y.data<bf16>(), dz.data<bf16>(),
-        dk.data<bf16>(), dv.data<bf16>(), c.head_dim);
-    std::printf("gpu_train_ops/attention_backward_cuda_cores_over_tensor_cores: %.2f  (%s)\n",
-                tc_us > 0 ? cores_us / tc_us : 0.0,
-                tc_applies ? "8 x 256 tokens, one layer" : "tensor cores do not apply here");
+    both_paths("attention_backward",
+               cuda::attention_backward_uses_tensor_cores<bf16>(
+                   x.data<bf16>(), k.data<bf16>(), v.data<bf16>(), y.data<bf16>(), dz.data<bf16>(),
+                   dk.data<bf16>(), dv.data<bf16>(), c.head_dim),
+               [&](bool tensor_cores) {
+                 cuda::attention_backward<bf16>(
+                     x.data<bf16>(), k.data<bf16>(), v.data<bf16>(), y.data<bf16>(),
+                     dz.data<bf16>(), dk.data<bf16>(), dv.data<bf16>(), c.n_heads, c.n_kv_heads,
+                     c.head_dim, d_dense.data(), int32_t(n_seqs), int32_t(seq_len), scale,
+                     attn_scratch.data(), attn_scratch.size(), s, tensor_cores);
+               });
     for (engine_cuda::SeqId id : ids) cache.release(id);
   }
 
