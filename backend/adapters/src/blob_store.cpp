@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <exception>
+#include <thread>
 #include <vector>
 
 #include "spindle/adapters/sha256.h"
@@ -28,29 +30,10 @@ int64_t to_ns(const struct timespec& t) {
   throw Error(error_code_for_errno(err), message);
 }
 
-void fsync_dir(const fs::path& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) {
-    const int err = errno;
-    throw_errno(err, fmt::format("blob store: cannot open directory {}: {}", dir.string(),
-                                 std::strerror(err)));
-  }
-  int rc;
-  do {
-    rc = ::fsync(fd);
-  } while (rc != 0 && errno == EINTR);
-  const int err = errno;
-  ::close(fd);
-  if (rc != 0 && err != EINVAL) {
-    throw_errno(err, fmt::format("blob store: fsync of directory {} failed: {}", dir.string(),
-                                 std::strerror(err)));
-  }
-}
-
 // A fan-out directory must itself be durable before a blob inside it is acknowledged.
 void ensure_fanout(const fs::path& root, const fs::path& dir) {
   if (::mkdir(dir.c_str(), 0755) == 0) {
-    fsync_dir(root);
+    fsync_directory(root);
     return;
   }
   const int err = errno;
@@ -135,7 +118,7 @@ BlobStore::BlobStore(fs::path root) : root_(std::move(root)) {
   const bool created = fs::create_directories(root_, ec);
   SPINDLE_CHECK(!ec, io, "blob store: cannot create {}: {}", root_.string(), ec.message());
   // A new root must itself survive a crash before blobs in it are acknowledged.
-  if (created) fsync_dir(root_.has_parent_path() ? root_.parent_path() : fs::path("."));
+  if (created) fsync_directory(root_.has_parent_path() ? root_.parent_path() : fs::path("."));
 }
 
 fs::path BlobStore::path_of(std::string_view id) const {
@@ -199,7 +182,86 @@ std::string file_sha256_hex(const FileReader& file) {
   return h.finish_hex();
 }
 
+// Whether the file at `path` is `size` bytes that hash to `id`; false when it cannot be read.
+bool holds_blob(const fs::path& path, std::string_view id, uint64_t size) {
+  try {
+    const FileReader reader(path);
+    return reader.size() == size && file_sha256_hex(reader) == id;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
 }  // namespace
+
+BlobPut BlobStore::put_stream(const BlobProducer& produce) const {
+  BlobPut out;
+  std::exception_ptr hash_error;
+  std::thread hasher([&] {
+    try {
+      Sha256 h;
+      produce([&](const void* data, size_t n) { h.update(data, n); });
+      out.id = h.finish_hex();
+    } catch (...) {
+      hash_error = std::current_exception();
+    }
+  });
+  fs::path tmp;
+  try {
+    tmp = write_temp_file(root_, ".put", [&](FileSink& sink) {
+      produce([&](const void* data, size_t n) { sink.write(data, n); });
+      out.bytes = sink.bytes_written();
+    });
+  } catch (const Error& e) {
+    hasher.join();
+    // A full disk does not stop a put of content already stored (put() writes nothing then
+    // either): if the hash names an intact blob, refresh it as put() would.
+    if (e.code() != ErrorCode::resource || hash_error) throw;
+    const fs::path path = path_of(out.id);
+    const StoreLock lock(root_, LOCK_SH);
+    const std::optional<uint64_t> size = size_of(out.id);
+    if (!size || !holds_blob(path, out.id, *size) ||
+        ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0) != 0) {
+      throw;
+    }
+    out.bytes = *size;
+    return out;
+  } catch (...) {
+    hasher.join();
+    throw;
+  }
+  hasher.join();
+  try {
+    if (hash_error) std::rethrow_exception(hash_error);
+    const fs::path path = path_of(out.id);
+    ensure_fanout(root_, path.parent_path());
+    const StoreLock lock(root_, LOCK_SH);  // protocol step 3, as put()
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0 && uint64_t(st.st_size) == out.bytes &&
+        holds_blob(path, out.id, out.bytes)) {
+      if (::utimensat(AT_FDCWD, path.c_str(), nullptr, 0) == 0) {  // protocol step 2
+        ::unlink(tmp.c_str());
+        return out;
+      }
+      if (errno != ENOENT) {
+        const int err = errno;
+        throw_errno(err, fmt::format("blob store: cannot touch {}: {}", path.string(),
+                                     std::strerror(err)));
+      }
+    }
+    if (::rename(tmp.c_str(), path.c_str()) != 0) {
+      const int err = errno;
+      throw_errno(err, fmt::format("blob store: cannot rename {} to {}: {}", tmp.string(),
+                                   path.string(), std::strerror(err)));
+    }
+    tmp.clear();
+    fsync_directory(path.parent_path());
+    return out;
+  } catch (...) {
+    if (!tmp.empty()) ::unlink(tmp.c_str());
+    throw;
+  }
+}
 
 std::string BlobStore::get(std::string_view id) const {
   const fs::path path = path_of(id);
@@ -271,8 +333,15 @@ BlobGcReport BlobStore::gc(const std::function<bool(std::string_view id)>& is_re
 
   std::vector<fs::path> fanouts;
   for (const auto& entry : fs::directory_iterator(root_)) {
-    if (entry.is_directory() && is_fanout_name(entry.path().filename().string())) {
+    const std::string name = entry.path().filename().string();
+    if (entry.is_directory() && is_fanout_name(name)) {
       fanouts.push_back(entry.path());
+    } else if (name.starts_with('.') && name.find(".tmp-") != std::string::npos) {
+      struct stat st {};  // a put_stream's temp file, left by a crash or still being written
+      if (::stat(entry.path().c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+          to_ns(st.st_mtim) < cutoff_ns && ::unlink(entry.path().c_str()) == 0) {
+        ++report.temp_removed;
+      }
     }
   }
   for (const fs::path& dir : fanouts) {

@@ -143,7 +143,8 @@ RevisionMeta revision_meta_for(const engine::LoraWeights& weights, const Revisio
   return m;
 }
 
-std::string encode_revision(const engine::LoraWeights& w, const RevisionMeta& meta) {
+void stream_revision(const engine::LoraWeights& w, const RevisionMeta& meta,
+                     const std::function<void(const void* data, size_t n)>& write) {
   SPINDLE_CHECK(floating(meta.dtype), unsupported,
                 "encode_revision: dtype {} is not a floating type (F32, F16, BF16)",
                 dtype_name(meta.dtype));
@@ -198,6 +199,7 @@ std::string encode_revision(const engine::LoraWeights& w, const RevisionMeta& me
   // Same layout as engine::write_safetensors (sorted keys, one dtype, space-padded header), so
   // equal content gives equal bytes and equal blob ids.
   std::vector<engine::SafetensorsTensorIn> ins;
+  ins.reserve(tensors.size());
   for (const auto& [name, t] : tensors) ins.push_back({name, meta.dtype, t->shape(), t->data()});
   const std::map<std::string, std::string> metadata{
       {"spindle.format", kFormat},
@@ -211,7 +213,20 @@ std::string encode_revision(const engine::LoraWeights& w, const RevisionMeta& me
       {"spindle.n_layers", std::to_string(meta.n_layers)},
       {"spindle.dtype", std::string(dtype_name(meta.dtype))},
   };
-  return engine::encode_safetensors(ins, metadata);
+  engine::stream_safetensors(ins, metadata, write);
+}
+
+std::string encode_revision(const engine::LoraWeights& w, const RevisionMeta& meta) {
+  std::string out;
+  size_t total = 0;
+  engine::for_each_lora_tensor(w, [&](const std::string&, const Tensor& t) {
+    total += size_t(t.numel()) * dtype_size(meta.dtype);
+  });
+  out.reserve(total + 65536);  // the data plus a typical header: no regrowth
+  stream_revision(w, meta, [&](const void* data, size_t n) {
+    out.append(static_cast<const char*>(data), n);
+  });
+  return out;
 }
 
 RevisionMeta decode_revision_meta(std::string_view bytes, const std::string& source) {

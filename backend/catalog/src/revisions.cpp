@@ -62,11 +62,14 @@ Revision Catalog::commit_revision(std::string_view tenant, std::string_view poli
 
   // 1. The revision file, durable in the blob store (outside any transaction: slow I/O must
   //    not hold the catalog's write lock).
-  const std::string bytes = adapters::encode_revision(
-      weights, adapters::revision_meta_for(weights, {.base_model_id = base.id,
-                                                     .base_checksum = base.checksum,
-                                                     .dtype = options.dtype}));
-  const std::string blob = impl_->blobs.put(bytes);
+  //    Streamed from the weights (written and hashed side by side), never built in memory.
+  const adapters::RevisionMeta meta = adapters::revision_meta_for(
+      weights, {.base_model_id = base.id, .base_checksum = base.checksum, .dtype = options.dtype});
+  const adapters::BlobProducer revision_bytes = [&](const adapters::BlobWrite& write) {
+    adapters::stream_revision(weights, meta, write);
+  };
+  const adapters::BlobPut put = impl_->blobs.put_stream(revision_bytes);
+  const std::string& blob = put.id;
   std::string state_bytes;
   std::optional<std::string> state_blob;
   if (options.optimizer_state) {
@@ -91,7 +94,7 @@ Revision Catalog::commit_revision(std::string_view tenant, std::string_view poli
   // one the blob cannot disappear between this check and the insert. If an earlier GC removed
   // an orphan with these bytes after put() saw it, or collect_expired removed the blob of an
   // expired revision with the same content, write it again.
-  if (!impl_->blobs.exists(blob)) impl_->blobs.put(bytes);
+  if (!impl_->blobs.exists(blob)) impl_->blobs.put_stream(revision_bytes);
   if (state_blob && !impl_->blobs.exists(*state_blob)) impl_->blobs.put(state_bytes);
   // The state takes part in the id only when present, so weight-only ids stay as they were.
   const std::string id = revision_id(p.id, p.policy.head, step,
@@ -110,7 +113,7 @@ Revision Catalog::commit_revision(std::string_view tenant, std::string_view poli
         .bind(3, p.head_seq)
         .bind(4, step)
         .bind(5, blob)
-        .bind(6, int64_t(bytes.size()))
+        .bind(6, int64_t(put.bytes))
         .bind(7, metrics)
         .bind(8, impl_->now())
         .bind(9, state_blob)

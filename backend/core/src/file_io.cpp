@@ -143,27 +143,41 @@ void FileSink::write(const void* data, size_t n) {
     done += size_t(put);
     written_ += uint64_t(put);
   }
+  constexpr uint64_t kWritebackEvery = uint64_t(8) << 20;
+  if (written_ - flushed_ >= kWritebackEvery) {
+    // A hint: start writeback of what is written so far, without waiting. Errors surface at
+    // the fsync that makes the file durable, so the result is ignored here.
+    (void)::sync_file_range(fd_, off64_t(flushed_), off64_t(written_ - flushed_),
+                            SYNC_FILE_RANGE_WRITE);
+    flushed_ = written_;
+  }
 }
 
-void write_file_atomic(const fs::path& path, const std::function<void(FileSink&)>& writer) {
-  SPINDLE_CHECK(path.has_filename(), invalid_argument, "write_file_atomic: '{}' names no file",
-                path.string());
-  const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
-  std::string tmpl = (dir / ("." + path.filename().string() + ".tmp-XXXXXX")).string();
+// The one place a FileSink is made (its constructor is private).
+struct FileSinkAccess {
+  static FileSink make(int fd, const fs::path& named) { return FileSink(fd, named); }
+};
+
+namespace {
+
+// write_temp_file, with errors naming `named` (the file the caller is making).
+fs::path write_temp(const fs::path& dir, std::string_view stem,
+                    const std::function<void(FileSink&)>& writer, const fs::path& named) {
+  std::string tmpl = (dir / (std::string(stem) + ".tmp-XXXXXX")).string();
   std::vector<char> name(tmpl.begin(), tmpl.end());
   name.push_back('\0');
   const int fd = ::mkostemp(name.data(), O_CLOEXEC);
   if (fd < 0) {
     const int err = errno;
-    SPINDLE_CHECK(err != ENOENT, not_found, "{}: directory {} does not exist", path.string(),
+    SPINDLE_CHECK(err != ENOENT, not_found, "{}: directory {} does not exist", named.string(),
                   dir.string());
-    throw_errno(err, fmt::format("{}: cannot create a temp file in {}: {}", path.string(),
+    throw_errno(err, fmt::format("{}: cannot create a temp file in {}: {}", named.string(),
                                  dir.string(), errno_text(err)));
   }
   const fs::path tmp(name.data());
   try {
     ::fchmod(fd, 0644);  // mkostemp creates 0600; published files are world-readable
-    FileSink sink(fd, path);
+    FileSink sink = FileSinkAccess::make(fd, named);
     writer(sink);
     fsync_or_throw(fd, tmp);
   } catch (...) {
@@ -174,20 +188,25 @@ void write_file_atomic(const fs::path& path, const std::function<void(FileSink&)
   if (::close(fd) != 0 && errno != EINTR) {
     const int err = errno;  // NFS reports a full disk at close
     ::unlink(tmp.c_str());
-    throw_errno(err, fmt::format("{}: close of temp file failed: {}", path.string(),
+    throw_errno(err, fmt::format("{}: close of temp file failed: {}", named.string(),
                                  errno_text(err)));
   }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;  // ENOSPC when the directory itself must grow
-    ::unlink(tmp.c_str());
-    throw_errno(err, fmt::format("{}: rename from {} failed: {}", path.string(), tmp.string(),
-                                 errno_text(err)));
-  }
+  return tmp;
+}
+
+}  // namespace
+
+fs::path write_temp_file(const fs::path& dir, std::string_view stem,
+                         const std::function<void(FileSink&)>& writer) {
+  return write_temp(dir, stem, writer, dir / std::string(stem));
+}
+
+void fsync_directory(const fs::path& dir) {
   const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd < 0) {
     const int err = errno;
-    throw_errno(err, fmt::format("{}: cannot open directory {} to fsync it: {}", path.string(),
-                                 dir.string(), errno_text(err)));
+    throw_errno(err, fmt::format("cannot open directory {} to fsync it: {}", dir.string(),
+                                 errno_text(err)));
   }
   try {
     fsync_or_throw(dfd, dir);
@@ -196,6 +215,20 @@ void write_file_atomic(const fs::path& path, const std::function<void(FileSink&)
     throw;
   }
   ::close(dfd);
+}
+
+void write_file_atomic(const fs::path& path, const std::function<void(FileSink&)>& writer) {
+  SPINDLE_CHECK(path.has_filename(), invalid_argument, "write_file_atomic: '{}' names no file",
+                path.string());
+  const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
+  const fs::path tmp = write_temp(dir, fmt::format(".{}", path.filename().string()), writer, path);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;  // ENOSPC when the directory itself must grow
+    ::unlink(tmp.c_str());
+    throw_errno(err, fmt::format("{}: rename from {} failed: {}", path.string(), tmp.string(),
+                                 errno_text(err)));
+  }
+  fsync_directory(dir);
 }
 
 void write_file_atomic(const fs::path& path, std::string_view bytes) {

@@ -125,6 +125,12 @@ void emit_safetensors(std::span<const SafetensorsTensorIn> tensors,
 
 }  // namespace
 
+void stream_safetensors(std::span<const SafetensorsTensorIn> tensors,
+                        const std::map<std::string, std::string>& metadata,
+                        const std::function<void(const void* data, size_t n)>& write) {
+  emit_safetensors(tensors, metadata, "(stream)", write);
+}
+
 void write_safetensors(const std::filesystem::path& path,
                        std::span<const SafetensorsTensorIn> tensors,
                        const std::map<std::string, std::string>& metadata) {
@@ -137,6 +143,9 @@ void write_safetensors(const std::filesystem::path& path,
 std::string encode_safetensors(std::span<const SafetensorsTensorIn> tensors,
                                const std::map<std::string, std::string>& metadata) {
   std::string out;
+  size_t total = 0;
+  for (const auto& t : tensors) total += size_t(shape_numel(t.shape)) * dtype_size(t.dtype);
+  out.reserve(total + 65536);  // the data plus a typical header: no regrowth
   emit_safetensors(tensors, metadata, "(in memory)", [&](const void* data, size_t n) {
     out.append(static_cast<const char*>(data), n);
   });

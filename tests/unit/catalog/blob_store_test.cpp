@@ -231,6 +231,69 @@ TEST_F(BlobStoreTest, TruncatedCopyIsRewrittenByPut) {
   EXPECT_EQ(store_.get(id), "0123456789");
 }
 
+// A producer emitting `pieces` in order (what put_stream calls twice, on two threads).
+BlobProducer pieces_of(std::vector<std::string> pieces) {
+  return [pieces = std::move(pieces)](const BlobWrite& write) {
+    for (const std::string& p : pieces) write(p.data(), p.size());
+  };
+}
+
+// Entries of the store's root that are temp files (a put_stream in flight or crashed).
+size_t root_temp_files(const fs::path& root) {
+  size_t n = 0;
+  for (const auto& e : fs::directory_iterator(root)) {
+    if (e.path().filename().string().find(".tmp-") != std::string::npos) ++n;
+  }
+  return n;
+}
+
+TEST_F(BlobStoreTest, PutStreamStoresWhatPutStoresUnderTheSameId) {
+  std::string big(3 << 20, '\0');  // several writeback hints' worth, in uneven pieces
+  std::mt19937 rng(5);
+  for (char& c : big) c = char(rng());
+  const std::vector<std::string> pieces = {"head:", big.substr(0, 1000), big.substr(1000),
+                                           std::string(), ":tail"};
+  const std::string whole = "head:" + big + ":tail";
+  const BlobPut put = store_.put_stream(pieces_of(pieces));
+  EXPECT_EQ(put.id, sha256_hex(whole));
+  EXPECT_EQ(put.bytes, whole.size());
+  EXPECT_EQ(store_.get(put.id), whole);
+  EXPECT_EQ(store_.put(whole), put.id);  // the same blob, not a second file
+  EXPECT_EQ(count_files(root_), 1u);
+  EXPECT_EQ(root_temp_files(root_), 0u);
+}
+
+TEST_F(BlobStoreTest, PutStreamKeepsAnIntactCopyAndRepairsADamagedOne) {
+  const BlobPut first = store_.put_stream(pieces_of({"same ", "bytes"}));
+  age(store_.path_of(first.id), 7200);
+  const auto old_time = fs::last_write_time(store_.path_of(first.id));
+  const BlobPut again = store_.put_stream(pieces_of({"same bytes"}));
+  EXPECT_EQ(again.id, first.id);
+  EXPECT_GT(fs::last_write_time(store_.path_of(first.id)), old_time);  // GC protocol step 2
+  EXPECT_EQ(count_files(root_), 1u);
+  EXPECT_EQ(root_temp_files(root_), 0u);
+  {  // one flipped byte, same size: put_stream re-hashes the stored copy and replaces it
+    std::fstream f(store_.path_of(first.id), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(2);
+    f.put('X');
+  }
+  EXPECT_EQ(catch_error([&] { store_.get(first.id); }).code, ErrorCode::data_loss);
+  store_.put_stream(pieces_of({"same bytes"}));
+  EXPECT_EQ(store_.get(first.id), "same bytes");
+}
+
+TEST_F(BlobStoreTest, PutStreamThatThrowsLeavesNothingBehind) {
+  const BlobProducer failing = [](const BlobWrite& write) {
+    write("partial", 7);
+    SPINDLE_THROW(invalid_argument, "tensor 'layers.0.q_proj' has the wrong shape");
+  };
+  const auto err = catch_error([&] { store_.put_stream(failing); });
+  EXPECT_EQ(err.code, ErrorCode::invalid_argument);
+  EXPECT_NE(err.message.find("layers.0.q_proj"), std::string::npos) << err.message;
+  EXPECT_EQ(count_files(root_), 0u);
+  EXPECT_EQ(root_temp_files(root_), 0u);
+}
+
 TEST_F(BlobStoreTest, MissingAndMalformedIds) {
   const auto missing = catch_error([&] { store_.get(sha256_hex("never stored")); });
   EXPECT_EQ(missing.code, ErrorCode::not_found);
@@ -262,6 +325,12 @@ TEST_F(BlobStoreTest, GcDeletesOnlyOldUnreferencedBlobs) {
   const fs::path tmp = root_ / keep.substr(0, 2) / ("." + keep + ".tmp-abcdef");
   std::ofstream(tmp) << "partial";
   age(tmp, 7200);
+  // And a crashed put_stream's temp file in the root, next to a young one still being written.
+  const fs::path stream_tmp = root_ / ".put.tmp-ghijkl";
+  const fs::path live_tmp = root_ / ".put.tmp-mnopqr";
+  std::ofstream(stream_tmp) << "partial";
+  std::ofstream(live_tmp) << "being written";
+  age(stream_tmp, 7200);
   std::ofstream(root_ / keep.substr(0, 2) / "README") << "not a blob";
 
   int batches = 0;
@@ -276,13 +345,16 @@ TEST_F(BlobStoreTest, GcDeletesOnlyOldUnreferencedBlobs) {
   EXPECT_EQ(r.bytes_freed, 10u);
   EXPECT_EQ(r.referenced, 1u);
   EXPECT_EQ(r.young, 1u);
-  EXPECT_EQ(r.temp_removed, 1u);
+  EXPECT_EQ(r.temp_removed, 2u);
   EXPECT_EQ(r.foreign, 1u);
   EXPECT_GE(batches, 1);
   EXPECT_TRUE(store_.exists(keep));
   EXPECT_FALSE(store_.exists(old_orphan));
   EXPECT_TRUE(store_.exists(young_orphan));  // inside the grace period: a commit may be in flight
   EXPECT_FALSE(fs::exists(tmp));
+  EXPECT_FALSE(fs::exists(stream_tmp));
+  EXPECT_TRUE(fs::exists(live_tmp));
+  fs::remove(live_tmp);
 
   // grace 0: anything written before GC started and unreferenced goes. (Aged by 10 s so it
   // cannot share a coarse filesystem timestamp tick with the start of this GC.)

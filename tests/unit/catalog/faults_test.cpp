@@ -87,6 +87,23 @@ TEST_F(DiskFull, BlobPutIsResourceAndLeavesNoPartialBlob) {
   EXPECT_FALSE(store.exists(adapters::sha256_hex(big)));
   EXPECT_EQ(files_named_like(store.root(), ".tmp-"), 0u);
   EXPECT_EQ(store.get(kept), "acknowledged before the disk filled");
+  // The streamed put: the same code and path, no temp file left in the root; content already
+  // stored is still a success on the full disk (nothing new is needed).
+  const adapters::BlobProducer big_stream = [&](const adapters::BlobWrite& write) {
+    write(big.data(), big.size() / 2);
+    write(big.data() + big.size() / 2, big.size() - big.size() / 2);
+  };
+  const auto stream_err = catch_error([&] { store.put_stream(big_stream); });
+  EXPECT_EQ(stream_err.code, ErrorCode::resource) << stream_err.message;
+  EXPECT_NE(stream_err.message.find(store.root().string()), std::string::npos)
+      << stream_err.message;
+  EXPECT_FALSE(store.exists(adapters::sha256_hex(big)));
+  EXPECT_EQ(files_named_like(store.root(), ".tmp-"), 0u);
+  const std::string kept_text = "acknowledged before the disk filled";
+  const adapters::BlobPut again = store.put_stream(
+      [&](const adapters::BlobWrite& write) { write(kept_text.data(), kept_text.size()); });
+  EXPECT_EQ(again.id, kept);
+  EXPECT_EQ(again.bytes, kept_text.size());
   small_->free_space();
   EXPECT_EQ(store.get(store.put(big)), big);
 }

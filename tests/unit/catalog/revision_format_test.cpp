@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <thread>
 
 #include "../model/model_fixtures.h"
 #include "catalog_fixture.h"
@@ -79,6 +80,36 @@ TEST(RevisionFormat, EncodingIsDeterministic) {
   EXPECT_EQ(a, b);
   const auto w2 = adapter(2);
   EXPECT_NE(a, encode_revision(w2, revision_meta_for(w2, kBase)));
+}
+
+// put_stream runs stream_revision twice at once over the same weights (one pass writes, one
+// hashes): both streams are the encoded bytes, piece for piece, in f32 and bf16.
+TEST(RevisionFormat, ConcurrentStreamsGiveTheEncodedBytes) {
+  const auto w = adapter(4);
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    RevisionBase base = kBase;
+    base.dtype = dtype;
+    const RevisionMeta meta = revision_meta_for(w, base);
+    std::string streams[2];
+    size_t pieces[2] = {0, 0};
+    std::thread other([&] {
+      stream_revision(w, meta, [&](const void* p, size_t n) {
+        streams[1].append(static_cast<const char*>(p), n);
+        ++pieces[1];
+      });
+    });
+    stream_revision(w, meta, [&](const void* p, size_t n) {
+      streams[0].append(static_cast<const char*>(p), n);
+      ++pieces[0];
+    });
+    other.join();
+    EXPECT_EQ(streams[0], streams[1]) << dtype_name(dtype);
+    EXPECT_GT(pieces[0], 2u);  // header pieces, then the tensors one by one: never one buffer
+    EXPECT_EQ(pieces[0], pieces[1]);
+    const DecodedRevision d = decode_revision(streams[0], "stream");
+    EXPECT_EQ(d.meta.dtype, dtype);
+    if (dtype == DType::f32) EXPECT_TRUE(same_weights(w, d.weights));
+  }
 }
 
 TEST(RevisionFormat, IsAStandardSafetensorsFileWithPeftKeys) {

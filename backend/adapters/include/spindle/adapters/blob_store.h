@@ -64,6 +64,17 @@ struct BlobGcReport {
   uint64_t foreign = 0;       // files that are not blobs; left alone
 };
 
+// A blob's bytes as a stream: produce(write) calls write(data, n) with consecutive pieces of
+// the content. put_stream calls it twice, on two threads at once (one pass writes, the other
+// hashes), so it must emit the same bytes every time and only read shared state.
+using BlobWrite = std::function<void(const void* data, size_t n)>;
+using BlobProducer = std::function<void(const BlobWrite& write)>;
+
+struct BlobPut {
+  std::string id;      // the SHA-256 of the content
+  uint64_t bytes = 0;  // its size
+};
+
 class BlobStore {
  public:
   // Creates `root` (and parents) if missing.
@@ -75,6 +86,13 @@ class BlobStore {
   // Throws resource (disk full, quota) or io, naming the path. Cost when already stored: one
   // read of the stored copy (compared, not re-hashed) instead of a write and two fsyncs.
   std::string put(std::string_view bytes) const;
+  // The same contract for content that is never held in memory at once: written to a temp
+  // file in <root> while a second thread hashes it (so hashing overlaps the write and the
+  // disk's writeback), fsynced, then renamed to its name and the fan-out directory fsynced.
+  // Content already present and intact (re-hashed) is kept and its mtime refreshed; the temp
+  // file is removed; on a full disk such content is still a success, as with put(). Stale
+  // temp files of a crashed put are gc()'s, as in fan-out directories.
+  BlobPut put_stream(const BlobProducer& produce) const;
 
   // The blob's bytes, verified: throws not_found (no such blob), data_loss (content does not
   // hash to `id`, naming the blob and its path), invalid_argument (malformed id).

@@ -12,6 +12,7 @@
 // Any safetensors reader (and PEFT, after renaming the file) reads the tensors.
 
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -48,6 +49,11 @@ RevisionMeta revision_meta_for(const engine::LoraWeights& weights, const Revisio
 // (rank, alpha, rsLoRA, targets, layers) or a tensor has the wrong rank dimension, and
 // unsupported for a non-floating dtype.
 std::string encode_revision(const engine::LoraWeights& weights, const RevisionMeta& meta);
+// The same bytes handed to `write(data, n)` in order, without building them in memory (f32
+// tensors go straight from the weights). The same checks, made before the first write. Safe
+// to run on several threads at once over the same weights: the stream is deterministic.
+void stream_revision(const engine::LoraWeights& weights, const RevisionMeta& meta,
+                     const std::function<void(const void* data, size_t n)>& write);
 
 struct DecodedRevision {
   engine::LoraWeights weights;

@@ -47,7 +47,9 @@ class FileReader {
 };
 
 // Sink handed to a write_file_atomic writer. write() appends; errors throw io naming the file
-// (resource when the disk is full or the quota is spent).
+// (resource when the disk is full or the quota is spent). Every 8 MiB written it asks the
+// kernel to start writing that range back (sync_file_range, no wait), so the disk works while
+// the writer produces the rest and the final fsync only waits for the tail.
 class FileSink {
  public:
   void write(const void* data, size_t n);
@@ -55,13 +57,24 @@ class FileSink {
   uint64_t bytes_written() const { return written_; }
 
  private:
-  friend void write_file_atomic(const std::filesystem::path&,
-                                const std::function<void(FileSink&)>&);
+  friend struct FileSinkAccess;  // file_io.cpp's write_temp
   FileSink(int fd, const std::filesystem::path& path) : fd_(fd), path_(path) {}
   int fd_;
   const std::filesystem::path& path_;
   uint64_t written_ = 0;
+  uint64_t flushed_ = 0;  // bytes already handed to writeback
 };
+
+// Writes a new file in `dir` named "<stem>.tmp-XXXXXX" (mode 0644) with what `writer` writes,
+// fsyncs it and returns its path: the caller renames it into place (then fsyncs that
+// directory) or removes it. If the writer or the OS fails, the file is removed and the error
+// propagates (not_found when `dir` does not exist; resource for a full disk).
+std::filesystem::path write_temp_file(const std::filesystem::path& dir, std::string_view stem,
+                                      const std::function<void(FileSink&)>& writer);
+
+// fsync of a directory, so a rename or create inside it survives a crash. Throws io (or
+// resource) naming the directory.
+void fsync_directory(const std::filesystem::path& dir);
 
 // Replaces `path` atomically: writes a temp file in the same directory, fsyncs it, renames it
 // over `path`, then fsyncs the directory. Readers see the old content or the new, never a

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
 #include <span>
@@ -119,6 +120,13 @@ struct SafetensorsTensorIn {
 void write_safetensors(const std::filesystem::path& path,
                        std::span<const SafetensorsTensorIn> tensors,
                        const std::map<std::string, std::string>& metadata = {});
+// The same bytes write_safetensors would write, handed to `write(data, n)` in order (header,
+// then each tensor's data straight from the caller's fp32 buffer, or converted in 1 Mi-element
+// chunks for other dtypes). Deterministic: the same input gives the same byte stream, so a
+// caller may run it twice (once to write, once to hash) on two threads at once.
+void stream_safetensors(std::span<const SafetensorsTensorIn> tensors,
+                        const std::map<std::string, std::string>& metadata,
+                        const std::function<void(const void* data, size_t n)>& write);
 // The same bytes write_safetensors would write, in memory (for blobs).
 std::string encode_safetensors(std::span<const SafetensorsTensorIn> tensors,
                                const std::map<std::string, std::string>& metadata = {});
