@@ -18,7 +18,7 @@ struct ServiceBenchOptions {
   std::filesystem::path spindled;
   std::filesystem::path work_dir;
   bool quick = false;
-  int handoff_repeats = 3;
+  int handoff_repeats = 5;
   std::string device = "cpu";  // spindled --device, and the merged baseline's engine
   std::vector<std::string> shapes = {"0.6b"};  // handoff bases: 0.6b, 4b
   // The Zipf serving phase (bench_service_zipf.cpp); the quick defaults are set there.

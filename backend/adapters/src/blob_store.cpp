@@ -194,7 +194,8 @@ bool holds_blob(const fs::path& path, std::string_view id, uint64_t size) {
 
 }  // namespace
 
-BlobPut BlobStore::put_stream(const BlobProducer& produce) const {
+BlobPut BlobStore::put_stream(const BlobProducer& produce,
+                              const std::function<void(const std::string& id)>& on_id) const {
   BlobPut out;
   std::exception_ptr hash_error;
   std::thread hasher([&] {
@@ -204,6 +205,12 @@ BlobPut BlobStore::put_stream(const BlobProducer& produce) const {
       out.id = h.finish_hex();
     } catch (...) {
       hash_error = std::current_exception();
+      return;
+    }
+    if (!on_id) return;
+    try {
+      on_id(out.id);
+    } catch (...) {  // a warm-up hook: the put does not depend on it
     }
   });
   fs::path tmp;

@@ -39,21 +39,35 @@ std::optional<int32_t> ResidencyManager::claim_slot() {
   return victim;
 }
 
+void ResidencyManager::remember(const std::string& revision_id) {
+  if (!known_set_.insert(revision_id).second) return;
+  known_.push_back(revision_id);
+  // Bounded by what is placed, not by every id ever sampled: past a few times the slots,
+  // drop the ids that went cold (a catalog of 10^6 policies must not grow this without end).
+  // The next sweep waits until the list has doubled, so a sweep that keeps most ids (they
+  // sit in the host cache) is paid for by as many new ids: O(1) amortised per acquire, not a
+  // scan of every known id on each cold one (what a storm of cold loads used to cost).
+  if (known_.size() > forget_at_) {
+    forget_cold();
+    forget_at_ = std::max(min_forget_at(), 2 * known_.size());
+  }
+}
+
+void ResidencyManager::place(int32_t slot_index, const std::string& revision_id,
+                             const engine::LoraWeights& adapter, int32_t in_use) {
+  pool_.load(slot_index, adapter);  // validated first; throws with the slot left free
+  landed_.erase(revision_id);
+  Slot& slot = slots_[size_t(slot_index)];
+  slot.revision_id = revision_id;
+  slot.in_use = in_use;
+  slot.last_used = ++tick_;
+  slot_of_[revision_id] = slot_index;
+}
+
 std::optional<int32_t> ResidencyManager::acquire(const std::string& revision_id,
                                                  int32_t priority) {
   ++stats_.acquires;
-  if (known_set_.insert(revision_id).second) {
-    known_.push_back(revision_id);
-    // Bounded by what is placed, not by every id ever sampled: past a few times the slots,
-    // drop the ids that went cold (a catalog of 10^6 policies must not grow this without end).
-    // The next sweep waits until the list has doubled, so a sweep that keeps most ids (they
-    // sit in the host cache) is paid for by as many new ids: O(1) amortised per acquire, not a
-    // scan of every known id on each cold one (what a storm of cold loads used to cost).
-    if (known_.size() > forget_at_) {
-      forget_cold();
-      forget_at_ = std::max(min_forget_at(), 2 * known_.size());
-    }
-  }
+  remember(revision_id);
   if (auto it = slot_of_.find(revision_id); it != slot_of_.end()) {
     Slot& slot = slots_[size_t(it->second)];
     ++slot.in_use;
@@ -77,15 +91,42 @@ std::optional<int32_t> ResidencyManager::acquire(const std::string& revision_id,
     ++stats_.busy_parks;
     return std::nullopt;
   }
-  pool_.load(*claimed, *adapter);  // validated first; throws with the slot left free
-  landed_.erase(revision_id);
-  Slot& slot = slots_[size_t(*claimed)];
-  slot.revision_id = revision_id;
-  slot.in_use = 1;
-  slot.last_used = ++tick_;
-  slot_of_[revision_id] = *claimed;
+  place(*claimed, revision_id, *adapter, /*in_use=*/1);
   ++stats_.host_hits;
   return claimed;
+}
+
+bool ResidencyManager::publish(const std::string& revision_id, AdapterPtr adapter) {
+  SPINDLE_CHECK(adapter != nullptr, invalid_argument, "residency: publish of {} without weights",
+                revision_id);
+  remember(revision_id);
+  if (auto it = slot_of_.find(revision_id); it != slot_of_.end()) {
+    slots_[size_t(it->second)].last_used = ++tick_;
+    return true;
+  }
+  const std::optional<int32_t> claimed = claim_slot();
+  if (!claimed) return false;
+  place(*claimed, revision_id, *adapter, /*in_use=*/0);
+  ++stats_.published;
+  return true;
+}
+
+void ResidencyManager::rekey(const std::string& from, const std::string& to) {
+  const auto it = slot_of_.find(from);
+  if (it == slot_of_.end()) return;
+  const int32_t index = it->second;
+  Slot& slot = slots_[size_t(index)];
+  SPINDLE_CHECK(slot.in_use == 0, invalid_argument,
+                "residency: rekey of {} while {} batches hold its slot", from, slot.in_use);
+  slot_of_.erase(it);
+  if (to.empty() || slot_of_.count(to)) {
+    slot.revision_id.clear();
+    pool_.clear(index);
+    return;
+  }
+  slot.revision_id = to;
+  slot_of_[to] = index;
+  remember(to);
 }
 
 void ResidencyManager::release(int32_t slot) {

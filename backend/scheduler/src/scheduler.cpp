@@ -20,8 +20,14 @@ using detail::SampleRequestPtr;
 using detail::TrainRequest;
 using detail::TrainRequestPtr;
 
+// submit_rekey: rename a published serving slot.
+struct RekeyRequest {
+  std::string from, to;
+};
+
 struct Scheduler::Impl {
-  using Incoming = std::variant<SampleRequestPtr, TrainRequestPtr, std::unique_ptr<OpenRequest>>;
+  using Incoming = std::variant<SampleRequestPtr, TrainRequestPtr, std::unique_ptr<OpenRequest>,
+                                RekeyRequest>;
 
   Impl(engine::ExecutionBackend& backend, const engine::Tokenizer* tokenizer,
        engine::SlotPool& serving_pool, adapters::ResidencyManager& residency,
@@ -40,6 +46,16 @@ struct Scheduler::Impl {
     batcher_.set_session_hooks(&training_.pool(),
                                [this](SessionId id) { training_.sample_done(id); });
     training_.set_dispatch([this](SampleRequestPtr r) { batcher_.add(std::move(r)); });
+  }
+
+  // Engine thread: a save's snapshot into a serving slot (submit_snapshot's publish). A hint:
+  // with every slot held, or an adapter the pool refuses (reported), the revision stays cold.
+  void publish(const std::string& key, adapters::AdapterPtr weights) noexcept {
+    try {
+      residency_.publish(key, std::move(weights));
+    } catch (...) {
+      detail::note_fault(counters_, "publishing a saved revision into a serving slot");
+    }
   }
 
   // Queues a job; false when stopping or (for counted jobs) max_queued jobs are waiting.
@@ -72,6 +88,12 @@ struct Scheduler::Impl {
         batcher_.add(std::move(*s));
       } else if (auto* t = std::get_if<TrainRequestPtr>(&job)) {
         training_.add(std::move(*t));
+      } else if (auto* k = std::get_if<RekeyRequest>(&job)) {
+        try {
+          residency_.rekey(k->from, k->to);
+        } catch (...) {
+          detail::note_fault(counters_, "renaming a published serving slot");
+        }
       } else {
         training_.open(std::move(*std::get<std::unique_ptr<OpenRequest>>(job)));
       }
@@ -249,6 +271,10 @@ bool Scheduler::submit_logprobs(LogprobsJob job) {
   return impl_->push(std::move(r), /*counted=*/true);
 }
 
+bool Scheduler::submit_rekey(std::string from, std::string to) {
+  return impl_->push(RekeyRequest{std::move(from), std::move(to)}, /*counted=*/false);
+}
+
 void Scheduler::open_session(engine::LoraWeights weights, engine::AdamW optimizer,
                              std::function<void(Outcome<SessionId>)> done,
                              std::shared_ptr<AllReduce> group) {
@@ -306,9 +332,25 @@ bool Scheduler::submit_optim_step(SessionId id, engine::AdamParams params,
 }
 
 bool Scheduler::submit_snapshot(SessionId id, bool with_optimizer,
-                                std::function<void(Outcome<SessionSnapshot>)> done) {
-  auto r = train_request(TrainRequest::Kind::snapshot, id, impl_->next_order_++);
+                                std::function<void(Outcome<SessionSnapshot>)> done,
+                                bool publish) {
+  const uint64_t order = impl_->next_order_++;
+  auto r = train_request(TrainRequest::Kind::snapshot, id, order);
   r->with_optimizer = with_optimizer;
+  if (publish) {
+    // The snapshot goes to the caller first (its commit starts at once), then into a slot.
+    std::string key = fmt::format("pending-save/{}/{}", id, order);
+    done = [impl = impl_.get(), key = std::move(key),
+            done = std::move(done)](Outcome<SessionSnapshot> out) {
+      adapters::AdapterPtr weights;
+      if (out.ok()) {
+        out.value->published_as = key;
+        weights = out.value->weights;
+      }
+      done(std::move(out));
+      if (weights) impl->publish(key, std::move(weights));
+    };
+  }
   r->snapshot_done = std::move(done);
   return impl_->push(std::move(r), /*counted=*/true);
 }

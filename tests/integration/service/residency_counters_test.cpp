@@ -1,6 +1,6 @@
 // The status op's residency counters (StatusReply v4) on a real spindled with one serving slot:
 // two adapters requested at once make the second wait for the slot (a busy park) and then take
-// it (a slot eviction); after a restart, the first request of an adapter that is only on disk
+// it (a slot eviction; a save_weights, which publishes into a slot, evicts too); after a restart, the first request of an adapter that is only on disk
 // is a cold park. The counters start at zero with each daemon, `spindle status` prints them and
 // /metrics exposes the same numbers.
 
@@ -43,7 +43,9 @@ TEST(ResidencyCounters, BusyAndColdParksAndEvictionsAreCountedSinceStart) {
     p2 = saved_address(c, "p2", 2);
     const auto fresh = c.ok<StatusReply>(Op::status, Empty{});
     EXPECT_EQ(fresh.busy_parks, 0u);
-    EXPECT_EQ(fresh.slot_evictions, 0u);
+    // save_weights publishes its revision into a serving slot: p2's save took the one slot
+    // from p1's.
+    EXPECT_EQ(fresh.slot_evictions, 1u);
     // Long requests on p1 in flight, then p2: p2 waits for the one slot (both are in host
     // memory: a save puts its revision there), then takes it from p1.
     std::vector<uint64_t> ids;
@@ -64,7 +66,7 @@ TEST(ResidencyCounters, BusyAndColdParksAndEvictionsAreCountedSinceStart) {
     for (const auto& [id, r] : got) EXPECT_TRUE(r.ok) << r.error.message;
     const auto s = c.ok<StatusReply>(Op::status, Empty{});
     EXPECT_GE(s.busy_parks, 1u) << "p2 found the one slot taken";
-    EXPECT_GE(s.slot_evictions, 1u) << "p2 took the slot from p1";
+    EXPECT_GE(s.slot_evictions, fresh.slot_evictions + 1) << "p2 took the slot from p1";
     EXPECT_EQ(s.cold_parks, 0u) << "both revisions were in host memory since their save";
     EXPECT_EQ(d.terminate(), 0);
   }
@@ -76,6 +78,40 @@ TEST(ResidencyCounters, BusyAndColdParksAndEvictionsAreCountedSinceStart) {
   const auto s = c.ok<StatusReply>(Op::status, Empty{});
   EXPECT_GE(s.cold_parks, 1u) << "p1's first request after the restart needed a load";
   EXPECT_EQ(s.busy_parks, 0u);
+  EXPECT_EQ(d.terminate(), 0);
+}
+
+// The handoff: save_weights places the revision in a serving slot before it replies, so its
+// first request is a device hit (no slot fill from host memory, no load); a save_state
+// checkpoint takes no slot, so its first request fills one from host memory.
+TEST(ResidencyCounters, SaveWeightsRevisionIsADeviceHitAtItsFirstRequest) {
+  if (!fs::exists(stories_model())) GTEST_SKIP() << "fixture missing: " << stories_model();
+  Daemon d(fresh_dir("handoff-hit"), {});
+  RawClient c(d.ipc(), d.token());
+  const std::string weights = saved_address(c, "w", 1);
+  {
+    auto [body, frames] = sample(weights, 4, 1);
+    c.ok<SampleReply>(Op::sample, body, frames);
+  }
+  auto s = c.ok<StatusReply>(Op::status, Empty{});
+  EXPECT_EQ(s.device_hit_rate, 1.0) << "the saved revision was already in a slot";
+  EXPECT_EQ(s.host_hit_rate, 0.0) << "the host cache was never asked";
+  EXPECT_EQ(s.cold_parks, 0u);
+
+  CreateTrainingRequest create;
+  create.policy = "st";
+  create.rank = 2;
+  create.seed = 2;
+  const auto session = c.ok<TrainingSessionReply>(Op::create_training, create);
+  const auto state = c.ok<SaveReply>(Op::save_state, SaveRequest{session.session_id, "", ""});
+  {
+    auto [body, frames] = sample(state.address, 4, 2);
+    c.ok<SampleReply>(Op::sample, body, frames);
+  }
+  s = c.ok<StatusReply>(Op::status, Empty{});
+  EXPECT_EQ(s.device_hit_rate, 0.5) << "the checkpoint's first request filled a slot";
+  EXPECT_EQ(s.host_hit_rate, 1.0) << "from host memory, where its save put it";
+  EXPECT_EQ(s.cold_parks, 0u);
   EXPECT_EQ(d.terminate(), 0);
 }
 

@@ -147,6 +147,98 @@ TEST(Residency, EvictsLeastRecentlyUsedUnusedSlot) {
   EXPECT_FALSE(f.manager.slot_of("b").has_value());
 }
 
+// A fresh save is published into a slot before anyone asks: the first request is a device hit
+// on exactly those weights, nothing is read from the source, and the slot is evictable (no
+// batch holds it). Published while every slot is held, nothing changes; a published slot is
+// the most recently used, so it evicts the LRU one; an adapter the pool refuses throws and
+// leaves the slot free.
+TEST(Residency, PublishedRevisionIsADeviceHitAndNeverTakesASlotInUse) {
+  Fixture f(/*slots=*/2);
+  f.warm("old");
+  f.manager.release(*f.manager.acquire("old"));
+  const AdapterPtr fresh = random_adapter("fresh");
+  ASSERT_TRUE(f.manager.publish("fresh", fresh));
+  const auto slot = f.manager.slot_of("fresh");
+  ASSERT_TRUE(slot.has_value());
+  EXPECT_EQ(f.tier_of("fresh"), ResidencyTier::device);
+  for (const auto& p : f.manager.snapshot())
+    if (p.revision_id == "fresh") EXPECT_EQ(p.in_use, 0);
+  EXPECT_TRUE(f.manager.publish("fresh", fresh));  // already resident: a no-op
+  EXPECT_EQ(f.manager.acquire("fresh"), slot);
+  EXPECT_EQ(f.src.loads("fresh"), 0);
+  auto s = f.manager.stats();
+  EXPECT_EQ(s.published, 1u);
+  EXPECT_EQ(s.device_hits, 1u);
+  EXPECT_EQ(s.host_hits, 1u);  // "old" only
+  // The slot holds the published weights (rank 2 of a rank-4 pool; the rest zero).
+  const auto view = f.pool.view(0, LoraTarget::q);
+  ASSERT_TRUE(view.has_value());
+  EXPECT_EQ(view->rank[*slot], 2);
+  const engine::LoraPair& q = fresh->modules[0][size_t(LoraTarget::q)];
+  const float* a = view->A + *slot * view->max_rank * view->d_in;  // rows [0, 2) are A
+  for (int64_t i = 0; i < q.A.numel(); ++i) ASSERT_EQ(a[i], q.A.data()[i]) << i;
+
+  // Both slots held by batches: publish refuses without evicting anything.
+  const auto held_old = f.manager.acquire("old");
+  ASSERT_TRUE(held_old.has_value());
+  EXPECT_FALSE(f.manager.publish("other", random_adapter("other")));
+  EXPECT_EQ(f.manager.slot_of("fresh"), slot);
+  EXPECT_FALSE(f.manager.slot_of("other").has_value());
+  f.manager.release(*slot);
+  f.manager.release(*held_old);
+
+  // Published last, "next" evicts the least recently used of the two ("fresh", then "old").
+  ASSERT_TRUE(f.manager.publish("next", random_adapter("next")));
+  EXPECT_FALSE(f.manager.slot_of("fresh").has_value());
+  EXPECT_TRUE(f.manager.slot_of("old").has_value());
+
+  // A rank the pool cannot hold: refused naming the limit, the claimed slot left free.
+  const LoraTarget qt[] = {LoraTarget::q};
+  const auto too_big = std::make_shared<engine::LoraWeights>(
+      engine::LoraWeights::random(kConfig, 8, 4.0f, qt, 1, 0.1f, 0.1f));
+  EXPECT_THROW(f.manager.publish("too-big", too_big), Error);
+  EXPECT_FALSE(f.manager.slot_of("too-big").has_value());
+  s = f.manager.stats();
+  EXPECT_EQ(s.published, 2u);
+}
+
+// A snapshot published before its blob id is known is renamed to the id once it is: the slot
+// follows, the provisional key goes cold. A rename onto an id already resident, or to "" (the
+// save failed), frees the slot; a key no longer resident is a no-op; a slot a batch holds is
+// never renamed.
+TEST(Residency, RekeyRenamesAPublishedSlotOrFreesIt) {
+  Fixture f(/*slots=*/3);
+  ASSERT_TRUE(f.manager.publish("pending-1", random_adapter("w1")));
+  const auto slot = f.manager.slot_of("pending-1");
+  ASSERT_TRUE(slot.has_value());
+  f.manager.rekey("pending-1", "blob-1");
+  EXPECT_EQ(f.manager.slot_of("blob-1"), slot);
+  EXPECT_FALSE(f.manager.slot_of("pending-1").has_value());
+  EXPECT_EQ(f.tier_of("pending-1"), ResidencyTier::cold);
+  EXPECT_EQ(f.tier_of("blob-1"), ResidencyTier::device);
+  EXPECT_EQ(f.manager.acquire("blob-1"), slot);  // a device hit, no load
+  f.manager.release(*slot);
+  EXPECT_EQ(f.src.loads("blob-1"), 0);
+
+  ASSERT_TRUE(f.manager.publish("pending-2", random_adapter("w1")));  // same content again
+  f.manager.rekey("pending-2", "blob-1");
+  EXPECT_FALSE(f.manager.slot_of("pending-2").has_value());
+  EXPECT_EQ(f.manager.slot_of("blob-1"), slot);
+  ASSERT_TRUE(f.manager.publish("pending-3", random_adapter("w3")));
+  const auto freed = f.manager.slot_of("pending-3");
+  f.manager.rekey("pending-3", "");
+  EXPECT_FALSE(f.manager.slot_of("pending-3").has_value());
+  EXPECT_FALSE(f.pool.occupied(*freed));
+  f.manager.rekey("never-published", "blob-9");  // a no-op
+  EXPECT_FALSE(f.manager.slot_of("blob-9").has_value());
+
+  ASSERT_TRUE(f.manager.publish("pending-4", random_adapter("w4")));
+  const auto held = f.manager.acquire("pending-4");
+  ASSERT_TRUE(held.has_value());
+  EXPECT_THROW(f.manager.rekey("pending-4", "blob-4"), Error);
+  EXPECT_EQ(f.manager.slot_of("pending-4"), held);
+}
+
 TEST(Residency, FailedLoadIsReported) {
   Fixture f(/*slots=*/2);
   EXPECT_EQ(f.manager.acquire("bad-rev"), std::nullopt);

@@ -183,5 +183,70 @@ TEST(SchedulerSessionSampling, MisuseFailsWithTypedErrors) {
   EXPECT_TRUE(closed.get().ok());
 }
 
+// save_weights' handoff: a snapshot submitted with publish sits in a serving slot under its
+// provisional key; renamed to the blob id, the first request for that id is a device hit that
+// never asks the loader (whose source does not know the id: a load would fail the job) and
+// samples exactly the snapshot's weights. A save that failed frees its slot.
+TEST(SchedulerSessionSampling, PublishedSnapshotServesItsFirstRequestFromASlot) {
+  auto env = testing::tiny_env();
+  const engine::ModelConfig& c = env->weights.config;
+  Scheduler sched(*env->backend, nullptr, env->pool, env->residency, kOptions);
+  const SessionId id = open(
+      sched, engine::LoraWeights::random(c, 4, 8.0f, testing::kAllTargets, 21, 0.3f, 0.3f));
+  engine::TrainDatum d;
+  d.input_tokens = {1, 5, 9, 12};
+  d.target_tokens = {5, 9, 12, 20};
+  Waiter<TrainBatchResult> fb;
+  Waiter<engine::OptimStepResult> step;
+  Waiter<SessionSnapshot> snap;
+  ASSERT_TRUE(sched.submit_forward_backward(id, {d}, engine::LossFn::cross_entropy, {}, true,
+                                            fb.callback()));
+  ASSERT_TRUE(sched.submit_optim_step(id, {.learning_rate = 0.05f}, step.callback()));
+  ASSERT_TRUE(sched.submit_snapshot(id, false, snap.callback(), /*publish=*/true));
+  auto sn = snap.get();
+  ASSERT_TRUE(sn.ok() && fb.get().ok() && step.get().ok());
+  ASSERT_FALSE(sn.value->published_as.empty());
+  ASSERT_TRUE(sched.submit_rekey(sn.value->published_as, "blob-of-the-save"));
+
+  SampleJob job;
+  job.tenant = "t";
+  job.adapter_key = "blob-of-the-save";
+  job.prompt = {1, 5, 9};
+  job.num_samples = 2;
+  job.params.max_tokens = 6;
+  job.params.temperature = 1.0f;
+  job.params.seed = 3;
+  SampleWaiter served;
+  SampleJob submitted = job;
+  submitted.done = served.callback();
+  ASSERT_TRUE(sched.submit_sample(std::move(submitted)));
+  auto out = served.get();
+  ASSERT_TRUE(out.ok()) << out.error.message;
+  testing::expect_same(*out.value, alone(*env, *sn.value->weights, job), "published snapshot");
+  SchedulerStats s = sched.stats();
+  EXPECT_EQ(s.residency.published, 1u);
+  EXPECT_EQ(s.residency.device_hits, 1u);
+  EXPECT_EQ(s.residency.cold_parks, 0u);
+
+  // A save whose commit failed: its provisional slot is freed, the saved one stays.
+  Waiter<SessionSnapshot> failed;
+  ASSERT_TRUE(sched.submit_snapshot(id, false, failed.callback(), /*publish=*/true));
+  auto fs = failed.get();
+  ASSERT_TRUE(fs.ok());
+  ASSERT_TRUE(sched.submit_rekey(fs.value->published_as, ""));
+  Waiter<SessionSnapshot> fence;  // a later job: the rekey has run when it is done
+  ASSERT_TRUE(sched.submit_snapshot(id, false, fence.callback()));
+  ASSERT_TRUE(fence.get().ok());
+  s = sched.stats();
+  EXPECT_EQ(s.residency.published, 2u);
+  bool saved_resident = false;
+  for (const auto& p : s.placements) {
+    EXPECT_NE(p.revision_id, fs.value->published_as);
+    saved_resident |= p.revision_id == "blob-of-the-save" &&
+                      p.tier == adapters::ResidencyTier::device;
+  }
+  EXPECT_TRUE(saved_resident);
+}
+
 }  // namespace
 }  // namespace spindle::scheduler

@@ -92,7 +92,10 @@ class BlobStore {
   // Content already present and intact (re-hashed) is kept and its mtime refreshed; the temp
   // file is removed; on a full disk such content is still a success, as with put(). Stale
   // temp files of a crashed put are gc()'s, as in fan-out directories.
-  BlobPut put_stream(const BlobProducer& produce) const;
+  // on_id, when set, is called once on the hashing thread as soon as the id is known (before
+  // the blob is durable); what it throws is ignored.
+  BlobPut put_stream(const BlobProducer& produce,
+                     const std::function<void(const std::string& id)>& on_id = {}) const;
 
   // The blob's bytes, verified: throws not_found (no such blob), data_loss (content does not
   // hash to `id`, naming the blob and its path), invalid_argument (malformed id).

@@ -47,6 +47,7 @@ struct ResidencyStats {
   uint64_t busy_parks = 0;   // in host memory, but every slot was in use
   uint64_t slot_evictions = 0;
   uint64_t load_failures = 0;
+  uint64_t published = 0;    // placed by publish() before any request asked
   uint64_t known_sweeps = 0;  // scans of the known ids for cold ones to forget
   double device_hit_rate() const {
     return acquires ? double(device_hits) / double(acquires) : 0.0;
@@ -69,6 +70,19 @@ class ResidencyManager {
   // Never blocks. `priority` orders the cold load, if one is started.
   std::optional<int32_t> acquire(const std::string& revision_id,
                                  int32_t priority = kDefaultLoadPriority);
+  // Places `adapter` in a slot under `revision_id` now, held by no batch (in_use 0), as the
+  // most recently used: a revision expected soon (a training session's fresh save) is then a
+  // device hit for its first request. Takes a free slot, else evicts the LRU slot no batch
+  // holds. Returns false (nothing changes) when every slot is in use; true when placed or
+  // already resident. Throws what SlotPool::load throws on an adapter the pool refuses, with
+  // the slot left free.
+  bool publish(const std::string& revision_id, AdapterPtr adapter);
+  // Renames a placement: the slot holding `from` now holds `to`, as recently used as before.
+  // For weights published before their id was known (a save's snapshot, published under a
+  // provisional key while its blob is hashed). When `to` is already resident or is empty (the
+  // save failed), `from`'s slot is freed instead. A no-op when `from` is not in a slot
+  // (evicted meanwhile); refused (invalid_argument) when a batch holds it.
+  void rekey(const std::string& from, const std::string& to);
   // Throws invalid_argument for a slot that is not held.
   void release(int32_t slot);
 
@@ -92,6 +106,10 @@ class ResidencyManager {
   };
   // A slot that is free, or the LRU one not in use (cleared); nullopt if all are in use.
   std::optional<int32_t> claim_slot();
+  // Loads `adapter` into the claimed `slot` and records it under `revision_id`.
+  void place(int32_t slot, const std::string& revision_id, const engine::LoraWeights& adapter,
+             int32_t in_use);
+  void remember(const std::string& revision_id);  // into known_, sweeping cold ids at times
 
   engine::SlotPool& pool_;
   HostCache& cache_;

@@ -127,6 +127,7 @@ struct SessionSnapshot {
   std::shared_ptr<const engine::LoraWeights> weights;
   std::shared_ptr<const engine::AdamW> optimizer;  // null unless with_optimizer
   int64_t step = 0;
+  std::string published_as;  // submit_snapshot(publish): the weights' provisional serving key
 };
 
 struct SchedulerOptions {
@@ -212,8 +213,17 @@ class Scheduler {
                                std::function<void(Outcome<TrainBatchResult>)> done);
   bool submit_optim_step(SessionId id, engine::AdamParams params,
                          std::function<void(Outcome<engine::OptimStepResult>)> done);
+  // publish: right after `done` has the snapshot, the engine thread also places its weights
+  // in a serving slot (ResidencyManager::publish) under the provisional key it put in
+  // SessionSnapshot::published_as, so the save's revision is servable before it is committed.
+  // Once the blob id is known, submit_rekey(published_as, blob id) names the slot for the
+  // revision's requests; submit_rekey(published_as, "") frees it if the save failed.
   bool submit_snapshot(SessionId id, bool with_optimizer,
-                       std::function<void(Outcome<SessionSnapshot>)> done);
+                       std::function<void(Outcome<SessionSnapshot>)> done,
+                       bool publish = false);
+  // ResidencyManager::rekey on the engine thread, before it takes any job submitted after
+  // this call. Not counted against max_queued; false only when stopping.
+  bool submit_rekey(std::string from, std::string to);
   // Replaces the session's weights (and optimizer state) in its slot (load_state).
   bool submit_load(SessionId id, engine::LoraWeights weights, engine::AdamW optimizer,
                    std::function<void(Outcome<int64_t>)> done);
