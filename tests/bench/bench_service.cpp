@@ -159,6 +159,80 @@ void run_concurrency(const ServiceBenchOptions& opts) {
 
 // ---- 2. handoff ----------------------------------------------------------------------------
 
+// One spindle-path handoff measurement: a daemon with --save-publish `mode`, a training
+// session trained and saved handoff_repeats times, each save followed by two greedy one-token
+// samples of the new revision (the second is the same request warm).
+const std::vector<int32_t> kHandoffPrompt = {11, 22, 33, 44};
+
+struct HandoffFigures {
+  double spindle = 0;  // median: save_weights + the first sample
+  double save = 0;     // median: save_weights alone
+  double ready = 0;    // median per repetition: first sample minus warm sample plus save
+  int32_t token = -1;  // the last first token
+  protocol::ExportedPeft exported;  // the last revision as PEFT (export_last only)
+};
+
+HandoffFigures spindle_handoff(const ServiceBenchOptions& opts, const std::string& shape,
+                               const fs::path& base_dir, const std::string& mode,
+                               bool export_last) {
+  DaemonProcess d(opts.spindled, opts.work_dir / ("handoff-" + shape + "-" + mode),
+                  {"--model", base_dir.string(), "--base-id", "qwen3-shape", "--kv-blocks", "256",
+                   "--device", opts.device, "--save-publish", mode},
+                  900);
+  Client client(d.client_options());
+  protocol::CreateTrainingRequest req;
+  req.base_model = "qwen3-shape";
+  req.policy = "handoff";
+  req.rank = 8;
+  req.alpha = 16.0f;
+  req.seed = 3;
+  const auto session = client.create_training(req);
+
+  std::vector<int32_t> seq(17);
+  for (size_t i = 0; i < seq.size(); ++i) seq[i] = int32_t(100 + 37 * i);
+  protocol::Datum datum;
+  datum.model_input.assign(seq.begin(), seq.end() - 1);
+  datum.target_tokens.assign(seq.begin() + 1, seq.end());
+  const std::vector<int32_t>& prompt = kHandoffPrompt;
+  protocol::SamplingParamsMsg greedy;
+  greedy.max_tokens = 1;
+  greedy.temperature = 0.0f;
+  protocol::AdamParamsMsg adam;
+  adam.learning_rate = 1e-3f;
+
+  HandoffFigures out;
+  std::vector<double> spindle_s, save_s, ready_s;
+  std::string last_address;
+  for (int rep = 0; rep < opts.handoff_repeats; ++rep) {
+    client.forward_backward(session.session_id, {datum});
+    client.optim_step(session.session_id, adam);
+    const auto t0 = Clock::now();
+    const auto saved = client.save_weights(session.session_id, "handoff");
+    save_s.push_back(seconds_since(t0));
+    const auto sampled = client.sample(saved.address, prompt, 1, greedy);
+    spindle_s.push_back(seconds_since(t0));
+    const auto t1 = Clock::now();  // the same request again: the sampling cost alone
+    client.sample(saved.address, prompt, 1, greedy);
+    // Servable: save_weights plus what the first request paid beyond the same request warm
+    // (its slot fill or load), paired within the repetition.
+    ready_s.push_back(spindle_s.back() - seconds_since(t1));
+    last_address = saved.address;
+    out.token = sampled.sequences.at(0).tokens.at(0);
+  }
+  const auto st = client.status();
+  out.spindle = median(spindle_s);
+  out.save = median(save_s);
+  out.ready = median(ready_s);
+  std::printf("spindle (--save-publish %s): save_weights + first sample median %.3f s, "
+              "save_weights %.3f s, servable after %.3f s (%d runs; device hit rate %.2f, host "
+              "hit rate %.2f)\n",
+              mode.c_str(), out.spindle, out.save, out.ready, opts.handoff_repeats,
+              st.device_hit_rate, st.host_hit_rate);
+  if (export_last) out.exported = client.export_peft(last_address);  // untimed
+  d.stop();
+  return out;
+}
+
 // W += s·B·A for every adapted module, in place (the merged-checkpoint path's merge).
 void merge_in_place(engine::ModelWeights& w, const engine::LoraWeights& a) {
   auto merge = [&](Tensor& W, const engine::LoraPair& p) {
@@ -210,64 +284,14 @@ void run_handoff(const ServiceBenchOptions& opts, const std::string& shape) {
               opts.device.c_str(), big ? "4B" : "0.6B", (long long)n_layers,
               double(base.bytes()) / 1e9, seconds_since(t_write));
 
-  DaemonProcess d(opts.spindled, opts.work_dir / ("handoff-" + shape),
-                  {"--model", base_dir.string(), "--base-id", "qwen3-shape", "--kv-blocks", "256",
-                   "--device", opts.device},
-                  900);
-  Client client(d.client_options());
-  protocol::CreateTrainingRequest req;
-  req.base_model = "qwen3-shape";
-  req.policy = "handoff";
-  req.rank = 8;
-  req.alpha = 16.0f;
-  req.seed = 3;
-  const auto session = client.create_training(req);
-
-  std::vector<int32_t> seq(17);
-  for (size_t i = 0; i < seq.size(); ++i) seq[i] = int32_t(100 + 37 * i);
-  protocol::Datum datum;
-  datum.model_input.assign(seq.begin(), seq.end() - 1);
-  datum.target_tokens.assign(seq.begin() + 1, seq.end());
-  const std::vector<int32_t> prompt = {11, 22, 33, 44};
-  protocol::SamplingParamsMsg greedy;
-  greedy.max_tokens = 1;
-  greedy.temperature = 0.0f;
-  protocol::AdamParamsMsg adam;
-  adam.learning_rate = 1e-3f;
-
-  std::vector<double> spindle_s, save_s, warm_s, ready_s;
-  std::string last_address;
-  int32_t spindle_token = -1;
-  for (int rep = 0; rep < opts.handoff_repeats; ++rep) {
-    client.forward_backward(session.session_id, {datum});
-    client.optim_step(session.session_id, adam);
-    const auto t0 = Clock::now();
-    const auto saved = client.save_weights(session.session_id, "handoff");
-    save_s.push_back(seconds_since(t0));
-    const auto sampled = client.sample(saved.address, prompt, 1, greedy);
-    spindle_s.push_back(seconds_since(t0));
-    const auto t1 = Clock::now();  // the same request again: the sampling cost alone
-    client.sample(saved.address, prompt, 1, greedy);
-    warm_s.push_back(seconds_since(t1));
-    // Servable: save_weights plus what the first request paid beyond the same request warm
-    // (its slot fill, if the publish did not hide it), paired within the repetition.
-    ready_s.push_back(spindle_s.back() - warm_s.back());
-    last_address = saved.address;
-    spindle_token = sampled.sequences.at(0).tokens.at(0);
-  }
-  {
-    const auto st = client.status();
-    std::printf("server after the handoffs: device hit rate %.2f, host hit rate %.2f\n",
-                st.device_hit_rate, st.host_hit_rate);
-  }
-  const double spindle = median(spindle_s);
-  std::printf("spindle: save_weights + first sample of the new revision: median %.3f s (%d runs; "
-              "save_weights alone %.3f s)\n",
-              spindle, opts.handoff_repeats, median(save_s));
-
-  // The merged path starts from the same trained adapter (fetched untimed).
-  const auto exported = client.export_peft(last_address);
-  d.stop();
+  // The spindle path, with save_weights publishing into a serving slot (the default), into
+  // the host cache only, or nowhere (the first request reads the blob file): one daemon each.
+  HandoffFigures slot = spindle_handoff(opts, shape, base_dir, "slot", /*export_last=*/true);
+  const HandoffFigures host = spindle_handoff(opts, shape, base_dir, "host", false);
+  const HandoffFigures blob = spindle_handoff(opts, shape, base_dir, "none", false);
+  const double spindle = slot.spindle;
+  const int32_t spindle_token = slot.token;
+  const auto& exported = slot.exported;
   const fs::path peft_dir = opts.work_dir / ("handoff_peft-" + shape);
   fs::create_directories(peft_dir);
   std::ofstream(peft_dir / "adapter_config.json") << exported.adapter_config_json;
@@ -286,7 +310,7 @@ void run_handoff(const ServiceBenchOptions& opts, const std::string& shape) {
   // token: timed together, split by a second untimed-load run below.
   const engine::ModelWeights loaded = engine::load_hf_dir(merged_dir);
   const double t_read = seconds_since(t0);
-  const auto [merged_token, engine_up_s] = first_token_fresh_engine(loaded, opts.device, prompt);
+  const auto [merged_token, engine_up_s] = first_token_fresh_engine(loaded, opts.device, kHandoffPrompt);
   const double merged = seconds_since(t0);
   std::printf("merged: merge %.2f s, write %.2f s, read %.2f s, engine up %.2f s, first token "
               "%.2f s: total %.3f s\n",
@@ -299,11 +323,16 @@ void run_handoff(const ServiceBenchOptions& opts, const std::string& shape) {
   std::printf("handoff_speedup[%s] = %.1f\n", shape.c_str(), merged / spindle);
   // Both paths end with the same first-token computation; without it, the time until the new
   // weights are servable: save_weights (+ the first request's slot fill) vs merge+write+load.
-  std::printf("warm sample of the same revision: %.3f s\n", median(warm_s));
-  const double ready = median(ready_s);
   std::printf("handoff_ready_speedup[%s] = %.1f   (excluding the first token's compute: %.3f s vs "
               "%.3f s)\n",
-              shape.c_str(), t_loaded / std::max(1e-6, ready), ready, t_loaded);
+              shape.c_str(), t_loaded / std::max(1e-6, slot.ready), slot.ready, t_loaded);
+  std::printf("handoff_ready_speedup[%s, host cache only] = %.1f   (%.3f s)\n", shape.c_str(),
+              t_loaded / std::max(1e-6, host.ready), host.ready);
+  std::printf("handoff_ready_speedup[%s, through the blob file] = %.1f   (%.3f s)\n",
+              shape.c_str(), t_loaded / std::max(1e-6, blob.ready), blob.ready);
+  std::printf("slot_publish_speedup[%s] = %.2f   (time to servable through the blob file over "
+              "published into a slot)\n",
+              shape.c_str(), blob.ready / std::max(1e-6, slot.ready));
 }
 
 }  // namespace

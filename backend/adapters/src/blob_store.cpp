@@ -182,6 +182,11 @@ std::string file_sha256_hex(const FileReader& file) {
   return h.finish_hex();
 }
 
+// What put_stream's errors name before the blob has a name.
+fs::path new_blob_label(const fs::path& root) {
+  return fs::path(fmt::format("blob store {}: new blob", root.string()));
+}
+
 // Whether the file at `path` is `size` bytes that hash to `id`; false when it cannot be read.
 bool holds_blob(const fs::path& path, std::string_view id, uint64_t size) {
   try {
@@ -194,8 +199,7 @@ bool holds_blob(const fs::path& path, std::string_view id, uint64_t size) {
 
 }  // namespace
 
-BlobPut BlobStore::put_stream(const BlobProducer& produce,
-                              const std::function<void(const std::string& id)>& on_id) const {
+BlobPut BlobStore::put_stream(const BlobProducer& produce) const {
   BlobPut out;
   std::exception_ptr hash_error;
   std::thread hasher([&] {
@@ -205,17 +209,11 @@ BlobPut BlobStore::put_stream(const BlobProducer& produce,
       out.id = h.finish_hex();
     } catch (...) {
       hash_error = std::current_exception();
-      return;
-    }
-    if (!on_id) return;
-    try {
-      on_id(out.id);
-    } catch (...) {  // a warm-up hook: the put does not depend on it
     }
   });
   fs::path tmp;
   try {
-    tmp = write_temp_file(root_, ".put", [&](FileSink& sink) {
+    tmp = write_temp_file(root_, ".put", new_blob_label(root_), [&](FileSink& sink) {
       produce([&](const void* data, size_t n) { sink.write(data, n); });
       out.bytes = sink.bytes_written();
     });
@@ -335,7 +333,11 @@ BlobGcReport BlobStore::gc(const std::function<bool(std::string_view id)>& is_re
                            const BlobGcOptions& options) const {
   SPINDLE_CHECK(options.grace.count() >= 0, invalid_argument,
                 "blob gc: grace must be >= 0 seconds, got {}", options.grace.count());
-  const int64_t cutoff_ns = filesystem_now_ns(root_) - int64_t(options.grace.count()) * 1000000000;
+  const int64_t now_ns = filesystem_now_ns(root_);
+  const int64_t cutoff_ns = now_ns - int64_t(options.grace.count()) * 1000000000;
+  // A put_stream's temp file in the root, left by a crash or still being written (no lock
+  // covers it): an hour old at least, whatever the grace.
+  const int64_t root_temp_cutoff_ns = std::min(cutoff_ns, now_ns - int64_t(3600) * 1000000000);
   BlobGcReport report;
 
   std::vector<fs::path> fanouts;
@@ -344,9 +346,9 @@ BlobGcReport BlobStore::gc(const std::function<bool(std::string_view id)>& is_re
     if (entry.is_directory() && is_fanout_name(name)) {
       fanouts.push_back(entry.path());
     } else if (name.starts_with('.') && name.find(".tmp-") != std::string::npos) {
-      struct stat st {};  // a put_stream's temp file, left by a crash or still being written
+      struct stat st {};
       if (::stat(entry.path().c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
-          to_ns(st.st_mtim) < cutoff_ns && ::unlink(entry.path().c_str()) == 0) {
+          to_ns(st.st_mtim) < root_temp_cutoff_ns && ::unlink(entry.path().c_str()) == 0) {
         ++report.temp_removed;
       }
     }

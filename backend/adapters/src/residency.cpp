@@ -126,6 +126,7 @@ void ResidencyManager::rekey(const std::string& from, const std::string& to) {
   }
   slot.revision_id = to;
   slot_of_[to] = index;
+  landed_.erase(to);  // resident now: no host copy to hold for it
   remember(to);
 }
 

@@ -196,9 +196,9 @@ fs::path write_temp(const fs::path& dir, std::string_view stem,
 
 }  // namespace
 
-fs::path write_temp_file(const fs::path& dir, std::string_view stem,
+fs::path write_temp_file(const fs::path& dir, std::string_view stem, const fs::path& named,
                          const std::function<void(FileSink&)>& writer) {
-  return write_temp(dir, stem, writer, dir / std::string(stem));
+  return write_temp(dir, stem, writer, named);
 }
 
 void fsync_directory(const fs::path& dir) {

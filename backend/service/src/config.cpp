@@ -75,6 +75,10 @@ void for_each_field(ServiceConfig& c, F&& f) {
                                 "use, each holding a serving slot (0: no quota)",
     c.tenant_max_serving_slots);
   f("serving-slots", "adapter slots of the serving pool", c.serving_slots);
+  f("save-publish", "where save_weights puts its revision before replying: slot (a serving slot "
+                    "and the host cache: the first request is a device hit), host (the host "
+                    "cache only) or none (the first request reads the blob file)",
+    c.save_publish);
   f("host-cache-mib", "host cache of decoded adapters (MiB)", c.host_cache_mib);
   f("loader-threads", "cold-load threads", c.loader_threads);
   f("token-budget", "tokens per engine step (prefill + decode)", c.token_budget);

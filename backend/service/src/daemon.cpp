@@ -87,6 +87,9 @@ int serve(Daemon& d) {
   spdlog::logger& log = *d.log;
   const int lock_fd = lock_data_dir(d.paths);
   d.cluster = std::make_unique<ClusterState>(role_from_name(c.role));
+  SPINDLE_CHECK(c.save_publish == "slot" || c.save_publish == "host" || c.save_publish == "none",
+                invalid_argument, "--save-publish '{}': expected slot, host or none",
+                c.save_publish);
   const bool worker = d.cluster->worker();
   SPINDLE_CHECK(!worker || !c.coordinator.empty(), invalid_argument,
                 "--role worker needs --coordinator ENDPOINT (the last endpoint on the "

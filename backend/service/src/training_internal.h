@@ -42,13 +42,11 @@ void open_session(Daemon& d, const Call& call, SessionStart start, std::string i
 
 // A save request's metrics (its metrics_json object, plus "name") as JSON text.
 std::string save_metrics(const protocol::SaveRequest& req);
-// Commits a snapshot (catalog thread): durable when it returns. on_blob_id: as
-// catalog::CommitOptions::on_blob_id (called on another thread before the commit is durable).
+// Commits a snapshot (catalog thread): durable when it returns.
 catalog::Revision commit_snapshot(catalog::Catalog& cat, const Call& call, const Session& s,
                                   const engine::LoraWeights& weights,
                                   const engine::AdamW* optimizer, int64_t step, int64_t ttl_ms,
-                                  const std::string& metrics,
-                                  std::function<void(const std::string&)> on_blob_id = {});
+                                  const std::string& metrics);
 protocol::SaveReply save_reply(const Call& call, const Session& s, const catalog::Revision& rev);
 
 // load_state's address resolved (catalog thread); throws failed_precondition when its policy

@@ -100,10 +100,8 @@ std::string save_metrics(const SaveRequest& req) {
 catalog::Revision commit_snapshot(catalog::Catalog& cat, const Call& call, const Session& s,
                                   const engine::LoraWeights& weights,
                                   const engine::AdamW* optimizer, int64_t step, int64_t ttl_ms,
-                                  const std::string& metrics,
-                                  std::function<void(const std::string&)> on_blob_id) {
+                                  const std::string& metrics) {
   catalog::CommitOptions opts;
-  opts.on_blob_id = std::move(on_blob_id);
   opts.actor = actor(call);
   opts.step = step;
   opts.metrics_json = metrics;
@@ -348,51 +346,54 @@ void optim_step(Daemon& d, const Call& call, const Session& s, const OptimStepRe
   if (!queued) reply_scheduler_full(d, call, *s.base);
 }
 
-// Snapshot (engine thread, in session order) -> commit (catalog thread, durable) -> host cache
-// (the new revision's first sample is a host hit) -> reply.
+// Snapshot (engine thread, in session order; save_weights then publishes it into a serving
+// slot) -> commit (catalog thread, durable) -> the slot renamed to the blob id, the host cache
+// -> reply (--save-publish picks slot, host or none).
 void save(Daemon& d, const Call& call, const Session& s, const SaveRequest& req) {
   const std::string metrics = save_metrics(req);
   const bool with_state = call.op == Op::save_state;
   const int64_t ttl_ms = req.ttl_seconds * 1000;
+  const std::string& where = d.config.save_publish;  // slot | host | none (checked at start)
+  const bool to_host = where != "none", to_slot = where == "slot" && !with_state;
   // The handoff at its limit (decisions.md, "Train -> serve handoff"): the scheduler places
   // the snapshot in a serving slot under a provisional key while the catalog thread writes,
-  // hashes and commits it; once the blob id is known the slot is renamed to it (and the
-  // weights enter the host cache), so the first request for the new revision is a device hit.
-  // Both are keyed by content: a commit that fails after that leaves nothing wrong.
+  // hashes and commits it; once committed the slot is renamed to the blob id (and the weights
+  // enter the host cache), so the first request for the new revision is a device hit.
   const bool queued = s.base->scheduler->submit_snapshot(
       s.sid, with_state,
-      [&d, call, s, with_state, ttl_ms, metrics](scheduler::Outcome<scheduler::SessionSnapshot> r) {
+      [&d, call, s, with_state, ttl_ms, metrics, to_host](scheduler::Outcome<scheduler::SessionSnapshot> r) {
         if (!r.ok()) return d.replies->error(call, wire_code(r.error.code), r.error.message);
-        d.catalog.post([&d, call, s, with_state, ttl_ms, metrics, snap = std::move(*r.value)](catalog::Catalog& cat) {
-          // Set on put_stream's hashing thread, read here after put_stream joined it.
-          bool named = false;  // the provisional slot was renamed to the blob id
-          auto warm = [&d, &named, base = s.base, snap](const std::string& blob) {
-            try {
-              base->host_cache->insert(blob, snap.weights);
-            } catch (const Error& e) {
-              d.log->warn("blob {} not cached in host memory: {}", blob, e.what());
-            }
-            if (snap.published_as.empty()) return;
-            base->scheduler->submit_rekey(snap.published_as, blob);
-            named = true;
-          };
+        d.catalog.post([&d, call, s, with_state, ttl_ms, metrics, to_host, snap = std::move(*r.value)](catalog::Catalog& cat) {
+          catalog::Revision rev;
           try {
-            const catalog::Revision rev =
-                commit_snapshot(cat, call, s, *snap.weights,
-                                with_state ? snap.optimizer.get() : nullptr, snap.step, ttl_ms,
-                                metrics, warm);
+            rev = commit_snapshot(cat, call, s, *snap.weights,
+                                  with_state ? snap.optimizer.get() : nullptr, snap.step, ttl_ms,
+                                  metrics);
+          } catch (const std::exception& e) {
+            // Not committed: the published slot holds no revision anyone can ask for.
+            if (!snap.published_as.empty()) s.base->scheduler->submit_rekey(snap.published_as, "");
+            return reply_exception(d, call, e);
+          }
+          // Committed. Queued before the reply, so the client's next request finds the slot
+          // under the blob id (the scheduler takes jobs in submission order).
+          if (!snap.published_as.empty()) s.base->scheduler->submit_rekey(snap.published_as, rev.blob);
+          if (to_host) {
+            try {
+              s.base->host_cache->insert(rev.blob, snap.weights);
+            } catch (const std::exception& e) {
+              d.log->warn("revision {} not cached in host memory: {}", rev.id, e.what());
+            }
+          }
+          try {
             d.replies->ok(call, save_reply(call, s, rev));
           } catch (const std::exception& e) {
-            if (!named && !snap.published_as.empty()) {
-              s.base->scheduler->submit_rekey(snap.published_as, "");  // free its slot
-            }
             reply_exception(d, call, e);
           }
         });
       },
       // save_weights is "for the sampler" (Tinker's save_weights_for_sampler): published. A
       // save_state is a checkpoint to resume from, which must not take a serving slot.
-      /*publish=*/!with_state);
+      /*publish=*/to_slot);
   if (!queued) reply_scheduler_full(d, call, *s.base);
 }
 

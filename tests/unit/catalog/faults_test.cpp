@@ -87,7 +87,7 @@ TEST_F(DiskFull, BlobPutIsResourceAndLeavesNoPartialBlob) {
   EXPECT_FALSE(store.exists(adapters::sha256_hex(big)));
   EXPECT_EQ(files_named_like(store.root(), ".tmp-"), 0u);
   EXPECT_EQ(store.get(kept), "acknowledged before the disk filled");
-  // The streamed put: the same code and path, no temp file left in the root; content already
+  // The streamed put: the same code, naming the store; no temp file left in the root; content already
   // stored is still a success on the full disk (nothing new is needed).
   const adapters::BlobProducer big_stream = [&](const adapters::BlobWrite& write) {
     write(big.data(), big.size() / 2);
@@ -104,6 +104,7 @@ TEST_F(DiskFull, BlobPutIsResourceAndLeavesNoPartialBlob) {
       [&](const adapters::BlobWrite& write) { write(kept_text.data(), kept_text.size()); });
   EXPECT_EQ(again.id, kept);
   EXPECT_EQ(again.bytes, kept_text.size());
+  EXPECT_EQ(files_named_like(store.root(), ".tmp-"), 0u);
   small_->free_space();
   EXPECT_EQ(store.get(store.put(big)), big);
 }

@@ -28,7 +28,10 @@
 //     of its put() cannot lose its blob. A caller that can serialise "is_referenced + unlink"
 //     against "check blob exists + insert row" (the catalog does, with its write
 //     transaction: BlobGcOptions::run_batch) is safe even with grace = 0.
-// Temp files (".<id>.tmp-XXXXXX") left by a crash are removed by gc() under the same cutoff.
+// Temp files left by a crash (".<id>.tmp-XXXXXX" in fan-out directories, ".put.tmp-XXXXXX" of
+// put_stream in <root>) are removed by gc(): the fan-out ones under the same cutoff, the root
+// ones only when also an hour old (a put_stream's temp file exists from its first byte to its
+// rename, with no lock held, so a small grace must not take one still being written).
 //
 // Thread-safety: every method may be called from any number of threads and processes at
 // once; the object holds no mutable state.
@@ -92,10 +95,7 @@ class BlobStore {
   // Content already present and intact (re-hashed) is kept and its mtime refreshed; the temp
   // file is removed; on a full disk such content is still a success, as with put(). Stale
   // temp files of a crashed put are gc()'s, as in fan-out directories.
-  // on_id, when set, is called once on the hashing thread as soon as the id is known (before
-  // the blob is durable); what it throws is ignored.
-  BlobPut put_stream(const BlobProducer& produce,
-                     const std::function<void(const std::string& id)>& on_id = {}) const;
+  BlobPut put_stream(const BlobProducer& produce) const;
 
   // The blob's bytes, verified: throws not_found (no such blob), data_loss (content does not
   // hash to `id`, naming the blob and its path), invalid_argument (malformed id).

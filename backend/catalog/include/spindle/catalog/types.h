@@ -138,12 +138,6 @@ struct CommitOptions {
   // collect_expired may collect it; it must be in the future. Servable and addressable like
   // any revision until collected; promote_revision makes it durable.
   int64_t expires_ms = 0;
-  // Called once, on another thread, as soon as the revision file's blob id is known and
-  // before it is durable or committed: a warm-up hook (the daemon places the weights in a
-  // serving slot while the fsync and the transaction run). The commit may still fail after
-  // it; content-addressed caches keyed by the blob id stay correct either way. Must be quick
-  // and thread-safe; what it throws is ignored.
-  std::function<void(const std::string& blob_id)> on_blob_id;
 };
 
 // One revision collect_expired collected.

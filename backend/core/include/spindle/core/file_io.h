@@ -68,8 +68,10 @@ class FileSink {
 // Writes a new file in `dir` named "<stem>.tmp-XXXXXX" (mode 0644) with what `writer` writes,
 // fsyncs it and returns its path: the caller renames it into place (then fsyncs that
 // directory) or removes it. If the writer or the OS fails, the file is removed and the error
-// propagates (not_found when `dir` does not exist; resource for a full disk).
+// propagates (not_found when `dir` does not exist; resource for a full disk), naming `named`:
+// what the caller is making.
 std::filesystem::path write_temp_file(const std::filesystem::path& dir, std::string_view stem,
+                                      const std::filesystem::path& named,
                                       const std::function<void(FileSink&)>& writer);
 
 // fsync of a directory, so a rename or create inside it survives a crash. Throws io (or

@@ -83,6 +83,11 @@ struct ServiceConfig {
   uint32_t tenant_max_serving_slots = 0;
 
   int32_t serving_slots = 16;      // device slots of the serving LoRA pool
+  // Where a save_weights puts its revision before replying, besides the blob store: "slot" (a
+  // serving slot and the host cache: its first request is a device hit), "host" (the host
+  // cache only: the first request fills a slot from host memory) or "none" (the first request
+  // loads the blob file). A save_state checkpoint never takes a serving slot.
+  std::string save_publish = "slot";
   int64_t host_cache_mib = 1024;   // host tier of adapter residency
   int32_t loader_threads = 2;
   int64_t token_budget = 2048;     // scheduler: tokens per engine step
