@@ -291,8 +291,11 @@ void copy_lora_rank(const float* A, const float* B, int64_t r, int64_t d_in, int
     std::memcpy(b, B, size_t(d_out * r) * sizeof(float));
     return;
   }
+  // r floats per row, a few tens of bytes: an inline loop, not a memcpy call per row.
   for (int64_t j = 0; j < d_out; ++j) {
-    std::memcpy(b + j * max_rank, B + j * r, size_t(r) * sizeof(float));
+    const float* src = B + j * r;
+    float* dst = b + j * max_rank;
+    for (int64_t k = 0; k < r; ++k) dst[k] = src[k];
   }
 }
 
