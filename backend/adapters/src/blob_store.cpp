@@ -333,11 +333,7 @@ BlobGcReport BlobStore::gc(const std::function<bool(std::string_view id)>& is_re
                            const BlobGcOptions& options) const {
   SPINDLE_CHECK(options.grace.count() >= 0, invalid_argument,
                 "blob gc: grace must be >= 0 seconds, got {}", options.grace.count());
-  const int64_t now_ns = filesystem_now_ns(root_);
-  const int64_t cutoff_ns = now_ns - int64_t(options.grace.count()) * 1000000000;
-  // A put_stream's temp file in the root, left by a crash or still being written (no lock
-  // covers it): an hour old at least, whatever the grace.
-  const int64_t root_temp_cutoff_ns = std::min(cutoff_ns, now_ns - int64_t(3600) * 1000000000);
+  const int64_t cutoff_ns = filesystem_now_ns(root_) - int64_t(options.grace.count()) * 1000000000;
   BlobGcReport report;
 
   std::vector<fs::path> fanouts;
@@ -346,9 +342,9 @@ BlobGcReport BlobStore::gc(const std::function<bool(std::string_view id)>& is_re
     if (entry.is_directory() && is_fanout_name(name)) {
       fanouts.push_back(entry.path());
     } else if (name.starts_with('.') && name.find(".tmp-") != std::string::npos) {
-      struct stat st {};
+      struct stat st {};  // a put_stream's temp file, left by a crash (or still being written)
       if (::stat(entry.path().c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
-          to_ns(st.st_mtim) < root_temp_cutoff_ns && ::unlink(entry.path().c_str()) == 0) {
+          to_ns(st.st_mtim) < cutoff_ns && ::unlink(entry.path().c_str()) == 0) {
         ++report.temp_removed;
       }
     }

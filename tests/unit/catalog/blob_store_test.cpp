@@ -294,6 +294,24 @@ TEST_F(BlobStoreTest, PutStreamThatThrowsLeavesNothingBehind) {
   EXPECT_EQ(root_temp_files(root_), 0u);
 }
 
+// gc with grace 0 may remove a put_stream's temp file while it is written (no lock covers
+// it): the put fails with an error naming the store, and stores nothing.
+TEST_F(BlobStoreTest, PutStreamWhoseTempFileWasRemovedFailsCleanly) {
+  const fs::path root = root_;
+  const BlobProducer racing_gc = [root](const BlobWrite& write) {
+    write("first half ", 11);
+    for (const auto& e : fs::directory_iterator(root)) {
+      if (e.path().filename().string().find(".tmp-") != std::string::npos) fs::remove(e.path());
+    }
+    write("second half", 11);
+  };
+  const auto err = catch_error([&] { store_.put_stream(racing_gc); });
+  EXPECT_NE(err.message.find(root_.string()), std::string::npos) << err.message;
+  EXPECT_FALSE(store_.exists(sha256_hex("first half second half")));
+  EXPECT_EQ(count_files(root_), 0u);
+  EXPECT_EQ(root_temp_files(root_), 0u);
+}
+
 TEST_F(BlobStoreTest, MissingAndMalformedIds) {
   const auto missing = catch_error([&] { store_.get(sha256_hex("never stored")); });
   EXPECT_EQ(missing.code, ErrorCode::not_found);
@@ -362,10 +380,9 @@ TEST_F(BlobStoreTest, GcDeletesOnlyOldUnreferencedBlobs) {
   const BlobGcReport r0 = store_.gc([&](std::string_view id) { return id == keep; },
                                     {.grace = std::chrono::seconds(0)});
   EXPECT_EQ(r0.deleted, 1u);
-  // A put_stream's temp file may still be written with no lock held: under an hour old it
-  // stays whatever the grace.
-  EXPECT_TRUE(fs::exists(live_tmp));
-  EXPECT_EQ(r0.temp_removed, 0u);
+  // Grace 0 treats every temp file as a crash's leftover, the root's included.
+  EXPECT_FALSE(fs::exists(live_tmp));
+  EXPECT_EQ(r0.temp_removed, 1u);
   EXPECT_FALSE(store_.exists(young_orphan));
   EXPECT_TRUE(store_.exists(keep));
 }

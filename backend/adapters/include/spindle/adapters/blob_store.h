@@ -29,9 +29,10 @@
 //     against "check blob exists + insert row" (the catalog does, with its write
 //     transaction: BlobGcOptions::run_batch) is safe even with grace = 0.
 // Temp files left by a crash (".<id>.tmp-XXXXXX" in fan-out directories, ".put.tmp-XXXXXX" of
-// put_stream in <root>) are removed by gc(): the fan-out ones under the same cutoff, the root
-// ones only when also an hour old (a put_stream's temp file exists from its first byte to its
-// rename, with no lock held, so a small grace must not take one still being written).
+// put_stream in <root>) are removed by gc() under the same cutoff. No lock covers a temp file
+// while it is written, so a grace shorter than a put (grace 0: "everything unreferenced is a
+// crash's leftover") can take one in flight: that put then fails with an error naming the
+// store, and nothing acknowledged is lost.
 //
 // Thread-safety: every method may be called from any number of threads and processes at
 // once; the object holds no mutable state.
