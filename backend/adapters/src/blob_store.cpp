@@ -127,6 +127,21 @@ fs::path BlobStore::path_of(std::string_view id) const {
   return root_ / std::string(id.substr(0, 2)) / std::string(id);
 }
 
+namespace {
+
+// A stored blob found intact is refreshed so a GC running now treats it as just written
+// (protocol step 2). false when it vanished meanwhile (the caller writes it anew); any other
+// failure throws naming it.
+bool refresh_mtime(const fs::path& path) {
+  if (::utimensat(AT_FDCWD, path.c_str(), nullptr, 0) == 0) return true;
+  const int err = errno;
+  if (err == ENOENT) return false;
+  throw_errno(err, fmt::format("blob store: cannot touch {}: {}", path.string(),
+                               std::strerror(err)));
+}
+
+}  // namespace
+
 std::string BlobStore::put(std::string_view bytes) const {
   const std::string id = sha256_hex(bytes);
   const fs::path path = path_of(id);
@@ -134,15 +149,8 @@ std::string BlobStore::put(std::string_view bytes) const {
   const StoreLock lock(root_, LOCK_SH);
   struct stat st {};
   if (::stat(path.c_str(), &st) == 0 && uint64_t(st.st_size) == bytes.size() &&
-      holds_exactly(path, bytes)) {
-    // Already stored, and intact. Refresh the mtime so a GC running now treats it as just
-    // written (protocol step 2).
-    if (::utimensat(AT_FDCWD, path.c_str(), nullptr, 0) == 0) return id;
-    if (errno != ENOENT) {
-      const int err = errno;
-      throw_errno(err, fmt::format("blob store: cannot touch {}: {}", path.string(),
-                                   std::strerror(err)));
-    }
+      holds_exactly(path, bytes) && refresh_mtime(path)) {
+    return id;  // already stored, and intact
   }
   // Absent, or a damaged copy (wrong size or wrong bytes): (re)write it atomically, so
   // committing the same content again repairs a blob that get() reported as data_loss.
@@ -187,14 +195,15 @@ fs::path new_blob_label(const fs::path& root) {
   return fs::path(fmt::format("blob store {}: new blob", root.string()));
 }
 
-// Whether the file at `path` is `size` bytes that hash to `id`; false when it cannot be read.
-bool holds_blob(const fs::path& path, std::string_view id, uint64_t size) {
+// The size of the file at `path` when its bytes hash to `id`; nullopt when they do not, or it
+// cannot be read.
+std::optional<uint64_t> intact_size(const fs::path& path, std::string_view id) {
   try {
     const FileReader reader(path);
-    return reader.size() == size && file_sha256_hex(reader) == id;
+    if (file_sha256_hex(reader) == id) return reader.size();
   } catch (const Error&) {
-    return false;
   }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -224,11 +233,8 @@ BlobPut BlobStore::put_stream(const BlobProducer& produce) const {
     if (e.code() != ErrorCode::resource || hash_error) throw;
     const fs::path path = path_of(out.id);
     const StoreLock lock(root_, LOCK_SH);
-    const std::optional<uint64_t> size = size_of(out.id);
-    if (!size || !holds_blob(path, out.id, *size) ||
-        ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0) != 0) {
-      throw;
-    }
+    const std::optional<uint64_t> size = intact_size(path, out.id);
+    if (!size || ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0) != 0) throw;
     out.bytes = *size;
     return out;
   } catch (...) {
@@ -241,18 +247,9 @@ BlobPut BlobStore::put_stream(const BlobProducer& produce) const {
     const fs::path path = path_of(out.id);
     ensure_fanout(root_, path.parent_path());
     const StoreLock lock(root_, LOCK_SH);  // protocol step 3, as put()
-    struct stat st {};
-    if (::stat(path.c_str(), &st) == 0 && uint64_t(st.st_size) == out.bytes &&
-        holds_blob(path, out.id, out.bytes)) {
-      if (::utimensat(AT_FDCWD, path.c_str(), nullptr, 0) == 0) {  // protocol step 2
-        ::unlink(tmp.c_str());
-        return out;
-      }
-      if (errno != ENOENT) {
-        const int err = errno;
-        throw_errno(err, fmt::format("blob store: cannot touch {}: {}", path.string(),
-                                     std::strerror(err)));
-      }
+    if (intact_size(path, out.id) && refresh_mtime(path)) {  // already stored, and intact
+      ::unlink(tmp.c_str());
+      return out;
     }
     if (::rename(tmp.c_str(), path.c_str()) != 0) {
       const int err = errno;

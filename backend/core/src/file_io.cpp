@@ -153,16 +153,8 @@ void FileSink::write(const void* data, size_t n) {
   }
 }
 
-// The one place a FileSink is made (its constructor is private).
-struct FileSinkAccess {
-  static FileSink make(int fd, const fs::path& named) { return FileSink(fd, named); }
-};
-
-namespace {
-
-// write_temp_file, with errors naming `named` (the file the caller is making).
-fs::path write_temp(const fs::path& dir, std::string_view stem,
-                    const std::function<void(FileSink&)>& writer, const fs::path& named) {
+fs::path write_temp_file(const fs::path& dir, std::string_view stem, const fs::path& named,
+                         const std::function<void(FileSink&)>& writer) {
   std::string tmpl = (dir / (std::string(stem) + ".tmp-XXXXXX")).string();
   std::vector<char> name(tmpl.begin(), tmpl.end());
   name.push_back('\0');
@@ -177,7 +169,7 @@ fs::path write_temp(const fs::path& dir, std::string_view stem,
   const fs::path tmp(name.data());
   try {
     ::fchmod(fd, 0644);  // mkostemp creates 0600; published files are world-readable
-    FileSink sink = FileSinkAccess::make(fd, named);
+    FileSink sink(fd, named);
     writer(sink);
     fsync_or_throw(fd, tmp);
   } catch (...) {
@@ -192,13 +184,6 @@ fs::path write_temp(const fs::path& dir, std::string_view stem,
                                  errno_text(err)));
   }
   return tmp;
-}
-
-}  // namespace
-
-fs::path write_temp_file(const fs::path& dir, std::string_view stem, const fs::path& named,
-                         const std::function<void(FileSink&)>& writer) {
-  return write_temp(dir, stem, writer, named);
 }
 
 void fsync_directory(const fs::path& dir) {
@@ -221,7 +206,8 @@ void write_file_atomic(const fs::path& path, const std::function<void(FileSink&)
   SPINDLE_CHECK(path.has_filename(), invalid_argument, "write_file_atomic: '{}' names no file",
                 path.string());
   const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
-  const fs::path tmp = write_temp(dir, fmt::format(".{}", path.filename().string()), writer, path);
+  const fs::path tmp =
+      write_temp_file(dir, fmt::format(".{}", path.filename().string()), path, writer);
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     const int err = errno;  // ENOSPC when the directory itself must grow
     ::unlink(tmp.c_str());

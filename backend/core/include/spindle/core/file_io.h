@@ -57,7 +57,9 @@ class FileSink {
   uint64_t bytes_written() const { return written_; }
 
  private:
-  friend struct FileSinkAccess;  // file_io.cpp's write_temp
+  friend std::filesystem::path write_temp_file(const std::filesystem::path&, std::string_view,
+                                               const std::filesystem::path&,
+                                               const std::function<void(FileSink&)>&);
   FileSink(int fd, const std::filesystem::path& path) : fd_(fd), path_(path) {}
   int fd_;
   const std::filesystem::path& path_;
