@@ -111,19 +111,38 @@ float LoraWeights::scale() const {
   return use_rslora ? alpha / std::sqrt(float(rank)) : alpha / float(rank);
 }
 
+// One block for all tensors (Tensor::in_one_block): a snapshot of a Qwen3-0.6B rank-8 adapter
+// is ~400 tensors of 30–100 KB, and copying them into separately allocated fresh memory cost
+// 12–17 ms of small-page faults on the save path; one huge-page block costs a few ms.
 LoraWeights LoraWeights::clone() const {
   LoraWeights w;
   w.rank = rank;
   w.alpha = alpha;
   w.use_rslora = use_rslora;
   w.modules.resize(modules.size());
-  for (size_t l = 0; l < modules.size(); ++l)
-    for (size_t t = 0; t < modules[l].size(); ++t)
-      w.modules[l][t] = {modules[l][t].A.clone(), modules[l][t].B.clone()};
   w.experts.resize(experts.size());
+  std::vector<std::pair<const Tensor*, Tensor*>> copies;  // (source, destination)
+  auto add = [&](const Tensor& from, Tensor& to) {
+    if (from.data()) copies.emplace_back(&from, &to);
+  };
+  for (size_t l = 0; l < modules.size(); ++l)
+    for (size_t t = 0; t < modules[l].size(); ++t) {
+      add(modules[l][t].A, w.modules[l][t].A);
+      add(modules[l][t].B, w.modules[l][t].B);
+    }
   for (size_t l = 0; l < experts.size(); ++l)
-    for (size_t p = 0; p < experts[l].size(); ++p)
-      w.experts[l][p] = {experts[l][p].A.clone(), experts[l][p].B.clone()};
+    for (size_t p = 0; p < experts[l].size(); ++p) {
+      add(experts[l][p].A, w.experts[l][p].A);
+      add(experts[l][p].B, w.experts[l][p].B);
+    }
+  std::vector<Shape> shapes;
+  shapes.reserve(copies.size());
+  for (const auto& c : copies) shapes.push_back(c.first->shape());
+  std::vector<Tensor> block = Tensor::in_one_block(shapes);
+  for (size_t i = 0; i < copies.size(); ++i) {
+    if (copies[i].first->numel()) std::memcpy(block[i].data(), copies[i].first->data(), copies[i].first->bytes());
+    *copies[i].second = std::move(block[i]);
+  }
   return w;
 }
 

@@ -24,6 +24,12 @@ class Tensor {
   explicit Tensor(Shape shape);
   static Tensor zeros(Shape shape);
   static Tensor from(Shape shape, std::span<const float> values);
+  // Uninitialised tensors of the given shapes carved out of ONE allocation (each 64-byte
+  // aligned), freed when the last of them is destroyed. A block of 8 MiB or more is on
+  // transparent huge pages, as a large Tensor is: copying a many-tensor adapter (hundreds of
+  // 30–100 KB tensors) into fresh memory then faults a few huge pages instead of thousands of
+  // small ones. Any one of them keeps the whole block alive.
+  static std::vector<Tensor> in_one_block(std::span<const Shape> shapes);
 
   Tensor(Tensor&&) noexcept = default;
   Tensor& operator=(Tensor&&) noexcept = default;
@@ -50,6 +56,7 @@ class Tensor {
 
  private:
   struct Free {
+    std::shared_ptr<void> block;  // set when the buffer is a slice of in_one_block's block
     void operator()(float* p) const;
   };
   Shape shape_;
