@@ -12,7 +12,7 @@ namespace spindle::service::cluster_wire {
 
 namespace {
 
-constexpr uint32_t kVersion = 2;  // 2: data-parallel fields in ForwardHeader
+constexpr uint32_t kVersion = 3;  // 2: data-parallel fields in ForwardHeader; 3: publish
 
 template <class A>
 void fields(A& ar, WorkerHello& m) {
@@ -28,7 +28,7 @@ void fields(A& ar, ForwardHeader& m) {
   uint8_t kind = uint8_t(m.kind);
   ar(kind, m.tenant, m.base, m.revision_id, m.blob, m.session_id, m.policy, m.rank, m.alpha,
      m.targets, m.seed, m.fresh, m.step, m.user_metadata, m.lease_ms, m.weights, m.optimizer,
-     m.dp_group, m.dp_rank, m.dp_size, m.dp_timeout_ms);
+     m.dp_group, m.dp_rank, m.dp_size, m.dp_timeout_ms, m.published_as);
   m.kind = ForwardKind(kind);
 }
 
@@ -62,7 +62,7 @@ M decode_any(std::string_view bytes, const char* what) {
                   e.what());
   }
   if constexpr (std::is_same_v<M, ForwardHeader>) {
-    SPINDLE_CHECK(uint8_t(m.kind) <= uint8_t(ForwardKind::session_sample), format,
+    SPINDLE_CHECK(uint8_t(m.kind) <= uint8_t(ForwardKind::publish), format,
                   "cluster message forward: unknown kind {}", int(m.kind));
   }
   return m;

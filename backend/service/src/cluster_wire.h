@@ -74,6 +74,10 @@ enum class ForwardKind : uint8_t {
   load_session = 2,  // load_state: replace session_id's weights (and optimizer) from below
   snapshot = 3,      // save_weights / save_state: reply with the session's weights (below)
   session_sample = 4,  // a sample request on session_id's live weights (a coordinator's run)
+  // After a save_weights commit: rename the worker's serving slot `published_as` (where its
+  // snapshot put the weights) to `blob` ("" = the commit failed: free it). The worker replies
+  // ok with an empty SaveReply; the coordinator posts it before its client's reply.
+  publish = 5,
 };
 
 struct ForwardHeader {
@@ -101,10 +105,13 @@ struct ForwardHeader {
   uint32_t dp_rank = 0;
   uint32_t dp_size = 0;
   uint32_t dp_timeout_ms = 0;
+  std::string published_as;  // publish: the provisional serving key a snapshot reply named
 };
 
-// What a snapshot forward's ok reply carries as its frames: [weights][optimizer][step].
-inline constexpr size_t kSnapshotFrames = 3;
+// What a snapshot forward's ok reply carries as its frames:
+// [weights][optimizer][step][published_as] (the last "" unless the worker's save_weights put
+// the snapshot into a serving slot: --save-publish slot).
+inline constexpr size_t kSnapshotFrames = 4;
 
 std::string encode(const WorkerHello& m);
 std::string encode(const Welcome& m);

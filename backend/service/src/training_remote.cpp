@@ -111,6 +111,31 @@ cluster_wire::ForwardHeader session_header(const Session& s, cluster_wire::Forwa
   return h;
 }
 
+// Tells `worker` to rename the serving slot its save_weights snapshot took (`published_as`)
+// to the committed `blob` ("" = free it). Nobody waits for the answer: a lost worker lost the
+// slot too, and the forward is ordered before anything posted after it.
+static void post_publish(Daemon& d, const Call& call, const Session& s, uint32_t worker,
+                         const std::string& published_as, const std::string& blob) {
+  cluster_wire::ForwardHeader h = session_header(s, cluster_wire::ForwardKind::publish);
+  h.published_as = published_as;
+  h.blob = blob;
+  Request req;
+  req.op = Op::save_weights;
+  req.request_id = call.request_id;
+  req.body = SaveRequest{s.id, "", ""};
+  Forward f;
+  f.call.tenant = call.tenant;  // no envelope: nothing is relayed to the client
+  f.call.op = Op::save_weights;
+  f.call.request_id = call.request_id;
+  f.base = s.base->id;
+  f.policy_key = placement_key(s.tenant, s.policy);
+  f.worker = worker;
+  f.header = std::move(h);
+  f.request = encode_forwarded(std::move(req));
+  f.done = [](ForwardOutcome&) { return false; };
+  d.cluster->post(std::move(f), *d.replies);
+}
+
 // save_*: the worker snapshots the session and sends the weights back; this process commits
 // them (catalog thread) and replies after the commit, as a standalone daemon does.
 void remote_save(Daemon& d, const Call& call, const Session& s, const Request& request) {
@@ -126,8 +151,9 @@ void remote_save(Daemon& d, const Call& call, const Session& s, const Request& r
                                    o.parts.size(), 1 + cluster_wire::kSnapshotFrames));
       return false;
     }
-    d.catalog.post([&d, call, s, with_state, ttl_ms, metrics,
+    d.catalog.post([&d, call, s, with_state, ttl_ms, metrics, worker = o.worker,
                     parts = std::move(o.parts)](catalog::Catalog& cat) {
+      const std::string& published_as = parts[4];
       try {
         const std::string source = fmt::format("the snapshot of session {}", s.id);
         const adapters::DecodedRevision rev = adapters::decode_revision(parts[1], source);
@@ -139,8 +165,11 @@ void remote_save(Daemon& d, const Call& call, const Session& s, const Request& r
         const catalog::Revision committed = commit_snapshot(
             cat, call, s, rev.weights, adam ? &*adam : nullptr, step, ttl_ms, metrics);
         if (with_state) d.sessions.set_restore(s.id, committed.id, true);
+        // Posted before the reply: the client's next request is forwarded after it.
+        if (!published_as.empty()) post_publish(d, call, s, worker, published_as, committed.blob);
         d.replies->ok(call, save_reply(call, s, committed));
       } catch (const std::exception& e) {
+        if (!published_as.empty()) post_publish(d, call, s, worker, published_as, "");
         reply_exception(d, call, e);
       }
     });
@@ -315,28 +344,50 @@ void load_forwarded_state(Daemon& d, const Call& call, const cluster_wire::Forwa
   if (!queued) reply_scheduler_full(d, call, *s->base);
 }
 
+// A save_weights snapshot also goes into a serving slot here (--save-publish slot, as on a
+// standalone daemon) under a provisional key the reply names; the coordinator renames it to
+// the blob once committed (publish_forwarded), so the first sample of the new revision, which
+// placement sends to this worker (the policy's primary, where its session is), is a device hit.
 void snapshot_forwarded(Daemon& d, const Call& call, const cluster_wire::ForwardHeader& h) {
   const std::optional<Session> s = d.sessions.find(call.tenant, h.session_id);
   SPINDLE_CHECK(s.has_value(), not_found, "training session '{}' not found on this worker",
                 h.session_id);
   const bool with_state = call.op == Op::save_state;
-  const bool queued = s->base->scheduler->submit_snapshot(
+  const bool to_slot = !with_state && d.config.save_publish == "slot";
+  scheduler::Scheduler* sched = s->base->scheduler;
+  const bool queued = sched->submit_snapshot(
       s->sid, with_state,
-      [&d, call, base = s->base->id, with_state](scheduler::Outcome<scheduler::SessionSnapshot> r) {
+      [&d, call, sched, base = s->base->id, with_state](scheduler::Outcome<scheduler::SessionSnapshot> r) {
         if (!r.ok()) return d.replies->error(call, wire_code(r.error.code), r.error.message);
+        const scheduler::SessionSnapshot& snap = *r.value;
         try {
-          const scheduler::SessionSnapshot& snap = *r.value;
           Frames frames(cluster_wire::kSnapshotFrames);
           frames[0] = adapters::encode_revision(
               *snap.weights, adapters::revision_meta_for(*snap.weights, {base, "", DType::f32}));
           if (with_state && snap.optimizer) frames[1] = snap.optimizer->serialize();
           frames[2] = std::to_string(snap.step);
+          frames[3] = snap.published_as;
           d.replies->ok(call, SaveReply{}, std::move(frames));  // the body save_* replies hold
         } catch (const std::exception& e) {
+          if (!snap.published_as.empty()) sched->submit_rekey(snap.published_as, "");
           reply_exception(d, call, e);
         }
-      });
+      },
+      /*publish=*/to_slot);
   if (!queued) reply_scheduler_full(d, call, *s->base);
+}
+
+// The coordinator committed (or failed to commit) a save whose snapshot this worker published:
+// the slot takes the blob's name, or is freed. Queued on the base's scheduler, so any request
+// forwarded after it finds the slot renamed. No session needed: it may have closed since.
+void publish_forwarded(Daemon& d, const Call& call, const cluster_wire::ForwardHeader& h) {
+  SPINDLE_CHECK(!h.published_as.empty(), invalid_argument,
+                "a publish forward names no provisional serving key");
+  ServedBase& base = d.base(h.base);
+  if (!base.scheduler->submit_rekey(h.published_as, h.blob)) {
+    return d.replies->error(call, errc::unavailable, "worker is shutting down");
+  }
+  d.replies->ok(call, SaveReply{});
 }
 
 }  // namespace
@@ -350,6 +401,8 @@ void dispatch_forwarded_session(Daemon& d, const Call& call,
       return load_forwarded_state(d, call, header);
     case cluster_wire::ForwardKind::snapshot:
       return snapshot_forwarded(d, call, header);
+    case cluster_wire::ForwardKind::publish:
+      return publish_forwarded(d, call, header);
     case cluster_wire::ForwardKind::request:
     case cluster_wire::ForwardKind::session_sample:
       break;  // dispatch_forwarded's

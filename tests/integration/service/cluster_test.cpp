@@ -1,11 +1,14 @@
 // A coordinator and two worker spindled processes on stories260K (issue 17), from C++ so that
 // the tsan preset runs the cluster's threads (front, catalog, run and reward threads posting
 // forwards; replies relayed and decoded) under ThreadSanitizer: a GRPO run spread over the
-// workers survives a SIGKILL of one of them, base sampling is forwarded, and every process
-// stops cleanly (exit 0: TSan's halt_on_error would make it nonzero).
+// workers survives a SIGKILL of one of them, base sampling is forwarded, a save_weights is
+// served from the worker's slot at once, and every process stops cleanly (exit 0: TSan's
+// halt_on_error would make it nonzero).
 
+#include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include <cstring>
 #include <map>
 #include <memory>
 
@@ -180,6 +183,100 @@ TEST(ServiceCluster, DataParallelSessionEqualsOneWorkerAndStopsCleanly) {
   })) << coord.log();
   client.ok<Empty>(Op::close_training, SessionRequest{two.session_id});
   client.ok<Empty>(Op::close_training, SessionRequest{one.session_id});
+  for (auto& w : workers) EXPECT_EQ(w->terminate(), 0) << w->log();
+  EXPECT_EQ(coord.terminate(), 0) << coord.log();
+}
+
+// A worker has no client endpoint; its residency counters come from its metrics endpoint
+// (--metrics-port -1: the URL is in its log).
+const std::string kDeviceHits = "spindle_cache_hit_ratio{tier=\"device\"}";
+const std::string kColdParks = "spindle_adapter_parks_total{cause=\"cold\"}";
+const std::string kSlotsUsed = "spindle_device_slots{state=\"used\"}";
+struct WorkerMetrics {
+  static std::map<std::string, double> scrape(const Daemon& worker) {
+    std::map<std::string, double> out;
+    const std::string log = worker.log();
+    const size_t at = log.find("metrics on http://");
+    if (at == std::string::npos) return out;
+    const size_t host = at + std::strlen("metrics on http://");
+    const size_t colon = log.find(':', host);
+    const int port = std::atoi(log.c_str() + colon + 1);
+    httplib::Client http(log.substr(host, colon - host), port);
+    http.set_read_timeout(30, 0);
+    const httplib::Result r = http.Get("/metrics");
+    if (!r || r->status != 200) return out;
+    std::istringstream in(r->body);
+    for (std::string line; std::getline(in, line);) {
+      if (line.empty() || line[0] == '#') continue;
+      const size_t space = line.rfind(' ');
+      out[line.substr(0, space)] = std::strtod(line.c_str() + space + 1, nullptr);
+    }
+    return out;
+  }
+};
+
+// The train -> serve handoff across processes: save_weights on a session that lives on a
+// worker puts the snapshot into a serving slot there, and the coordinator renames that slot to
+// the committed blob before it replies, so the first sample of the new revision (forwarded to
+// the policy's worker, where its session is) is a device hit with no load. A save_state takes
+// no slot: its first sample loads.
+TEST(ServiceCluster, SaveWeightsIsServedFromTheWorkersSlotAtOnce) {
+  SPINDLE_SHARED_OR_SKIP(model, "models/stories260K/stories260K.bin");
+  const fs::path dir = fresh_dir("cluster_publish_coord");
+  Daemon coord(dir, {"--role", "coordinator", "--worker-timeout-s", "3"});
+  const auto workers = start_workers(dir, "pub", {"--metrics-port", "-1"});
+  RawClient client(coord.ipc(), coord.token());
+  ASSERT_TRUE(eventually([&] { return both_alive(client, "pub"); })) << coord.log();
+
+  CreateTrainingRequest create;
+  create.base_model = "stories260K";
+  create.policy = "handoff";
+  create.rank = 4;
+  create.alpha = 8;
+  create.seed = 5;
+  const auto session = client.ok<TrainingSessionReply>(Op::create_training, create);
+  Frames f;
+  const ForwardBackwardRequest fb = fb_request(session.session_id, {{1, 400, 401, 402, 403}}, f);
+  client.ok<ForwardBackwardReply>(Op::forward_backward, fb, f);
+  AdamParamsMsg adam;
+  adam.learning_rate = 1e-2f;
+  client.ok<OptimStepReply>(Op::optim_step, OptimStepRequest{session.session_id, adam});
+  // Which worker holds the session (as its heartbeat says).
+  std::string holder;
+  ASSERT_TRUE(eventually([&] {
+    for (const auto& [name, w] : workers_of(client)) {
+      if (w.sessions == 1) holder = name;
+    }
+    return !holder.empty();
+  })) << coord.log();
+  Daemon& worker = *workers[holder == "pub0" ? 0 : 1];
+  const auto before = WorkerMetrics::scrape(worker);
+  ASSERT_FALSE(before.empty()) << worker.log();
+
+  const auto saved = client.ok<SaveReply>(Op::save_weights, SaveRequest{session.session_id, "", ""});
+  Frames sf;
+  const SampleRequest first = sample_request(saved.address, {1, 400, 30}, sf, 4, 0.0f, 1);
+  const auto sampled = client.ok<SampleReply>(Op::sample, first, sf);
+  ASSERT_EQ(sampled.sequences.size(), 1u);
+  auto after = WorkerMetrics::scrape(worker);
+  EXPECT_EQ(after.at(kColdParks), before.at(kColdParks)) << "the saved revision waited for a load";
+  EXPECT_EQ(after.at(kDeviceHits), 1.0) << "its first request found it in a slot: " << worker.log();
+  EXPECT_EQ(after.at(kSlotsUsed), before.at(kSlotsUsed) + 1) << "one slot, under the blob's name";
+
+  // A step later, a checkpoint: no slot taken, its first sample is a cold load.
+  Frames f2;
+  const ForwardBackwardRequest fb2 = fb_request(session.session_id, {{1, 400, 401, 402, 403}}, f2);
+  client.ok<ForwardBackwardReply>(Op::forward_backward, fb2, f2);
+  client.ok<OptimStepReply>(Op::optim_step, OptimStepRequest{session.session_id, adam});
+  const auto state = client.ok<SaveReply>(Op::save_state, SaveRequest{session.session_id, "", ""});
+  Frames tf;
+  const SampleRequest second = sample_request(state.address, {1, 400, 30}, tf, 4, 0.0f, 1);
+  client.ok<SampleReply>(Op::sample, second, tf);
+  after = WorkerMetrics::scrape(worker);
+  EXPECT_LT(after.at(kDeviceHits), 1.0) << "save_state's revision was not published";
+  EXPECT_EQ(after.at(kColdParks), before.at(kColdParks) + 1) << "it was loaded from its blob";
+
+  client.ok<Empty>(Op::close_training, SessionRequest{session.session_id});
   for (auto& w : workers) EXPECT_EQ(w->terminate(), 0) << w->log();
   EXPECT_EQ(coord.terminate(), 0) << coord.log();
 }
