@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <thread>
 #include <variant>
 
@@ -218,6 +219,10 @@ struct Scheduler::Impl {
   int holds_ = 0;  // live IntakeHolds
   std::once_flag join_once_;
   std::atomic<uint64_t> next_order_{0};
+  // Makes a published save's provisional serving key unique across processes too: a cluster
+  // worker restarted under its name gets the same session ids and orders again, and a rename
+  // its previous process was sent must not find a new save's slot.
+  const uint64_t instance_ = (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
 
   mutable std::mutex stats_mutex_;
   SchedulerStats stats_;  // guarded by stats_mutex_
@@ -339,7 +344,7 @@ bool Scheduler::submit_snapshot(SessionId id, bool with_optimizer,
   r->with_optimizer = with_optimizer;
   if (publish) {
     // The snapshot goes to the caller first (its commit starts at once), then into a slot.
-    std::string key = fmt::format("pending-save/{}/{}", id, order);
+    std::string key = fmt::format("pending-save/{:016x}/{}/{}", impl_->instance_, id, order);
     done = [impl = impl_.get(), key = std::move(key),
             done = std::move(done)](Outcome<SessionSnapshot> out) {
       adapters::AdapterPtr weights;

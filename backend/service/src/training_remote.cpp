@@ -167,7 +167,11 @@ void remote_save(Daemon& d, const Call& call, const Session& s, const Request& r
         if (with_state) d.sessions.set_restore(s.id, committed.id, true);
         // Posted before the reply: the client's next request is forwarded after it.
         if (!published_as.empty()) post_publish(d, call, s, worker, published_as, committed.blob);
-        d.replies->ok(call, save_reply(call, s, committed));
+        try {
+          d.replies->ok(call, save_reply(call, s, committed));
+        } catch (const std::exception& e) {
+          reply_exception(d, call, e);  // committed: the slot keeps the blob's name
+        }
       } catch (const std::exception& e) {
         if (!published_as.empty()) post_publish(d, call, s, worker, published_as, "");
         reply_exception(d, call, e);
