@@ -208,7 +208,8 @@ std::optional<uint64_t> intact_size(const fs::path& path, std::string_view id) {
 
 }  // namespace
 
-BlobPut BlobStore::put_stream(const BlobProducer& produce) const {
+BlobPut BlobStore::put_stream(const BlobProducer& produce,
+                              const std::function<void()>& on_written) const {
   BlobPut out;
   std::exception_ptr hash_error;
   std::thread hasher([&] {
@@ -225,6 +226,7 @@ BlobPut BlobStore::put_stream(const BlobProducer& produce) const {
     tmp = write_temp_file(root_, ".put", new_blob_label(root_), [&](FileSink& sink) {
       produce([&](const void* data, size_t n) { sink.write(data, n); });
       out.bytes = sink.bytes_written();
+      if (on_written) on_written();
     });
   } catch (const Error& e) {
     hasher.join();

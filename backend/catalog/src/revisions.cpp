@@ -68,7 +68,7 @@ Revision Catalog::commit_revision(std::string_view tenant, std::string_view poli
   const adapters::BlobProducer revision_bytes = [&](const adapters::BlobWrite& write) {
     adapters::stream_revision(weights, meta, write);
   };
-  const adapters::BlobPut put = impl_->blobs.put_stream(revision_bytes);
+  const adapters::BlobPut put = impl_->blobs.put_stream(revision_bytes, options.on_written);
   const std::string& blob = put.id;
   std::string state_bytes;
   std::optional<std::string> state_blob;

@@ -25,10 +25,15 @@ using detail::TrainRequestPtr;
 struct RekeyRequest {
   std::string from, to;
 };
+// submit_publish: weights into a serving slot under a provisional key.
+struct PublishRequest {
+  std::string key;
+  adapters::AdapterPtr weights;
+};
 
 struct Scheduler::Impl {
   using Incoming = std::variant<SampleRequestPtr, TrainRequestPtr, std::unique_ptr<OpenRequest>,
-                                RekeyRequest>;
+                                RekeyRequest, PublishRequest>;
 
   Impl(engine::ExecutionBackend& backend, const engine::Tokenizer* tokenizer,
        engine::SlotPool& serving_pool, adapters::ResidencyManager& residency,
@@ -49,7 +54,7 @@ struct Scheduler::Impl {
     training_.set_dispatch([this](SampleRequestPtr r) { batcher_.add(std::move(r)); });
   }
 
-  // Engine thread: a save's snapshot into a serving slot (submit_snapshot's publish). A hint:
+  // Engine thread: a save's snapshot into a serving slot (submit_publish). A hint:
   // with every slot held, or an adapter the pool refuses (reported), the revision stays cold.
   void publish(const std::string& key, adapters::AdapterPtr weights) noexcept {
     try {
@@ -95,6 +100,8 @@ struct Scheduler::Impl {
         } catch (...) {
           detail::note_fault(counters_, "renaming a published serving slot");
         }
+      } else if (auto* p = std::get_if<PublishRequest>(&job)) {
+        publish(p->key, std::move(p->weights));
       } else {
         training_.open(std::move(*std::get<std::unique_ptr<OpenRequest>>(job)));
       }
@@ -219,10 +226,11 @@ struct Scheduler::Impl {
   int holds_ = 0;  // live IntakeHolds
   std::once_flag join_once_;
   std::atomic<uint64_t> next_order_{0};
-  // Makes a published save's provisional serving key unique across processes too: a cluster
-  // worker restarted under its name gets the same session ids and orders again, and a rename
-  // its previous process was sent must not find a new save's slot.
+  // submit_publish's provisional keys: "pending-save/<instance>/<n>". The random instance makes
+  // them unique across processes too: a cluster worker restarted under its name counts from 0
+  // again, and a rename its previous process was sent must not find a new save's slot.
   const uint64_t instance_ = (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
+  std::atomic<uint64_t> next_publish_{0};
 
   mutable std::mutex stats_mutex_;
   SchedulerStats stats_;  // guarded by stats_mutex_
@@ -337,27 +345,18 @@ bool Scheduler::submit_optim_step(SessionId id, engine::AdamParams params,
 }
 
 bool Scheduler::submit_snapshot(SessionId id, bool with_optimizer,
-                                std::function<void(Outcome<SessionSnapshot>)> done,
-                                bool publish) {
-  const uint64_t order = impl_->next_order_++;
-  auto r = train_request(TrainRequest::Kind::snapshot, id, order);
+                                std::function<void(Outcome<SessionSnapshot>)> done) {
+  auto r = train_request(TrainRequest::Kind::snapshot, id, impl_->next_order_++);
   r->with_optimizer = with_optimizer;
-  if (publish) {
-    // The snapshot goes to the caller first (its commit starts at once), then into a slot.
-    std::string key = fmt::format("pending-save/{:016x}/{}/{}", impl_->instance_, id, order);
-    done = [impl = impl_.get(), key = std::move(key),
-            done = std::move(done)](Outcome<SessionSnapshot> out) {
-      adapters::AdapterPtr weights;
-      if (out.ok()) {
-        out.value->published_as = key;
-        weights = out.value->weights;
-      }
-      done(std::move(out));
-      if (weights) impl->publish(key, std::move(weights));
-    };
-  }
   r->snapshot_done = std::move(done);
   return impl_->push(std::move(r), /*counted=*/true);
+}
+
+std::string Scheduler::submit_publish(adapters::AdapterPtr weights) {
+  std::string key =
+      fmt::format("pending-save/{:016x}/{}", impl_->instance_, impl_->next_publish_++);
+  if (!impl_->push(PublishRequest{key, std::move(weights)}, /*counted=*/false)) return "";
+  return key;
 }
 
 bool Scheduler::submit_load(SessionId id, engine::LoraWeights weights, engine::AdamW optimizer,

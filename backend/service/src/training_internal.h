@@ -42,11 +42,12 @@ void open_session(Daemon& d, const Call& call, SessionStart start, std::string i
 
 // A save request's metrics (its metrics_json object, plus "name") as JSON text.
 std::string save_metrics(const protocol::SaveRequest& req);
-// Commits a snapshot (catalog thread): durable when it returns.
+// Commits a snapshot (catalog thread): durable when it returns. on_written: CommitOptions'.
 catalog::Revision commit_snapshot(catalog::Catalog& cat, const Call& call, const Session& s,
                                   const engine::LoraWeights& weights,
                                   const engine::AdamW* optimizer, int64_t step, int64_t ttl_ms,
-                                  const std::string& metrics);
+                                  const std::string& metrics,
+                                  std::function<void()> on_written = {});
 protocol::SaveReply save_reply(const Call& call, const Session& s, const catalog::Revision& rev);
 
 // load_state's address resolved (catalog thread); throws failed_precondition when its policy

@@ -100,8 +100,9 @@ std::string save_metrics(const SaveRequest& req) {
 catalog::Revision commit_snapshot(catalog::Catalog& cat, const Call& call, const Session& s,
                                   const engine::LoraWeights& weights,
                                   const engine::AdamW* optimizer, int64_t step, int64_t ttl_ms,
-                                  const std::string& metrics) {
+                                  const std::string& metrics, std::function<void()> on_written) {
   catalog::CommitOptions opts;
+  opts.on_written = std::move(on_written);
   opts.actor = actor(call);
   opts.step = step;
   opts.metrics_json = metrics;
@@ -346,37 +347,48 @@ void optim_step(Daemon& d, const Call& call, const Session& s, const OptimStepRe
   if (!queued) reply_scheduler_full(d, call, *s.base);
 }
 
-// Snapshot (engine thread, in session order; save_weights then publishes it into a serving
-// slot) -> commit (catalog thread, durable) -> the slot renamed to the blob id, the host cache
-// -> reply (--save-publish picks slot, host or none).
+// Snapshot (engine thread, in session order) -> commit (catalog thread, durable; save_weights
+// publishes the snapshot into a serving slot once its bytes are written) -> the slot renamed to
+// the blob id, the host cache -> reply (--save-publish picks slot, host or none).
 void save(Daemon& d, const Call& call, const Session& s, const SaveRequest& req) {
   const std::string metrics = save_metrics(req);
   const bool with_state = call.op == Op::save_state;
   const int64_t ttl_ms = req.ttl_seconds * 1000;
   const std::string& where = d.config.save_publish;  // slot | host | none (checked at start)
   const bool to_host = where != "none", to_slot = where == "slot" && !with_state;
-  // The handoff at its limit (decisions.md, "Train -> serve handoff"): the scheduler places
-  // the snapshot in a serving slot under a provisional key while the catalog thread writes,
-  // hashes and commits it; once committed the slot is renamed to the blob id (and the weights
-  // enter the host cache), so the first request for the new revision is a device hit.
   const bool queued = s.base->scheduler->submit_snapshot(
       s.sid, with_state,
-      [&d, call, s, with_state, ttl_ms, metrics, to_host](scheduler::Outcome<scheduler::SessionSnapshot> r) {
+      [&d, call, s, with_state, ttl_ms, metrics, to_host, to_slot](scheduler::Outcome<scheduler::SessionSnapshot> r) {
         if (!r.ok()) return d.replies->error(call, wire_code(r.error.code), r.error.message);
-        d.catalog.post([&d, call, s, with_state, ttl_ms, metrics, to_host, snap = std::move(*r.value)](catalog::Catalog& cat) {
+        d.catalog.post([&d, call, s, with_state, ttl_ms, metrics, to_host, to_slot, snap = std::move(*r.value)](catalog::Catalog& cat) {
+          // The handoff at its limit (decisions.md, "Train -> serve handoff"): once the
+          // revision's bytes are written (the hash and the fsync still running), the scheduler
+          // places the snapshot in a serving slot under a provisional key; once committed the
+          // slot is renamed to the blob id (and the weights enter the host cache), so the first
+          // request for the new revision is a device hit. Started at the write's end, not at
+          // the snapshot, the slot fill does not take CPU from the write and the hash.
+          std::string published_as;
+          auto publish = [&]() noexcept {
+            try {
+              published_as = s.base->scheduler->submit_publish(snap.weights);
+            } catch (const std::exception& e) {
+              d.log->warn("revision of session {} not published into a serving slot: {}", s.id,
+                          e.what());
+            }
+          };
           catalog::Revision rev;
           try {
             rev = commit_snapshot(cat, call, s, *snap.weights,
                                   with_state ? snap.optimizer.get() : nullptr, snap.step, ttl_ms,
-                                  metrics);
+                                  metrics, to_slot ? std::function<void()>(publish) : nullptr);
           } catch (const std::exception& e) {
             // Not committed: the published slot holds no revision anyone can ask for.
-            if (!snap.published_as.empty()) s.base->scheduler->submit_rekey(snap.published_as, "");
+            if (!published_as.empty()) s.base->scheduler->submit_rekey(published_as, "");
             return reply_exception(d, call, e);
           }
           // Committed. Queued before the reply, so the client's next request finds the slot
           // under the blob id (the scheduler takes jobs in submission order).
-          if (!snap.published_as.empty()) s.base->scheduler->submit_rekey(snap.published_as, rev.blob);
+          if (!published_as.empty()) s.base->scheduler->submit_rekey(published_as, rev.blob);
           if (to_host) {
             try {
               s.base->host_cache->insert(rev.blob, snap.weights);
@@ -390,10 +402,7 @@ void save(Daemon& d, const Call& call, const Session& s, const SaveRequest& req)
             reply_exception(d, call, e);
           }
         });
-      },
-      // save_weights is "for the sampler" (Tinker's save_weights_for_sampler): published. A
-      // save_state is a checkpoint to resume from, which must not take a serving slot.
-      /*publish=*/to_slot);
+      });
   if (!queued) reply_scheduler_full(d, call, *s.base);
 }
 

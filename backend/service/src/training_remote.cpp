@@ -361,23 +361,25 @@ void snapshot_forwarded(Daemon& d, const Call& call, const cluster_wire::Forward
   scheduler::Scheduler* sched = s->base->scheduler;
   const bool queued = sched->submit_snapshot(
       s->sid, with_state,
-      [&d, call, sched, base = s->base->id, with_state](scheduler::Outcome<scheduler::SessionSnapshot> r) {
+      [&d, call, sched, base = s->base->id, with_state, to_slot](scheduler::Outcome<scheduler::SessionSnapshot> r) {
         if (!r.ok()) return d.replies->error(call, wire_code(r.error.code), r.error.message);
         const scheduler::SessionSnapshot& snap = *r.value;
+        std::string published_as;
         try {
           Frames frames(cluster_wire::kSnapshotFrames);
           frames[0] = adapters::encode_revision(
               *snap.weights, adapters::revision_meta_for(*snap.weights, {base, "", DType::f32}));
           if (with_state && snap.optimizer) frames[1] = snap.optimizer->serialize();
           frames[2] = std::to_string(snap.step);
-          frames[3] = snap.published_as;
+          // Encoded: the slot fill runs while the reply travels and the coordinator commits.
+          if (to_slot) published_as = sched->submit_publish(snap.weights);
+          frames[3] = published_as;
           d.replies->ok(call, SaveReply{}, std::move(frames));  // the body save_* replies hold
         } catch (const std::exception& e) {
-          if (!snap.published_as.empty()) sched->submit_rekey(snap.published_as, "");
+          if (!published_as.empty()) sched->submit_rekey(published_as, "");
           reply_exception(d, call, e);
         }
-      },
-      /*publish=*/to_slot);
+      });
   if (!queued) reply_scheduler_full(d, call, *s->base);
 }
 

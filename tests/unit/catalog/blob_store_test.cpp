@@ -7,6 +7,7 @@
 #include <fstream>
 #include <optional>
 #include <random>
+#include <thread>
 #include <tuple>
 
 #include "catalog_fixture.h"
@@ -280,6 +281,37 @@ TEST_F(BlobStoreTest, PutStreamKeepsAnIntactCopyAndRepairsADamagedOne) {
   EXPECT_EQ(catch_error([&] { store_.get(first.id); }).code, ErrorCode::data_loss);
   store_.put_stream(pieces_of({"same bytes"}));
   EXPECT_EQ(store_.get(first.id), "same bytes");
+}
+
+// on_written: once, on the calling thread, when the whole content is in the temp file and
+// before the blob exists under its name; never when the producer fails.
+TEST_F(BlobStoreTest, PutStreamCallsOnWrittenOnceTheBytesAreWritten) {
+  const std::string whole = "written, not yet named";
+  int calls = 0;
+  uintmax_t temp_bytes = 0;
+  bool named = true;
+  const auto caller = std::this_thread::get_id();
+  const BlobPut put = store_.put_stream(pieces_of({"written, ", "not yet named"}), [&] {
+    ++calls;
+    EXPECT_EQ(std::this_thread::get_id(), caller);
+    for (const auto& e : fs::directory_iterator(root_)) {
+      if (e.path().filename().string().find(".tmp-") != std::string::npos)
+        temp_bytes = fs::file_size(e.path());
+    }
+    named = fs::exists(store_.path_of(sha256_hex(whole)));
+  });
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(temp_bytes, whole.size());
+  EXPECT_FALSE(named);
+  EXPECT_EQ(store_.get(put.id), whole);
+
+  const BlobProducer failing = [](const BlobWrite& write) {
+    write("partial", 7);
+    SPINDLE_THROW(invalid_argument, "tensor 'layers.0.q_proj' has the wrong shape");
+  };
+  calls = 0;
+  catch_error([&] { store_.put_stream(failing, [&] { ++calls; }); });
+  EXPECT_EQ(calls, 0);
 }
 
 TEST_F(BlobStoreTest, PutStreamThatThrowsLeavesNothingBehind) {

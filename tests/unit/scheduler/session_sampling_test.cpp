@@ -185,8 +185,8 @@ TEST(SchedulerSessionSampling, MisuseFailsWithTypedErrors) {
   EXPECT_TRUE(closed.get().ok());
 }
 
-// save_weights' handoff: a snapshot submitted with publish sits in a serving slot under its
-// provisional key; renamed to the blob id, the first request for that id is a device hit that
+// save_weights' handoff: a snapshot published (submit_publish) sits in a serving slot under
+// its provisional key; renamed to the blob id, the first request for that id is a device hit that
 // never asks the loader (whose source does not know the id: a load would fail the job) and
 // samples exactly the snapshot's weights. A save that failed frees its slot.
 TEST(SchedulerSessionSampling, PublishedSnapshotServesItsFirstRequestFromASlot) {
@@ -204,11 +204,12 @@ TEST(SchedulerSessionSampling, PublishedSnapshotServesItsFirstRequestFromASlot) 
   ASSERT_TRUE(sched.submit_forward_backward(id, {d}, engine::LossFn::cross_entropy, {}, true,
                                             fb.callback()));
   ASSERT_TRUE(sched.submit_optim_step(id, {.learning_rate = 0.05f}, step.callback()));
-  ASSERT_TRUE(sched.submit_snapshot(id, false, snap.callback(), /*publish=*/true));
+  ASSERT_TRUE(sched.submit_snapshot(id, false, snap.callback()));
   auto sn = snap.get();
   ASSERT_TRUE(sn.ok() && fb.get().ok() && step.get().ok());
-  ASSERT_FALSE(sn.value->published_as.empty());
-  ASSERT_TRUE(sched.submit_rekey(sn.value->published_as, "blob-of-the-save"));
+  const std::string published_as = sched.submit_publish(sn.value->weights);
+  ASSERT_FALSE(published_as.empty());
+  ASSERT_TRUE(sched.submit_rekey(published_as, "blob-of-the-save"));
 
   SampleJob job;
   job.tenant = "t";
@@ -245,11 +246,12 @@ TEST(SchedulerSessionSampling, PublishedSnapshotServesItsFirstRequestFromASlot) 
 
   // A save whose commit failed: its provisional slot is freed, the saved one stays.
   Waiter<SessionSnapshot> failed;
-  ASSERT_TRUE(sched.submit_snapshot(id, false, failed.callback(), /*publish=*/true));
+  ASSERT_TRUE(sched.submit_snapshot(id, false, failed.callback()));
   auto fs = failed.get();
   ASSERT_TRUE(fs.ok());
-  ASSERT_TRUE(sched.submit_rekey(fs.value->published_as, ""));
-  const std::string provisional = fs.value->published_as;
+  const std::string provisional = sched.submit_publish(fs.value->weights);
+  ASSERT_NE(provisional, published_as) << "each publish has its own key";
+  ASSERT_TRUE(sched.submit_rekey(provisional, ""));
   auto placed = [](const SchedulerStats& st, const std::string& key) {
     for (const auto& p : st.placements)
       if (p.revision_id == key && p.tier == adapters::ResidencyTier::device) return true;

@@ -96,7 +96,12 @@ class BlobStore {
   // Content already present and intact (re-hashed) is kept and its mtime refreshed; the temp
   // file is removed; on a full disk such content is still a success, as with put(). Stale
   // temp files of a crashed put are gc()'s, as in fan-out directories.
-  BlobPut put_stream(const BlobProducer& produce) const;
+  // on_written (optional, must not throw) is called on the calling thread once every byte is
+  // written to the temp file, before its fsync and before the hash may be done: a caller's cue
+  // to start work that should not compete with the write for the CPU (save_weights publishes
+  // its snapshot into a serving slot then).
+  BlobPut put_stream(const BlobProducer& produce,
+                     const std::function<void()>& on_written = {}) const;
 
   // The blob's bytes, verified: throws not_found (no such blob), data_loss (content does not
   // hash to `id`, naming the blob and its path), invalid_argument (malformed id).

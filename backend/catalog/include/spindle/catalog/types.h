@@ -138,6 +138,9 @@ struct CommitOptions {
   // collect_expired may collect it; it must be in the future. Servable and addressable like
   // any revision until collected; promote_revision makes it durable.
   int64_t expires_ms = 0;
+  // Called once (on the committing thread, must not throw) when the revision file's bytes are
+  // written, before they are durable and the row committed: BlobStore::put_stream's on_written.
+  std::function<void()> on_written;
 };
 
 // One revision collect_expired collected.

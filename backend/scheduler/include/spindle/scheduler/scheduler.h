@@ -127,7 +127,6 @@ struct SessionSnapshot {
   std::shared_ptr<const engine::LoraWeights> weights;
   std::shared_ptr<const engine::AdamW> optimizer;  // null unless with_optimizer
   int64_t step = 0;
-  std::string published_as;  // submit_snapshot(publish): the weights' provisional serving key
 };
 
 struct SchedulerOptions {
@@ -213,14 +212,15 @@ class Scheduler {
                                std::function<void(Outcome<TrainBatchResult>)> done);
   bool submit_optim_step(SessionId id, engine::AdamParams params,
                          std::function<void(Outcome<engine::OptimStepResult>)> done);
-  // publish: right after `done` has the snapshot, the engine thread also places its weights
-  // in a serving slot (ResidencyManager::publish) under the provisional key it put in
-  // SessionSnapshot::published_as, so the save's revision is servable before it is committed.
-  // Once the blob id is known, submit_rekey(published_as, blob id) names the slot for the
-  // revision's requests; submit_rekey(published_as, "") frees it if the save failed.
   bool submit_snapshot(SessionId id, bool with_optimizer,
-                       std::function<void(Outcome<SessionSnapshot>)> done,
-                       bool publish = false);
+                       std::function<void(Outcome<SessionSnapshot>)> done);
+  // Places `weights` in a serving slot (ResidencyManager::publish) on the engine thread, before
+  // it takes any job submitted after this call, under a new provisional key, which it returns
+  // ("" when stopping: nothing queued). A save publishes its snapshot this way before its
+  // commit is durable, so the revision is servable the moment it is: submit_rekey(key, blob id)
+  // then names the slot for the revision's requests, submit_rekey(key, "") frees it if the
+  // save failed. A hint: with every slot held, the weights stay out. Not counted.
+  std::string submit_publish(adapters::AdapterPtr weights);
   // ResidencyManager::rekey on the engine thread, before it takes any job submitted after
   // this call. Not counted against max_queued; false only when stopping.
   bool submit_rekey(std::string from, std::string to);
