@@ -5,8 +5,14 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
+#include <exception>
 #include <map>
+#include <mutex>
+#include <optional>
+#include <thread>
 #include <tuple>
 
 #include "spindle/core/error.h"
@@ -318,6 +324,105 @@ DecodedRevision decode_revision(std::string_view bytes, const std::string& sourc
   });
 }
 
+namespace {
+
+// read_revision_file's digest on a thread of its own, beside the reads and conversions (SHA-256
+// is most of a cold load's CPU: 14 ms of ~25 for a 20 MB revision here). Pieces are hashed in
+// the order given. A piece is either caller memory that stays valid and unchanged until
+// finish() (a tensor read in place) or a staging buffer taken with buffer() and handed over
+// with give(), which the hasher returns to a pool of at most kBuffers: the reader waits for
+// one when all are in the hasher's queue, so memory stays bounded. finish() waits for the
+// queue and rethrows the hasher's error; the destructor stops and joins the thread.
+class DigestPipe {
+ public:
+  static constexpr size_t kBuffers = 3;
+
+  explicit DigestPipe(Sha256& digest) : digest_(digest), thread_([this] { run(); }) {}
+  ~DigestPipe() {
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  DigestPipe(const DigestPipe&) = delete;
+  DigestPipe& operator=(const DigestPipe&) = delete;
+
+  // A staging buffer of `n` bytes, owned by the caller until give().
+  std::vector<char> buffer(size_t n) {
+    std::unique_lock lock(mutex_);
+    cv_.wait(lock, [&] { return !free_.empty() || made_ < kBuffers || failed_; });
+    std::vector<char> b;
+    if (!free_.empty()) {
+      b = std::move(free_.back());
+      free_.pop_back();
+    } else {
+      ++made_;
+    }
+    lock.unlock();
+    b.resize(n);
+    return b;
+  }
+  void give(std::vector<char> b) { push({b.data(), b.size(), std::move(b)}); }
+  void add(const void* data, size_t n) { push({data, n, {}}); }
+  void finish() {
+    std::unique_lock lock(mutex_);
+    cv_.wait(lock, [&] { return (queue_.empty() && !busy_) || failed_; });
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  struct Piece {
+    const void* data;
+    size_t n;
+    std::vector<char> owned;  // a staging buffer, back to the pool once hashed
+  };
+  void push(Piece p) {
+    {
+      std::lock_guard lock(mutex_);
+      queue_.push_back(std::move(p));
+    }
+    cv_.notify_all();
+  }
+  void run() {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (stop_) return;  // finish() emptied the queue; else the read failed: drop the rest
+      Piece p = std::move(queue_.front());
+      queue_.pop_front();
+      busy_ = true;
+      const bool skip = failed_;
+      lock.unlock();
+      try {
+        if (!skip) digest_.update(p.data, p.n);
+      } catch (...) {
+        lock.lock();
+        error_ = std::current_exception();
+        failed_ = true;
+        lock.unlock();
+      }
+      lock.lock();
+      busy_ = false;
+      if (!p.owned.empty()) free_.push_back(std::move(p.owned));
+      cv_.notify_all();
+    }
+  }
+
+  Sha256& digest_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<Piece> queue_;
+  std::vector<std::vector<char>> free_;
+  size_t made_ = 0;
+  bool busy_ = false, stop_ = false, failed_ = false;
+  std::exception_ptr error_;
+  std::thread thread_;  // last: starts once every member above exists
+};
+
+}  // namespace
+
 DecodedRevision read_revision_file(const FileReader& file, const std::string& source,
                                    Sha256* digest) {
   std::vector<uint8_t> head;
@@ -333,24 +438,34 @@ DecodedRevision read_revision_file(const FileReader& file, const std::string& so
   // File order, every byte once (the digest covers the whole file): a large F32 tensor is read
   // straight into its memory; runs of small tensors (and any bytes between or after them) are
   // read together into a staging buffer and converted from there, so a small adapter of many
-  // tensors costs a few reads, not one per tensor.
+  // tensors costs a few reads, not one per tensor. A file of 1 MiB or more is hashed beside
+  // the reads (DigestPipe); a smaller one inline.
   constexpr uint64_t kInPlaceBytes = uint64_t(1) << 20;
   constexpr uint64_t kRunBytes = uint64_t(4) << 20;
   std::sort(reads.begin(), reads.end(),
             [](const Read& x, const Read& y) { return x.entry->data_begin < y.entry->data_begin; });
-  std::vector<char> staging;
+  std::optional<DigestPipe> pipe;
+  if (digest && file.size() >= kInPlaceBytes) pipe.emplace(*digest);
+  std::vector<char> inline_staging;
   std::vector<const Read*> run;
   uint64_t run_begin = head.size();
   const auto flush = [&](uint64_t run_end) {  // reads [run_begin, run_end) and converts `run`
     if (run_end > run_begin) {
-      staging.resize(size_t(run_end - run_begin));
+      const size_t n = size_t(run_end - run_begin);
+      std::vector<char> staging = pipe ? pipe->buffer(n) : std::move(inline_staging);
+      staging.resize(n);
       file.read_at(run_begin, staging.data(), staging.size());
-      if (digest) digest->update(staging.data(), staging.size());
       for (const Read* r : run) {
         const engine::SafetensorsEntry& e = *r->entry;
         convert_to_f32(*e.known_dtype,
                        staging.data() + (header.data_offset + e.data_begin - run_begin), r->dst,
                        size_t(shape_numel(e.shape)));
+      }
+      if (pipe) {
+        pipe->give(std::move(staging));
+      } else {
+        if (digest) digest->update(staging.data(), staging.size());
+        inline_staging = std::move(staging);
       }
     }
     run.clear();
@@ -363,7 +478,11 @@ DecodedRevision read_revision_file(const FileReader& file, const std::string& so
     if (e.byte_size() >= kInPlaceBytes && *e.known_dtype == DType::f32) {
       flush(begin);
       file.read_at(begin, r.dst, size_t(e.byte_size()));
-      if (digest) digest->update(r.dst, size_t(e.byte_size()));
+      if (pipe) {
+        pipe->add(r.dst, size_t(e.byte_size()));  // the tensor's memory: stable, not written again
+      } else if (digest) {
+        digest->update(r.dst, size_t(e.byte_size()));
+      }
       run_begin = end;
       continue;
     }
@@ -371,6 +490,7 @@ DecodedRevision read_revision_file(const FileReader& file, const std::string& so
     run.push_back(&r);
   }
   flush(file.size());
+  if (pipe) pipe->finish();
   return out;
 }
 

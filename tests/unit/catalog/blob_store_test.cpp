@@ -143,6 +143,31 @@ TEST_F(BlobStoreTest, GetRevisionDecodesInPlaceAndVerifiesTheDigest) {
             ErrorCode::not_found);
 }
 
+// A blob of many small tensors, larger than read_revision_file's staging pool (3 runs of
+// 4 MiB hashed beside the reads): the reader waits for buffers the hasher returns, and the
+// digest is still the file's SHA-256 over every byte in order.
+TEST(RevisionFile, ManyStagedRunsHashInOrder) {
+  engine::ModelConfig wide = catalog::testing::tiny();
+  wide.dim = 4096;
+  wide.n_layers = 40;
+  const engine::LoraTarget targets[] = {engine::LoraTarget::q, engine::LoraTarget::up,
+                                        engine::LoraTarget::down};
+  const engine::LoraWeights w =
+      engine::LoraWeights::random(wide, 16, 8.0f, targets, 5, 0.5f, 0.5f);
+  const std::string bytes = encode_revision(
+      w, revision_meta_for(w, {.base_model_id = "b", .base_checksum = "c", .dtype = DType::bf16}));
+  ASSERT_GT(bytes.size(), size_t(13) << 20) << "not past the staging pool";
+  const fs::path dir = fresh_dir("revfile-runs");
+  fs::create_directories(dir);
+  const fs::path path = dir / "blob";
+  { std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes; }
+  Sha256 digest;
+  const DecodedRevision got = read_revision_file(FileReader(path), "blob", &digest);
+  EXPECT_EQ(digest.finish_hex(), sha256_hex(bytes));
+  const DecodedRevision want = decode_revision(bytes, "blob");
+  EXPECT_EQ(spindle::testing::max_abs_diff(got.weights, want.weights), 0.0f);
+}
+
 // read_revision_file against decode_revision on the same bytes, under a fixed-seed stream of
 // mutations (bit flips in the header and the data, truncations, appended bytes) of valid
 // blobs with small and 1 MiB tensors: both accept with bit-identical weights or both refuse
