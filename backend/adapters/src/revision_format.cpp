@@ -331,7 +331,8 @@ namespace {
 // the order given. A piece is either caller memory that stays valid and unchanged until
 // finish() (a tensor read in place) or a staging buffer taken with buffer() and handed over
 // with give(), which the hasher returns to a pool of at most kBuffers: the reader waits for
-// one when all are in the hasher's queue, so memory stays bounded. finish() waits for the
+// one when all are in the hasher's queue, so memory stays bounded (kBuffers × the largest
+// run: 4 MiB, or one larger tensor that is not read in place). finish() waits for the
 // queue and rethrows the hasher's error; the destructor stops and joins the thread.
 class DigestPipe {
  public:
@@ -353,6 +354,7 @@ class DigestPipe {
   std::vector<char> buffer(size_t n) {
     std::unique_lock lock(mutex_);
     cv_.wait(lock, [&] { return !free_.empty() || made_ < kBuffers || failed_; });
+    if (failed_) std::rethrow_exception(error_);  // no point reading on
     std::vector<char> b;
     if (!free_.empty()) {
       b = std::move(free_.back());
