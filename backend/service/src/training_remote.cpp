@@ -123,16 +123,11 @@ static void post_publish(Daemon& d, const Call& call, const Session& s, uint32_t
   req.op = Op::save_weights;
   req.request_id = call.request_id;
   req.body = SaveRequest{s.id, "", ""};
-  Forward f;
-  f.call.tenant = call.tenant;  // no envelope: nothing is relayed to the client
-  f.call.op = Op::save_weights;
-  f.call.request_id = call.request_id;
-  f.base = s.base->id;
-  f.policy_key = placement_key(s.tenant, s.policy);
-  f.worker = worker;
-  f.header = std::move(h);
-  f.request = encode_forwarded(std::move(req));
-  f.done = [](ForwardOutcome&) { return false; };
+  Call quiet = call;
+  quiet.envelope.clear();  // no envelope: nothing is relayed to the client
+  Forward f = pinned_forward(quiet, s, std::move(h), std::move(req),
+                             [](ForwardOutcome&) { return false; });
+  f.worker = worker;  // the one that answered the snapshot
   d.cluster->post(std::move(f), *d.replies);
 }
 
