@@ -387,6 +387,10 @@ void register_service_bench(CLI::App& app) {
                   "(cpu, cuda, cuda:N)")->capture_default_str();
   cmd->add_option("--shapes", opts->shapes, "handoff bases: 0.6b, 4b (4b needs ~40 GB of host "
                   "memory for the merged baseline)")->capture_default_str();
+  cmd->add_option("--handoff-repeats", opts->handoff_repeats,
+                  "handoff: saves per publish mode (each figure is their median)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
   cmd->add_option("--zipf-adapters", opts->zipf_adapters, "zipf: distinct adapters (quick: 200)")
       ->capture_default_str();
   cmd->add_option("--zipf-clients", opts->zipf_clients, "zipf: concurrent clients (quick: 64)")

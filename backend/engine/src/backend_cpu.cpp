@@ -84,6 +84,9 @@ class CpuTrainer final : public Trainer {
     trainer_.reduce_gradients(slot, group);
   }
   LoraWeights weights(int32_t slot) const override { return trainer_.weights(slot).clone(); }
+  std::shared_ptr<const LoraWeights> share_weights(int32_t slot) override {
+    return trainer_.share_weights(slot);
+  }
   AdamW optimizer(int32_t slot) const override { return trainer_.optimizer(slot).clone(); }
   int64_t step_count(int32_t slot) const override {
     return trainer_.optimizer(slot).step_count();

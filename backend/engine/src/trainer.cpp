@@ -222,16 +222,22 @@ const LoraTrainer::State& LoraTrainer::state(int32_t slot) const {
 void LoraTrainer::attach(int32_t slot, LoraWeights weights, AdamW optimizer) {
   validate_lora_optimizer(optimizer, weights, "attach");
   pool_.load(slot, weights);  // validates shapes, rank and targets
-  State s{std::move(weights), {}, std::move(optimizer)};
-  s.grads = zeros_like(s.weights);
-  LoraWeights discard = zeros_like(s.weights);
+  State s{std::make_shared<LoraWeights>(std::move(weights)), false, {}, std::move(optimizer)};
+  s.grads = zeros_like(*s.weights);
+  LoraWeights discard = zeros_like(*s.weights);
   lora_grads_.take(slot, discard);  // drop stale sums a previous occupant left
   states_[slot] = std::move(s);
 }
 
 void LoraTrainer::detach(int32_t slot) { states_.erase(slot); }
 
-const LoraWeights& LoraTrainer::weights(int32_t slot) const { return state(slot).weights; }
+const LoraWeights& LoraTrainer::weights(int32_t slot) const { return *state(slot).weights; }
+
+std::shared_ptr<const LoraWeights> LoraTrainer::share_weights(int32_t slot) {
+  State& s = state(slot);
+  s.weights_shared = true;
+  return s.weights;
+}
 const AdamW& LoraTrainer::optimizer(int32_t slot) const { return state(slot).adam; }
 const LoraWeights& LoraTrainer::grads(int32_t slot) const { return state(slot).grads; }
 
@@ -270,15 +276,19 @@ ForwardBackwardOutput LoraTrainer::forward(std::span<const TrainDatum> batch, Lo
 
 OptimStepResult LoraTrainer::optim_step(int32_t slot, const AdamParams& params) {
   State& s = state(slot);
+  if (s.weights_shared) {  // a snapshot may still read them: step a copy
+    s.weights = std::make_shared<LoraWeights>(s.weights->clone());
+    s.weights_shared = false;
+  }
   std::vector<ParamRef> refs;
-  for_each_lora_tensor(s.weights, [&](const std::string& name, Tensor& t) {
+  for_each_lora_tensor(*s.weights, [&](const std::string& name, Tensor& t) {
     refs.push_back({name, &t, nullptr});
   });
   size_t i = 0;
   for_each_lora_tensor(s.grads, [&](const std::string&, Tensor& g) { refs.at(i++).grad = &g; });
   const OptimStepResult r = s.adam.step(refs, params);
   zero(s.grads);
-  pool_.load(slot, s.weights);
+  pool_.load(slot, *s.weights);
   return r;
 }
 

@@ -146,7 +146,7 @@ bool TrainingSessions::run_single(Session& s, TrainRequest& r) {
         break;
       case TrainRequest::Kind::snapshot: {
         SessionSnapshot snap;
-        snap.weights = std::make_shared<const engine::LoraWeights>(trainer_->weights(s.slot));
+        snap.weights = trainer_->share_weights(s.slot);  // no copy where the trainer can share
         if (r.with_optimizer) {
           snap.optimizer = std::make_shared<const engine::AdamW>(trainer_->optimizer(s.slot));
         }

@@ -244,7 +244,7 @@ void ResolutionCache::drop_policy(const std::string& tenant, const std::string& 
 void ResolutionCache::drop_revision(const std::string& tenant, const std::string& policy,
                                     const std::string& revision_id) {
   std::lock_guard lock(mutex_);
-  entries_.erase(tenant + "/" + policy + "@" + revision_id);
+  entries_.erase(key(tenant, policy, revision_id));
 }
 
 void AdapterOwners::note(const std::string& blob, const std::string& tenant) {

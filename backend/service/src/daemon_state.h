@@ -166,6 +166,11 @@ struct ResolvedAdapter {
 // @latest is never cached. A deleted policy's entries are dropped. Thread-safe.
 class ResolutionCache {
  public:
+  // The key of spindle://tenant/policy@revision.
+  static std::string key(const std::string& tenant, const std::string& policy,
+                         const std::string& revision_id) {
+    return tenant + "/" + policy + "@" + revision_id;
+  }
   std::optional<ResolvedAdapter> find(const std::string& key) const;
   void put(const std::string& key, ResolvedAdapter value);
   void drop_policy(const std::string& tenant, const std::string& policy);

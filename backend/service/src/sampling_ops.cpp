@@ -21,7 +21,7 @@ bool is_full_id(const std::string& rev) {
 }
 
 std::string cache_key(const std::string& tenant, const catalog::Address& a) {
-  return tenant + "/" + a.policy + "@" + a.revision;
+  return ResolutionCache::key(tenant, a.policy, a.revision);
 }
 
 // A failed job's message; damaged stored bytes (data_loss) name the revision, since the

@@ -48,6 +48,10 @@ catalog::Revision commit_snapshot(catalog::Catalog& cat, const Call& call, const
                                   const engine::AdamW* optimizer, int64_t step, int64_t ttl_ms,
                                   const std::string& metrics,
                                   std::function<void()> on_written = {});
+// After a commit (catalog thread): the revision's address resolves without the catalog, so the
+// first request for a just-saved revision goes straight to the scheduler.
+void remember_resolution(Daemon& d, const Call& call, const Session& s,
+                         const catalog::Revision& rev);
 protocol::SaveReply save_reply(const Call& call, const Session& s, const catalog::Revision& rev);
 
 // load_state's address resolved (catalog thread); throws failed_precondition when its policy

@@ -111,6 +111,12 @@ catalog::Revision commit_snapshot(catalog::Catalog& cat, const Call& call, const
   return cat.commit_revision(call.tenant, s.policy, weights, opts);
 }
 
+void remember_resolution(Daemon& d, const Call& call, const Session& s,
+                         const catalog::Revision& rev) {
+  d.resolutions.put(ResolutionCache::key(call.tenant, s.policy, rev.id),
+                    ResolvedAdapter{s.base, rev.id, rev.blob});
+}
+
 SaveReply save_reply(const Call& call, const Session& s, const catalog::Revision& rev) {
   SaveReply out;
   out.revision_id = rev.id;
@@ -387,8 +393,10 @@ void save(Daemon& d, const Call& call, const Session& s, const SaveRequest& req)
             return reply_exception(d, call, e);
           }
           // Committed. Queued before the reply, so the client's next request finds the slot
-          // under the blob id (the scheduler takes jobs in submission order).
+          // under the blob id (the scheduler takes jobs in submission order), and without a
+          // catalog lookup.
           if (!published_as.empty()) s.base->scheduler->submit_rekey(published_as, rev.blob);
+          remember_resolution(d, call, s, rev);
           if (to_host) {
             try {
               s.base->host_cache->insert(rev.blob, snap.weights);

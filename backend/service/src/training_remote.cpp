@@ -162,6 +162,7 @@ void remote_save(Daemon& d, const Call& call, const Session& s, const Request& r
         if (with_state) d.sessions.set_restore(s.id, committed.id, true);
         // Posted before the reply: the client's next request is forwarded after it.
         if (!published_as.empty()) post_publish(d, call, s, worker, published_as, committed.blob);
+        remember_resolution(d, call, s, committed);
         try {
           d.replies->ok(call, save_reply(call, s, committed));
         } catch (const std::exception& e) {

@@ -244,6 +244,65 @@ TEST(ExecutionBackend, TrainerEqualsTheCpuTrainer) {
   }
 }
 
+// share_weights (a save's snapshot) is the weights as trained so far, and stays exactly that
+// while the session trains on: the next steps change the session, never the shared copy.
+TEST(ExecutionBackend, SharedWeightsStayAsTheyWereWhileTrainingGoesOn) {
+  const ModelWeights w = tiny_weights(7);
+  const ModelConfig& c = w.config;
+  const auto backend = backend_under_test(w);
+  const auto pool = backend->make_slot_pool({.max_slots = 1, .max_rank = 4});
+  const auto trainer = backend->make_trainer(*pool);
+  trainer->attach(0, LoraWeights::random(c, 4, 8.0f, kAll, 31, 0.2f, 0.1f), AdamW());
+  const AdamParams adam{.learning_rate = 1e-2f};
+  auto step = [&](uint32_t seed) {
+    auto batch = train_batch(c, 1, seed);
+    for (auto& d : batch) d.slot = 0;
+    trainer->forward_backward(batch, LossFn::cross_entropy, {});
+    trainer->optim_step(0, adam);
+  };
+  step(70);
+  const LoraWeights at_share = trainer->weights(0);
+  const std::shared_ptr<const LoraWeights> shared = trainer->share_weights(0);
+  ASSERT_NE(shared, nullptr);
+  EXPECT_EQ(max_abs_diff(*shared, at_share), 0.0f);
+  step(71);
+  EXPECT_EQ(max_abs_diff(*shared, at_share), 0.0f) << "a step wrote into the shared weights";
+  EXPECT_GT(max_abs_diff(trainer->weights(0), at_share), 1e-4f) << "the session did not train";
+  // Shared again, twice without a step in between, then stepped again: each copy keeps its
+  // moment, and training after a share goes on from the trained weights (not from the copy).
+  const LoraWeights second = trainer->weights(0);
+  const auto shared2 = trainer->share_weights(0);
+  const auto shared3 = trainer->share_weights(0);
+  step(72);
+  step(73);
+  EXPECT_EQ(max_abs_diff(*shared2, second), 0.0f);
+  EXPECT_EQ(max_abs_diff(*shared3, second), 0.0f);
+  EXPECT_EQ(max_abs_diff(*shared, at_share), 0.0f);
+  EXPECT_EQ(trainer->step_count(0), 4);
+}
+
+// On the CPU engine the shared weights are the trainer's own, not a copy: a save's snapshot
+// costs the engine thread nothing. The copy is made by the next step, and only then.
+TEST(ExecutionBackend, CpuTrainerSharesItsWeightsUntilTheNextStep) {
+  const ModelWeights w = tiny_weights(8);
+  const ModelConfig& c = w.config;
+  const Model model(w);
+  LoraSlotPool pool(c, {.max_slots = 1, .max_rank = 4});
+  LoraTrainer trainer(model, pool);
+  trainer.attach(0, LoraWeights::random(c, 4, 8.0f, kAll, 32, 0.2f, 0.1f));
+  const auto shared = trainer.share_weights(0);
+  EXPECT_EQ(shared.get(), &trainer.weights(0));
+  auto batch = train_batch(c, 1, 74);
+  trainer.forward_backward(batch, LossFn::cross_entropy, {});
+  trainer.optim_step(0, {.learning_rate = 1e-2f});
+  EXPECT_NE(shared.get(), &trainer.weights(0));
+  // Not shared since: the next step trains in place.
+  const LoraWeights* now = &trainer.weights(0);
+  trainer.forward_backward(batch, LossFn::cross_entropy, {});
+  trainer.optim_step(0, {.learning_rate = 1e-2f});
+  EXPECT_EQ(now, &trainer.weights(0));
+}
+
 // A state saved from the backend's session (weights, AdamW moments, step) resumes on the CPU
 // trainer and back, in AdamW's one safetensors layout: the next step is the one the session
 // would have taken, and a state round trip is bit-exact. On a routed-experts base the adapter

@@ -92,6 +92,14 @@ class Trainer {
   // (the same safetensors layout on every device, so a state saved on one device resumes on
   // another), the step count.
   virtual LoraWeights weights(int32_t slot) const = 0;
+  // weights(slot) to keep: an immutable copy that other threads may read while training goes
+  // on (a save's snapshot). Where the trained weights are host memory (the CPU engine) it is
+  // them, handed out without a copy: the trainer copies them before it next changes them
+  // (copy-on-write), so a save does not wait for a copy on the engine thread. Elsewhere (a
+  // device download) it is weights(slot).
+  virtual std::shared_ptr<const LoraWeights> share_weights(int32_t slot) {
+    return std::make_shared<const LoraWeights>(weights(slot));
+  }
   virtual AdamW optimizer(int32_t slot) const = 0;
   virtual int64_t step_count(int32_t slot) const = 0;
 };

@@ -71,6 +71,10 @@ class LoraTrainer {
   void detach(int32_t slot);
   bool attached(int32_t slot) const { return states_.count(slot) != 0; }
   const LoraWeights& weights(int32_t slot) const;
+  // The slot's weights themselves, to keep and read on any thread: the trainer never writes
+  // them again. Its next optim_step steps a copy instead (copy-on-write); weights(slot) then
+  // names that copy.
+  std::shared_ptr<const LoraWeights> share_weights(int32_t slot);
   const AdamW& optimizer(int32_t slot) const;
   const LoraWeights& grads(int32_t slot) const;  // accumulated since the last step
 
@@ -87,7 +91,8 @@ class LoraTrainer {
 
  private:
   struct State {
-    LoraWeights weights;
+    std::shared_ptr<LoraWeights> weights;  // never null
+    bool weights_shared = false;           // share_weights handed them out: copy before writing
     LoraWeights grads;
     AdamW adam;
   };
