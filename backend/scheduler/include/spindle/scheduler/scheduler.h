@@ -121,8 +121,9 @@ struct TrainBatchResult {
   engine::LossMetrics metrics;               // this job's data only
 };
 
-// What save_weights / save_state need: copies taken between the session's earlier and later
-// jobs, so a save sees exactly the steps submitted before it.
+// What save_weights / save_state need: the state between the session's earlier and later
+// jobs, so a save sees exactly the steps submitted before it. Immutable: `weights` is
+// Trainer::share_weights (on the CPU the trainer's own, which it copies before its next step).
 struct SessionSnapshot {
   std::shared_ptr<const engine::LoraWeights> weights;
   std::shared_ptr<const engine::AdamW> optimizer;  // null unless with_optimizer
