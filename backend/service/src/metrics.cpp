@@ -75,6 +75,8 @@ MetricsSample collect_metrics(const Daemon& d) {
                            d.front_figures.tokens_per_s.load(std::memory_order_relaxed));
   for (const auto& st : stats) m.sampled_tokens += st.sampled_tokens;
   m.replies = d.replies->counters.snapshot();
+  m.resolutions_cached = d.resolutions.hits();
+  m.resolutions_catalog = d.resolutions.catalog_lookups();
   return m;
 }
 
@@ -129,6 +131,13 @@ std::string render_metrics(const MetricsSample& m) {
   e.family("spindle_load_wait_seconds_mean", "gauge",
            "Mean time a cold load waited for a loader thread.");
   e.sample(s.mean_load_wait_ms / 1000.0);
+
+  e.family("spindle_address_resolutions_total", "counter",
+           "Policy addresses of sample, sample_stream and compute_logprobs requests resolved, "
+           "by how: from the cache of immutable @<revision id> addresses (filled by earlier "
+           "requests and by save_weights) or through the catalog.");
+  e.sample(m.resolutions_cached, {"via", "cache"});
+  e.sample(m.resolutions_catalog, {"via", "catalog"});
 
   e.family("spindle_device_memory_bytes", "gauge", "Device memory, by what holds it.");
   e.sample(s.base_bytes, {"kind", "base"});

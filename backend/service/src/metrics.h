@@ -32,6 +32,8 @@ struct MetricsSample {
   protocol::StatusReply status;  // server_status(): every placement, the server's counters
   uint64_t sampled_tokens = 0;   // since start (the scheduler's)
   ReplyCounters::Counts replies;
+  uint64_t resolutions_cached = 0;   // ResolutionCache::hits
+  uint64_t resolutions_catalog = 0;  // ResolutionCache::catalog_lookups
 };
 
 MetricsSample collect_metrics(const Daemon& d);

@@ -354,6 +354,7 @@ void dispatch_sampling_op(Daemon& d, Call call, protocol::Request request) {
         return submit(d, call, request, *hit, call.tenant + "/" + a.policy);
       }
     }
+    d.resolutions.note_catalog_lookup();
     d.catalog.post([&d, call, a, request = std::move(request)](catalog::Catalog& cat) mutable {
       try {
         const catalog::Resolved r = cat.get(call.tenant, a);

@@ -216,6 +216,32 @@ TEST_F(Metrics, CountsEveryRequestOnceByOpAndCode) {
       << last_text_;
 }
 
+// A revision that save_weights just committed resolves from the address cache on its very
+// first request (the save put it there); @latest never does.
+TEST_F(Metrics, ASavedRevisionResolvesWithoutTheCatalog) {
+  CreateTrainingRequest create;
+  create.base_model = "stories260K";
+  create.policy = "resolved";
+  create.rank = 4;
+  create.alpha = 8;
+  create.seed = 5;
+  const auto session = client_->ok<TrainingSessionReply>(Op::create_training, create);
+  const auto saved =
+      client_->ok<SaveReply>(Op::save_weights, SaveRequest{session.session_id, "", ""});
+  ASSERT_EQ(saved.address, "spindle://local/resolved@" + saved.revision_id);
+  const Series before = scrape();
+  for (const std::string& address :
+       {saved.address, saved.address, std::string("spindle://local/resolved@latest")}) {
+    Frames f;
+    const auto req = sample_request(address, {1, 403, 407}, f, 2, 0.0f, 0);
+    EXPECT_EQ(client_->ok<SampleReply>(Op::sample, req, f).revision_id, saved.revision_id);
+  }
+  const Series after = scrape();
+  auto delta = [&](const std::string& key) { return at(after, key) - at(before, key); };
+  EXPECT_EQ(delta(R"(spindle_address_resolutions_total{via="cache"})"), 2.0);
+  EXPECT_EQ(delta(R"(spindle_address_resolutions_total{via="catalog"})"), 1.0);
+}
+
 TEST_F(Metrics, ServesPrometheusTextOnLocalhostOnly) {
   // The ready line: IPC and TCP first (tests read them by index), then the metrics URL.
   EXPECT_TRUE(daemon_->endpoints().at(0).starts_with("ipc://"));
@@ -233,6 +259,7 @@ TEST_F(Metrics, ServesPrometheusTextOnLocalhostOnly) {
       {"spindle_device_slots", "gauge"},       {"spindle_cache_hit_ratio", "gauge"},
       {"spindle_host_cache_bytes", "gauge"},   {"spindle_adapter_loads", "gauge"},
       {"spindle_load_wait_seconds_mean", "gauge"}, {"spindle_device_memory_bytes", "gauge"},
+      {"spindle_address_resolutions_total", "counter"},
       {"spindle_info", "gauge"}};
   for (const auto& [name, type] : families) {
     const size_t help = last_text_.find("# HELP " + name + " ");
