@@ -57,6 +57,12 @@ Revision Catalog::commit_revision(std::string_view tenant, std::string_view poli
                 "revision expires_ms {} ({}) is not in the future (now {}); 0 makes it durable",
                 options.expires_ms, utc_time(options.expires_ms), utc_time(impl_->now()));
   const PolicyRow before = impl_->require_policy(tenant, policy);
+  SPINDLE_CHECK(!options.expected_base_id || *options.expected_base_id == before.policy.base_id,
+                failed_precondition,
+                "{} is on base '{}', not '{}', the base these weights were trained on (was the "
+                "policy deleted and re-created meanwhile?)",
+                before.policy.address(), before.policy.base_id,
+                options.expected_base_id.value_or(""));
   check_fits(before.policy, weights);
   const BaseModel base = get_base(before.policy.base_id);
 

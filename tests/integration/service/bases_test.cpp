@@ -76,6 +76,19 @@ TEST(Bases, TwoBasesServedAndRoutedById) {
   ASSERT_EQ(listed.policies.size(), 1u);
   EXPECT_EQ(listed.policies[0].name, "on-b");
 
+  // The policy deleted and re-created on the other base while its session is open: the
+  // session's save refuses to commit weights trained on org/stories-b into it.
+  c.ok<Empty>(Op::catalog_delete, AddressRequest{saved.address.substr(0, saved.address.find('@'))});
+  CreateTrainingRequest again = create;
+  again.base_model = "stories-a";
+  c.ok<TrainingSessionReply>(Op::create_training, again);
+  const Reply moved = c.call(Op::save_weights, SaveRequest{s.session_id, "", ""});
+  ASSERT_FALSE(moved.ok);
+  EXPECT_EQ(moved.error.code, errc::failed_precondition);
+  EXPECT_NE(moved.error.message.find("is on base 'stories-a', not 'org/stories-b'"),
+            std::string::npos)
+      << moved.error.message;
+
   // Unknown bases are not_found naming what is served.
   create.base_model = "Qwen/Qwen3-0.6B";
   const Reply unknown = c.call(Op::create_training, create);

@@ -100,6 +100,19 @@ TEST_F(PolicyOps, CommitMustFitThePolicySpecAndHonoursExpectedHead) {
   EXPECT_NO_THROW(cat_->commit_revision("acme", "p", adapter(2), {.expected_head = r1.id}));
 }
 
+// A session's save names the base its weights were trained on: a policy re-created on another
+// base meanwhile refuses the commit, naming both bases.
+TEST_F(PolicyOps, CommitHonoursExpectedBase) {
+  cat_->create_policy("acme", spec("p"), "t");
+  EXPECT_NO_THROW(cat_->commit_revision("acme", "p", adapter(1), {.expected_base_id = "tiny"}));
+  const auto e = catch_error(
+      [&] { cat_->commit_revision("acme", "p", adapter(2), {.expected_base_id = "other"}); });
+  EXPECT_EQ(e.code, ErrorCode::failed_precondition);
+  EXPECT_NE(e.message.find("spindle://acme/p is on base 'tiny', not 'other'"), std::string::npos)
+      << e.message;
+  EXPECT_EQ(cat_->get("acme", parse_address("spindle://acme/p@latest")).revision.step, 0);
+}
+
 TEST_F(PolicyOps, IdenticalContentIsStoredOnce) {
   cat_->create_policy("acme", spec("a"), "t");
   cat_->create_policy("acme", spec("b"), "t");

@@ -131,6 +131,10 @@ struct CommitOptions {
   // Compare-and-swap: when set, the commit fails (invalid_argument) unless the head is this
   // revision id ("" = the policy has no revision yet).
   std::optional<std::string> expected_head;
+  // When set, the commit fails (failed_precondition) unless the policy is on this base: a
+  // training session's save, whose policy may have been deleted and re-created on another base
+  // while the session was open (its weights fit only the base they were trained on).
+  std::optional<std::string> expected_base_id;
   DType dtype = DType::f32;  // tensor dtype in the revision file: f32, f16 or bf16
   // Optimizer state saved with the revision as its own blob (save_state); null: weights only.
   const engine::AdamW* optimizer_state = nullptr;
