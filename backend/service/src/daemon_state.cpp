@@ -223,7 +223,6 @@ std::optional<ResolvedAdapter> ResolutionCache::find(const std::string& key) con
   std::lock_guard lock(mutex_);
   const auto it = entries_.find(key);
   if (it == entries_.end()) return std::nullopt;
-  hits_.fetch_add(1, std::memory_order_relaxed);
   return it->second;
 }
 

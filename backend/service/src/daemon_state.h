@@ -171,10 +171,11 @@ class ResolutionCache {
                          const std::string& revision_id) {
     return tenant + "/" + policy + "@" + revision_id;
   }
-  // Counts a hit (the `via="cache"` side of spindle_address_resolutions_total).
   std::optional<ResolvedAdapter> find(const std::string& key) const;
   void put(const std::string& key, ResolvedAdapter value);
-  // An address resolved through the catalog instead (counted; `via="catalog"`).
+  // How a sampling request's address resolved (spindle_address_resolutions_total{via}): its
+  // entry found here, or through the catalog. Counted by the one resolving call site.
+  void note_hit() { hits_.fetch_add(1, std::memory_order_relaxed); }
   void note_catalog_lookup() { catalog_lookups_.fetch_add(1, std::memory_order_relaxed); }
   uint64_t hits() const { return hits_.load(std::memory_order_relaxed); }
   uint64_t catalog_lookups() const { return catalog_lookups_.load(std::memory_order_relaxed); }
@@ -185,7 +186,7 @@ class ResolutionCache {
  private:
   mutable std::mutex mutex_;
   std::map<std::string, ResolvedAdapter> entries_;  // key "tenant/policy@rev"
-  mutable std::atomic<uint64_t> hits_{0};
+  std::atomic<uint64_t> hits_{0};
   std::atomic<uint64_t> catalog_lookups_{0};
 };
 

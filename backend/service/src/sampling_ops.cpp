@@ -351,6 +351,7 @@ void dispatch_sampling_op(Daemon& d, Call call, protocol::Request request) {
     }
     if (is_full_id(a.revision)) {
       if (auto hit = d.resolutions.find(cache_key(call.tenant, a))) {
+        d.resolutions.note_hit();
         return submit(d, call, request, *hit, call.tenant + "/" + a.policy);
       }
     }

@@ -103,7 +103,8 @@ catalog::Revision commit_snapshot(catalog::Catalog& cat, const Call& call, const
                                   const std::string& metrics, std::function<void()> on_written) {
   catalog::CommitOptions opts;
   opts.on_written = std::move(on_written);
-  opts.expected_base_id = s.base->id;  // so remember_resolution's base is the policy's
+  // Weights fit only the base they were trained on (and remember_resolution routes to it).
+  opts.expected_base_id = s.base->id;
   opts.actor = actor(call);
   opts.step = step;
   opts.metrics_json = metrics;
