@@ -50,17 +50,17 @@ void lora_expand(const float* h, const LoraSlots& slots, std::span<const LoraSeg
   cpu::parallel_for(n_row_jobs, cpu::worth_parallel(plan.row_work), cpu::Schedule::dynamic,
                     [&](int64_t i) {
                       const LoraRowJob& job = plan.rows[static_cast<size_t>(i)];
-                      const float* B_s = slots.B + int64_t{job.slot} * d_out * max_rank;
+                      const float* B_s = slot_b(slots.B, slots, job.slot);
                       // y[j] += scale · dot(B_s[j, 0:r], h_row): many short rows, one hadd tree per
                       // 8 outputs.
-                      ops.gemv(B_s, max_rank, d_out, job.rank, h + job.row * max_rank,
+                      ops.gemv(B_s, job.rank, d_out, job.rank, h + job.row * max_rank,
                                slots.scale[job.slot], 1.0f, y + job.row * ld_y + col_offset);
                     });
   for (const LoraSegmentJob& seg : plan.segments) {
-    const float* B_s = slots.B + int64_t{seg.slot} * d_out * max_rank;
+    const float* B_s = slot_b(slots.B, slots, seg.slot);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, blasint(seg.n_rows), blasint(d_out),
                 blasint(seg.rank), slots.scale[seg.slot], h + seg.row_begin * max_rank,
-                blasint(max_rank), B_s, blasint(max_rank), 1.0f,
+                blasint(max_rank), B_s, blasint(seg.rank), 1.0f,
                 y + seg.row_begin * ld_y + col_offset, blasint(ld_y));
   }
 }

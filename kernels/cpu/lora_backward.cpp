@@ -90,10 +90,10 @@ void lora_expand_backward(const float* h, const float* dy, int64_t ld_dy, int64_
   cpu::parallel_for(
       static_cast<int64_t>(plan.rows.size()), parallel, cpu::Schedule::static_, [&](int64_t i) {
         const LoraRowJob& job = plan.rows[static_cast<size_t>(i)];
-        const float* B_s = slots.B + int64_t{job.slot} * d_out * max_rank;
+        const float* B_s = slot_b(slots.B, slots, job.slot);
         float* dh_t = dh + job.row * max_rank;
         std::fill(dh_t, dh_t + job.rank, 0.0f);
-        ops.axpy_rows(dy + job.row * ld_dy + col_offset, B_s, max_rank, d_out, job.rank, dh_t);
+        ops.axpy_rows(dy + job.row * ld_dy + col_offset, B_s, job.rank, d_out, job.rank, dh_t);
         ops.scale(slots.scale[job.slot], dh_t, job.rank);
       });
   // dB_s[j, 0:r] += Σ_t (c·dy[t, j])·h[t, 0:r], with each group's h rows packed [n_rows, r].
@@ -111,7 +111,7 @@ void lora_expand_backward(const float* h, const float* dy, int64_t ld_dy, int64_
       static_cast<int64_t>(b_jobs.size()), parallel, cpu::Schedule::dynamic, [&](int64_t i) {
         const WeightJob& job = b_jobs[static_cast<size_t>(i)];
         const float c = slots.scale[job.slot];
-        float* dB_s = dB + int64_t{job.slot} * d_out * max_rank;
+        float* dB_s = slot_b(dB, slots, job.slot);
         float coef[kGroupMax];
         for (size_t gi = job.group_begin; gi < job.group_end; ++gi) {
           const RowGroup& g = groups[gi];
@@ -119,21 +119,21 @@ void lora_expand_backward(const float* h, const float* dy, int64_t ld_dy, int64_
           for (int64_t j = job.w_begin; j < job.w_end; ++j) {
             for (int64_t t = 0; t < g.n_rows; ++t)
               coef[t] = c * dy[g.rows[t] * ld_dy + col_offset + j];
-            ops.axpy_rows(coef, hg, job.rank, g.n_rows, job.rank, dB_s + j * max_rank);
+            ops.axpy_rows(coef, hg, job.rank, g.n_rows, job.rank, dB_s + j * job.rank);
           }
         }
       });
   for (const LoraSegmentJob& seg : plan.segments) {
     const float c = slots.scale[seg.slot];
-    const float* B_s = slots.B + int64_t{seg.slot} * d_out * max_rank;
+    const float* B_s = slot_b(slots.B, slots, seg.slot);
     const float* dy_seg = dy + seg.row_begin * ld_dy + col_offset;
     const float* h_seg = h + seg.row_begin * max_rank;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, blasint(seg.n_rows), blasint(seg.rank),
-                blasint(d_out), c, dy_seg, blasint(ld_dy), B_s, blasint(max_rank), 0.0f,
+                blasint(d_out), c, dy_seg, blasint(ld_dy), B_s, blasint(seg.rank), 0.0f,
                 dh + seg.row_begin * max_rank, blasint(max_rank));
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, blasint(d_out), blasint(seg.rank),
                 blasint(seg.n_rows), c, dy_seg, blasint(ld_dy), h_seg, blasint(max_rank), 1.0f,
-                dB + int64_t{seg.slot} * d_out * max_rank, blasint(max_rank));
+                slot_b(dB, slots, seg.slot), blasint(seg.rank));
   }
 }
 

@@ -38,11 +38,13 @@ struct Data {
     const auto n_slots = int64_t(c.ranks.size());
     A = random_floats(size_t(n_slots * c.max_rank * c.d_in), seed);
     B = random_floats(size_t(n_slots * c.d_out * c.max_rank), seed + 1);
-    for (int64_t s = 0; s < n_slots; ++s)
-      for (int64_t i = c.ranks[size_t(s)]; i < c.max_rank; ++i) {
+    for (int64_t s = 0; s < n_slots; ++s) {
+      for (int64_t i = c.ranks[size_t(s)]; i < c.max_rank; ++i)
         for (int64_t k = 0; k < c.d_in; ++k) A[a_at(s, i, k)] = std::nanf("");
-        for (int64_t j = 0; j < c.d_out; ++j) B[b_at(s, j, i)] = std::nanf("");
-      }
+      // B_s = [d_out, r_s] packed at the slot's start: the rest of its d_out·max_rank is NaN.
+      for (int64_t n = c.d_out * c.ranks[size_t(s)]; n < c.d_out * c.max_rank; ++n)
+        B[size_t(s * c.d_out * c.max_rank + n)] = std::nanf("");
+    }
     for (int64_t s = 0; s < n_slots; ++s) scale.push_back(0.5f + 0.25f * float(s));
     x = random_floats(size_t(c.T * ld_x), seed + 2);
     dy = random_floats(size_t(c.T * ld_dy), seed + 3);
@@ -56,8 +58,8 @@ struct Data {
   size_t a_at(int64_t s, int64_t i, int64_t k) const {
     return size_t((s * c.max_rank + i) * c.d_in + k);
   }
-  size_t b_at(int64_t s, int64_t j, int64_t i) const {
-    return size_t((s * c.d_out + j) * c.max_rank + i);
+  size_t b_at(int64_t s, int64_t j, int64_t i) const {  // B_s[j, i], row stride r_s
+    return size_t(s * c.d_out * c.max_rank + j * c.ranks[size_t(s)] + i);
   }
   int64_t r_of(int64_t t) const {
     const int32_t s = row_slot[size_t(t)];

@@ -39,9 +39,9 @@ LoraData make_data(const LoraCase& c, int64_t ld_x, uint32_t seed) {
     for (int64_t i = c.ranks[size_t(s)]; i < c.max_rank; ++i)
       for (int64_t k = 0; k < c.d_in; ++k)
         d.A[size_t((s * c.max_rank + i) * c.d_in + k)] = std::nanf("");
-    for (int64_t j = 0; j < c.d_out; ++j)
-      for (int64_t i = c.ranks[size_t(s)]; i < c.max_rank; ++i)
-        d.B[size_t((s * c.d_out + j) * c.max_rank + i)] = std::nanf("");
+    // B_s = [d_out, r_s] packed at the slot's start: the rest of its d_out·max_rank is NaN.
+    for (int64_t n = c.d_out * c.ranks[size_t(s)]; n < c.d_out * c.max_rank; ++n)
+      d.B[size_t(s * c.d_out * c.max_rank + n)] = std::nanf("");
   }
   for (int64_t s = 0; s < n_slots; ++s) d.scale.push_back(0.5f + 0.25f * float(s));
   d.x = random_floats(size_t(c.T * ld_x), seed + 2);
@@ -87,7 +87,7 @@ class Lora : public SimdLevelTest {
       for (int64_t j = 0; j < c.d_out; ++j) {
         double acc = 0.0, mag = 0.0;
         for (int64_t i = 0; i < r; ++i) {
-          const double b = d.B[size_t((s * c.d_out + j) * c.max_rank + i)];
+          const double b = d.B[size_t(s * c.d_out * c.max_rank + j * r + i)];
           acc += ht[size_t(i)] * b;
           mag += mag_h[size_t(i)] * std::abs(b);
         }

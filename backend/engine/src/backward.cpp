@@ -14,6 +14,10 @@ namespace {
 
 using internal::chunk_segments;
 
+void add_into(float* dst, const float* src, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+}
+
 }  // namespace
 
 LoraGrads::LoraGrads(const LoraSlotPool& pool) : pool_(pool) {
@@ -74,15 +78,15 @@ void LoraGrads::take(int32_t slot, LoraWeights& out) {
       const int64_t d_in = g.first.dim(2), d_out = g.second.dim(1);
       float* gA = g.first.data() + int64_t(slot) * R * d_in;
       float* gB = g.second.data() + int64_t(slot) * d_out * R;
+      int64_t r = R;  // what the kernels may have written: all of it, unless the rank is known
       if (l < out.modules.size() && !out.modules[l][size_t(t)].empty()) {
         LoraPair& p = out.modules[l][size_t(t)];
-        const int64_t r = p.A.dim(0);
-        for (int64_t i = 0; i < r * d_in; ++i) p.A.data()[i] += gA[i];
-        for (int64_t j = 0; j < d_out; ++j)
-          for (int64_t i = 0; i < r; ++i) p.B.data()[j * r + i] += gB[j * R + i];
+        r = p.A.dim(0);
+        add_into(p.A.data(), gA, r * d_in);
+        add_into(p.B.data(), gB, d_out * r);  // dB_s is [d_out, r] packed, as B is
       }
-      std::memset(gA, 0, size_t(R * d_in) * sizeof(float));
-      std::memset(gB, 0, size_t(d_out * R) * sizeof(float));
+      std::memset(gA, 0, size_t(r * d_in) * sizeof(float));
+      std::memset(gB, 0, size_t(d_out * r) * sizeof(float));
     }
   }
   for (size_t l = 0; l < expert_grads_.size(); ++l) {
@@ -98,16 +102,14 @@ void LoraGrads::take(int32_t slot, LoraWeights& out) {
       for (int64_t e = 0; e < E; ++e) {
         float* gA = g.first.data() + (e * S + slot) * R * d_in;
         float* gB = g.second.data() + (e * S + slot) * d_out * R;
+        int64_t r = R;
         if (p) {
-          const int64_t r = p->A.dim(1);
-          float* A = p->A.data() + e * r * d_in;
-          float* B = p->B.data() + e * d_out * r;
-          for (int64_t i = 0; i < r * d_in; ++i) A[i] += gA[i];
-          for (int64_t j = 0; j < d_out; ++j)
-            for (int64_t i = 0; i < r; ++i) B[j * r + i] += gB[j * R + i];
+          r = p->A.dim(1);
+          add_into(p->A.data() + e * r * d_in, gA, r * d_in);
+          add_into(p->B.data() + e * d_out * r, gB, d_out * r);
         }
-        std::memset(gA, 0, size_t(R * d_in) * sizeof(float));
-        std::memset(gB, 0, size_t(d_out * R) * sizeof(float));
+        std::memset(gA, 0, size_t(r * d_in) * sizeof(float));
+        std::memset(gB, 0, size_t(d_out * r) * sizeof(float));
       }
     }
   }

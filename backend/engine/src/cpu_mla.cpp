@@ -92,7 +92,7 @@ void CpuOps::mla_attention(int64_t l, LayerActivations& a) {
       const int64_t r = v.rank[seg.slot];
       if (r == 0) continue;
       const float* A = v.A + int64_t(seg.slot) * v.max_rank * v.d_in;
-      const float* B = v.B + int64_t(seg.slot) * v.d_out * v.max_rank;
+      const float* B = kernels::slot_b(v.B, v, seg.slot);  // [d_out, r], row stride r
       for (int64_t t = seg.row_begin; t < seg.row_end; ++t) fn(t, r, v.scale[seg.slot], A, B);
     }
   };
@@ -102,7 +102,7 @@ void CpuOps::mla_attention(int64_t l, LayerActivations& a) {
         const float* qn = a.q.row(t) + h * d.qw;
         std::fill(u.begin(), u.end(), 0.0);
         for (int64_t i = 0; i < d.dn; ++i) {
-          const float* b = B + (h * d.kvw + i) * mr;
+          const float* b = B + (h * d.kvw + i) * r;
           for (int64_t j = 0; j < r; ++j) u[size_t(j)] += double(qn[i]) * b[j];
         }
         float* qa = m.q_abs.row(t) + h * d.lw;
@@ -136,7 +136,7 @@ void CpuOps::mla_attention(int64_t l, LayerActivations& a) {
         }
         float* out = a.attn.row(t) + h * d.dv;
         for (int64_t i = 0; i < d.dv; ++i) {
-          const float* b = B + (h * d.kvw + d.dn + i) * mr;
+          const float* b = B + (h * d.kvw + d.dn + i) * r;
           double acc = 0;
           for (int64_t j = 0; j < r; ++j) acc += double(b[j]) * u[size_t(j)];
           out[i] += float(s * acc);

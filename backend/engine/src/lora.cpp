@@ -357,9 +357,8 @@ LoraSlotPool::LoraSlotPool(const ModelConfig& config, LoraPoolOptions options)
       auto [d_in, d_out] = lora_target_dims(config_, l, t);
       Module m;
       m.A = Tensor::zeros({S, R, d_in});
-      m.B = Tensor::zeros({S, d_out, R});
+      m.B = Tensor::zeros({S, d_out * R});
       m.rank.assign(size_t(S), 0);
-      m.dirty.assign(size_t(S), 0);
       m.scale.assign(size_t(S), 0.0f);
       m.d_in = d_in;
       m.d_out = d_out;
@@ -376,9 +375,8 @@ LoraSlotPool::LoraSlotPool(const ModelConfig& config, LoraPoolOptions options)
       const int64_t E = config_.moe.n_experts;
       ExpertModule m;
       m.A = Tensor::zeros({E, S, R, d_in});
-      m.B = Tensor::zeros({E, S, d_out, R});
+      m.B = Tensor::zeros({E, S, d_out * R});
       m.rank.assign(size_t(S), 0);
-      m.dirty.assign(size_t(S), 0);
       m.scale.assign(size_t(S), 0.0f);
       m.d_in = d_in;
       m.d_out = d_out;
@@ -418,20 +416,20 @@ void LoraSlotPool::load(int32_t slot, const LoraWeights& adapter) {
   });
   clear(slot);
   const int64_t R = options_.max_rank, r = adapter.rank;
-  // Writes rows/columns [0, r) and zeroes what an earlier adapter left in [r, dirty).
-  auto place = [&](const float* A, const float* B, int64_t d_in, int64_t d_out, int32_t& dirty,
-                   float* a, float* b) {
-    copy_lora_rank(A, B, r, d_in, d_out, R, a, b);
-    zero_lora_ranks(r, dirty, d_in, d_out, R, a, b);
-    dirty = int32_t(r);
+  // A_s = [r, d_in] in rows [0, r) of the slot, B_s = [d_out, r] packed at its start
+  // (kernels/lora.h): two straight copies of the adapter's tensors per module.
+  auto place = [&](const float* A, const float* B, int64_t d_in, int64_t d_out, float* a,
+                   float* b) {
+    std::memcpy(a, A, size_t(r * d_in) * sizeof(float));
+    std::memcpy(b, B, size_t(d_out * r) * sizeof(float));
   };
   for (int64_t l = 0; l < config_.n_layers; ++l) {
     for (LoraTarget t : kAllLoraTargets) {
       const LoraPair& p = adapter.modules[size_t(l)][size_t(t)];
       if (p.empty()) continue;
       Module& m = *module(l, t);
-      place(p.A.data(), p.B.data(), m.d_in, m.d_out, m.dirty[size_t(slot)],
-            m.A.data() + int64_t(slot) * R * m.d_in, m.B.data() + int64_t(slot) * m.d_out * R);
+      place(p.A.data(), p.B.data(), m.d_in, m.d_out, m.A.data() + int64_t(slot) * R * m.d_in,
+            m.B.data() + int64_t(slot) * m.d_out * R);
       m.rank[size_t(slot)] = int32_t(r);
       m.scale[size_t(slot)] = adapter.scale();
     }
@@ -443,11 +441,9 @@ void LoraSlotPool::load(int32_t slot, const LoraWeights& adapter) {
       auto& m = *expert_modules_[l][size_t(expert_proj(t))];
       const int64_t S = options_.max_slots, din = m.d_in, dout = m.d_out;
       for (int64_t e = 0; e < config_.moe.n_experts; ++e) {
-        int32_t dirty = m.dirty[size_t(slot)];  // the same for every expert of the slot
-        place(p.A.data() + e * r * din, p.B.data() + e * dout * r, din, dout, dirty,
+        place(p.A.data() + e * r * din, p.B.data() + e * dout * r, din, dout,
               m.A.data() + (e * S + slot) * R * din, m.B.data() + (e * S + slot) * dout * R);
       }
-      m.dirty[size_t(slot)] = int32_t(r);
       m.rank[size_t(slot)] = int32_t(r);
       m.scale[size_t(slot)] = adapter.scale();
     }
@@ -457,8 +453,7 @@ void LoraSlotPool::load(int32_t slot, const LoraWeights& adapter) {
 
 void LoraSlotPool::clear(int32_t slot) {
   check_slot(slot);
-  // No memory is touched: kernels read a slot's first `rank` rows only, and the next load
-  // zeroes what this adapter leaves past its own rank (dirty).
+  // No memory is touched: the kernels read nothing of a slot of rank 0.
   for (auto& layer : modules_) {
     for (auto& m : layer) {
       if (!m) continue;

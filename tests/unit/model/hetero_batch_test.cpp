@@ -200,10 +200,11 @@ TEST(HeteroBatch, AdapterChangesOutputAndBaseRowsStayBase) {
 }
 
 // Slots reloaded with smaller ranks (and one cleared in between) hold exactly the new adapter:
-// A rows and B columns [0, r) are its tensors and every byte past them is zero (LoraSlotPool
-// zeroes only what the previous adapter left there), and a forward through such a slot equals a
-// fresh pool holding that adapter alone. Qwen3-MoE, so routed experts are covered.
-TEST(HeteroBatch, ReloadedSlotHoldsOnlyTheNewAdapterAndZeroPastItsRank) {
+// A rows [0, r) are its lora_A and the slot's first d_out·r floats of B its lora_B (packed at
+// rank r, kernels/lora.h), whatever the previous, larger adapter left past them; and a forward
+// through such a slot equals a fresh pool holding that adapter alone. Qwen3-MoE, so routed
+// experts are covered.
+TEST(HeteroBatch, ReloadedSlotHoldsTheNewAdapterPackedAtItsRank) {
   const ModelWeights base = testing::random_weights(testing::tiny_config(Arch::qwen3_moe), 21);
   const ModelConfig& c = base.config;
   const LoraPoolOptions opts{.max_slots = 2, .max_rank = 8};
@@ -213,14 +214,14 @@ TEST(HeteroBatch, ReloadedSlotHoldsOnlyTheNewAdapterAndZeroPastItsRank) {
   const LoraWeights mid = LoraWeights::random(c, 5, 10.0f, kEveryTarget, 33, 0.3f, 0.3f);
   pool.load(0, big);
   pool.load(1, big);
-  pool.load(0, small);  // 8 -> 2: rows and columns [2, 8) must be zeroed
+  pool.load(0, small);  // 8 -> 2: what `big` left past rank 2 stays, unread
   pool.load(1, mid);    // 8 -> 5
   pool.clear(1);        // a cleared slot reads as rank 0 ...
   ASSERT_EQ(pool.view(0, LoraTarget::q)->rank[1], 0);
   EXPECT_FALSE(pool.occupied(1));
-  pool.load(1, small);  // ... and what it held past the next adapter's rank is zeroed on load
+  pool.load(1, small);  // ... and holds the next adapter at that adapter's rank
 
-  // Every (layer, target) view, dense and per expert: both slots = `small`, then zeros.
+  // Every (layer, target) view, dense and per expert: both slots = `small`.
   int64_t checked = 0;
   auto check = [&](const kernels::LoraSlots& v, const float* A, const float* B,
                    const std::string& where) {
@@ -228,17 +229,13 @@ TEST(HeteroBatch, ReloadedSlotHoldsOnlyTheNewAdapterAndZeroPastItsRank) {
     for (int64_t s = 0; s < 2; ++s) {
       ASSERT_EQ(v.rank[s], r) << where;
       const float* slot_a = v.A + s * R * v.d_in;
-      const float* slot_b = v.B + s * v.d_out * R;
-      for (int64_t i = 0; i < R; ++i)
-        for (int64_t k = 0; k < v.d_in; ++k) {
-          const float want = i < r && A != nullptr ? A[i * v.d_in + k] : 0.0f;
-          ASSERT_EQ(slot_a[i * v.d_in + k], want) << where << " slot " << s << " A row " << i;
-        }
-      for (int64_t j = 0; j < v.d_out; ++j)
-        for (int64_t i = 0; i < R; ++i) {
-          const float want = i < r && B != nullptr ? B[j * r + i] : 0.0f;
-          ASSERT_EQ(slot_b[j * R + i], want) << where << " slot " << s << " B column " << i;
-        }
+      const float* slot_b = kernels::slot_b(v.B, v, s);
+      for (int64_t i = 0; i < r * v.d_in; ++i) {
+        ASSERT_EQ(slot_a[i], A != nullptr ? A[i] : 0.0f) << where << " slot " << s << " A " << i;
+      }
+      for (int64_t i = 0; i < v.d_out * r; ++i) {
+        ASSERT_EQ(slot_b[i], B != nullptr ? B[i] : 0.0f) << where << " slot " << s << " B " << i;
+      }
     }
     ++checked;
   };

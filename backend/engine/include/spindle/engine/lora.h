@@ -127,8 +127,10 @@ void validate_lora_pool_options(const LoraPoolOptions& options);
 void validate_lora_load(const LoraWeights& adapter, int32_t slot, const ModelConfig& config,
                         int64_t max_rank,
                         const std::function<bool(int64_t, LoraTarget)>& has_storage);
-// Writes one module of rank r into a slot's region: A [r, d_in] into rows [0, r) of
-// a [max_rank, d_in], B [d_out, r] into columns [0, r) of b [d_out, max_rank]; the rest zero.
+// Writes one module of rank r into a slot's region in the CUDA pools' layout (DeviceLoraPool,
+// whose kernels read max_rank-wide B rows; the CPU pool packs B at the adapter's rank instead):
+// A [r, d_in] into rows [0, r) of a [max_rank, d_in], B [d_out, r] into columns [0, r) of
+// b [d_out, max_rank]; the rest zero.
 void pack_lora_slot(const LoraPair& pair, int64_t max_rank, float* a, float* b);
 // The same from raw A [r, d_in] and B [d_out, r] (one expert of an ExpertLoraPair).
 void pack_lora_slot(const float* A, const float* B, int64_t r, int64_t d_in, int64_t d_out,
@@ -146,12 +148,11 @@ class LoraSlotPool final : public SlotPool {
   int32_t max_rank() const override { return options_.max_rank; }
   const ModelConfig& config() const { return config_; }
 
-  // Copies `adapter` into `slot` (validated first; nothing changes on error). Each module of a
-  // slot keeps `dirty`: rows of A and columns of B at and past it are zero, so a load writes
-  // [0, r) and zeroes only [r, dirty), and clear() touches no memory (the kernels read the first
-  // `rank` rows of a slot, none of a cleared one). A cold load of a rank-8 adapter into the
-  // daemon's max-rank-64 pool writes its own bytes, not 16x them, on the engine thread; a
-  // storm of them was a tenth of that thread in memsets of cold pool memory.
+  // Copies `adapter` into `slot` (validated first; nothing changes on error): per module, A into
+  // the slot's first r rows and B as [d_out, r] packed at the slot's start (kernels/lora.h), two
+  // contiguous copies of the adapter's own bytes. What lies past them (an earlier adapter's
+  // rows) is never read: the kernels read a slot's first `rank` rows of A and d_out·rank floats
+  // of B, none of a cleared one, so clear() touches no memory either.
   void load(int32_t slot, const LoraWeights& adapter) override;
   void clear(int32_t slot) override;
   bool occupied(int32_t slot) const override;
@@ -169,9 +170,8 @@ class LoraSlotPool final : public SlotPool {
  private:
   struct Module {
     Tensor A;                    // [max_slots, max_rank, d_in]
-    Tensor B;                    // [max_slots, d_out, max_rank]
+    Tensor B;                    // [max_slots, d_out·max_rank]: [d_out, r] packed per slot
     std::vector<int32_t> rank;   // [max_slots]
-    std::vector<int32_t> dirty;  // [max_slots]: rows/columns past it are zero
     std::vector<float> scale;    // [max_slots]
     int64_t d_in = 0, d_out = 0;
   };
@@ -179,9 +179,8 @@ class LoraSlotPool final : public SlotPool {
   // [max_slots, ...] block is an ordinary SGMV view.
   struct ExpertModule {
     Tensor A;                   // [n_experts, max_slots, max_rank, d_in]
-    Tensor B;                   // [n_experts, max_slots, d_out, max_rank]
+    Tensor B;                   // [n_experts, max_slots, d_out·max_rank], packed as above
     std::vector<int32_t> rank;   // [max_slots]
-    std::vector<int32_t> dirty;  // [max_slots], for every expert of the slot
     std::vector<float> scale;    // [max_slots]
     int64_t d_in = 0, d_out = 0;
   };

@@ -141,7 +141,8 @@ struct ForwardState {
 };
 
 // Gradient buffers for the LoRA slots, in the slot pool's layout (see kernels/lora.h):
-// per (layer, target) dA = [max_slots, max_rank, d_in], dB = [max_slots, d_out, max_rank].
+// per (layer, target) dA = [max_slots, max_rank, d_in], dB = [max_slots, d_out·max_rank] with
+// slot s's dB_s = [d_out, r_s] packed at its start, as B is.
 // Backward passes accumulate; take() moves one slot's sums into an adapter-shaped LoraWeights
 // and zeroes them. Entries beyond a slot's rank stay zero.
 class LoraGrads {
@@ -159,7 +160,8 @@ class LoraGrads {
  private:
   const LoraSlotPool& pool_;
   std::vector<std::array<std::pair<Tensor, Tensor>, kLoraTargetCount>> grads_;  // [layer]
-  // [layer][expert_proj]: dA [n_experts, max_slots, max_rank, d_in], dB [.., d_out, max_rank]
+  // [layer][expert_proj]: dA [n_experts, max_slots, max_rank, d_in], dB [.., d_out·max_rank]
+  // (packed per slot, as B)
   std::vector<std::array<std::pair<Tensor, Tensor>, kExpertProjCount>> expert_grads_;
 };
 
