@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <vector>
 
 #include "spindle/core/error.h"
@@ -128,12 +130,125 @@ void FileReader::read_at(uint64_t offset, void* dst, size_t n) const {
   }
 }
 
+namespace {
+
+constexpr size_t kDirectAlign = 4096;           // offsets, lengths and memory of O_DIRECT I/O
+constexpr size_t kDirectChunk = size_t(4) << 20;  // one staging buffer
+
+// Recycled staging buffers for direct writes: at most kKept stay allocated between writes, so
+// a save's 4 MiB is memory the process already touched.
+class StagingPool {
+ public:
+  static constexpr size_t kKept = 2;
+  char* take() {
+    {
+      std::lock_guard lock(mutex_);
+      if (!free_.empty()) {
+        char* b = free_.back();
+        free_.pop_back();
+        return b;
+      }
+    }
+    return static_cast<char*>(std::aligned_alloc(kDirectAlign, kDirectChunk));  // null: buffered
+  }
+  void give(char* b) {
+    {
+      std::lock_guard lock(mutex_);
+      if (free_.size() < kKept) {
+        free_.push_back(b);
+        return;
+      }
+    }
+    std::free(b);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<char*> free_;
+};
+
+StagingPool& staging_pool() {
+  static StagingPool* pool = new StagingPool;  // never destroyed: sinks may outlive statics
+  return *pool;
+}
+
+}  // namespace
+
+FileSink::FileSink(int fd, const fs::path& path, WriteMode mode) : fd_(fd), path_(path) {
+  if (mode != WriteMode::direct) return;
+  const int flags = ::fcntl(fd_, F_GETFL);
+  if (flags < 0 || ::fcntl(fd_, F_SETFL, flags | O_DIRECT) != 0) return;  // tmpfs: buffered
+  staging_ = staging_pool().take();
+  if (staging_ == nullptr) disable_direct();
+}
+
+FileSink::~FileSink() {
+  if (staging_ != nullptr) staging_pool().give(staging_);
+}
+
+void FileSink::disable_direct() {
+  const int flags = ::fcntl(fd_, F_GETFL);
+  if (flags >= 0) (void)::fcntl(fd_, F_SETFL, flags & ~O_DIRECT);
+  if (staging_ != nullptr) staging_pool().give(staging_);
+  staging_ = nullptr;
+}
+
 void FileSink::write(const void* data, size_t n) {
+  SPINDLE_CHECK(!finished_, internal, "{}: write of {} bytes after finish()", path_.string(), n);
   const auto* p = static_cast<const char*>(data);
+  while (staging_ != nullptr && n > 0) {
+    const size_t take = std::min(n, kDirectChunk - staged_);
+    std::memcpy(staging_ + staged_, p, take);
+    staged_ += take;
+    written_ += take;
+    p += take;
+    n -= take;
+    if (staged_ == kDirectChunk) write_staged(kDirectChunk, kDirectChunk);
+  }
+  if (n > 0) write_buffered(p, n);
+}
+
+void FileSink::write_staged(size_t valid, size_t padded) {
+  const char* buf = staging_;
+  size_t done = 0;
+  while (done < padded) {
+    const ssize_t put = ::pwrite(fd_, buf + done, padded - done, off_t(direct_at_ + done));
+    if (put < 0 && errno == EINTR) continue;
+    if (put < 0 && errno == EINVAL && done == 0) {
+      // The filesystem takes O_DIRECT at open but not this write: buffered from here on,
+      // starting with the staged bytes (written_ back to what is on disk; write_buffered
+      // advances it again).
+      char* staged = staging_;
+      staging_ = nullptr;
+      disable_direct();
+      staged_ = 0;
+      written_ = direct_at_;
+      try {
+        write_buffered(staged, valid);
+      } catch (...) {
+        staging_pool().give(staged);
+        throw;
+      }
+      staging_pool().give(staged);
+      return;
+    }
+    if (put <= 0) {
+      const int err = put < 0 ? errno : EIO;
+      throw_errno(err, fmt::format("{}: write of {} bytes at offset {} failed: {}",
+                                   path_.string(), padded - done, direct_at_ + done,
+                                   errno_text(err)));
+    }
+    done += size_t(put);
+  }
+  direct_at_ += valid;
+  staged_ = 0;
+}
+
+void FileSink::write_buffered(const char* p, size_t n) {
   size_t done = 0;
   while (done < n) {
     const size_t chunk = std::min<size_t>(n - done, size_t(1) << 30);
-    const ssize_t put = ::write(fd_, p + done, chunk);
+    const ssize_t put = ::pwrite(fd_, p + done, chunk, off_t(written_));
     if (put < 0) {
       const int err = errno;
       if (err == EINTR) continue;
@@ -153,8 +268,23 @@ void FileSink::write(const void* data, size_t n) {
   }
 }
 
+void FileSink::finish() {
+  if (finished_) return;
+  finished_ = true;
+  if (staging_ == nullptr || staged_ == 0) return;
+  const size_t valid = staged_;
+  const size_t padded = (valid + kDirectAlign - 1) / kDirectAlign * kDirectAlign;
+  std::memset(staging_ + valid, 0, padded - valid);
+  write_staged(valid, padded);
+  if (staging_ != nullptr && padded != valid && ::ftruncate(fd_, off_t(written_)) != 0) {
+    const int err = errno;
+    throw_errno(err, fmt::format("{}: truncating to {} bytes failed: {}", path_.string(),
+                                 written_, errno_text(err)));
+  }
+}
+
 fs::path write_temp_file(const fs::path& dir, std::string_view stem, const fs::path& named,
-                         const std::function<void(FileSink&)>& writer) {
+                         const std::function<void(FileSink&)>& writer, WriteMode mode) {
   std::string tmpl = (dir / (std::string(stem) + ".tmp-XXXXXX")).string();
   std::vector<char> name(tmpl.begin(), tmpl.end());
   name.push_back('\0');
@@ -169,8 +299,9 @@ fs::path write_temp_file(const fs::path& dir, std::string_view stem, const fs::p
   const fs::path tmp(name.data());
   try {
     ::fchmod(fd, 0644);  // mkostemp creates 0600; published files are world-readable
-    FileSink sink(fd, named);
+    FileSink sink(fd, named, mode);
     writer(sink);
+    sink.finish();
     fsync_or_throw(fd, tmp);
   } catch (...) {
     ::close(fd);

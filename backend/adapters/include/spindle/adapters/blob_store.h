@@ -91,8 +91,10 @@ class BlobStore {
   // read of the stored copy (compared, not re-hashed) instead of a write and two fsyncs.
   std::string put(std::string_view bytes) const;
   // The same contract for content that is never held in memory at once: written to a temp
-  // file in <root> while a second thread hashes it (so hashing overlaps the write and the
-  // disk's writeback), fsynced, then renamed to its name and the fan-out directory fsynced.
+  // file in <root> with O_DIRECT (WriteMode::direct: no page-cache copy; a revision is read
+  // back from the memory tiers, rarely from its file) while a second thread hashes it (so
+  // hashing overlaps the disk's work), fsynced, then renamed to its name and the fan-out
+  // directory fsynced.
   // Content already present and intact (re-hashed) is kept and its mtime refreshed; the temp
   // file is removed; on a full disk such content is still a success, as with put(). Stale
   // temp files of a crashed put are gc()'s, as in fan-out directories.
