@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <atomic>
 #include <cstring>
 #include <fstream>
 #include <optional>
@@ -310,23 +311,32 @@ TEST_F(BlobStoreTest, PutStreamKeepsAnIntactCopyAndRepairsADamagedOne) {
 
 // on_written: once, on the calling thread, when the whole content is in the temp file and
 // before the blob exists under its name; never when the producer fails.
+// on_written comes once, on the calling thread (the writer's), after the producer has handed
+// every byte to the temp file (the tail of a direct write may still be on its way to the disk)
+// and before the blob has its name.
 TEST_F(BlobStoreTest, PutStreamCallsOnWrittenOnceTheBytesAreWritten) {
   const std::string whole = "written, not yet named";
   int calls = 0;
-  uintmax_t temp_bytes = 0;
+  size_t temp_files = 0, handed_at_call = 0;
+  std::atomic<size_t> handed{0};  // bytes the calling thread's producer wrote to the sink
   bool named = true;
   const auto caller = std::this_thread::get_id();
-  const BlobPut put = store_.put_stream(pieces_of({"written, ", "not yet named"}), [&] {
+  const BlobProducer producer = [&](const BlobWrite& write) {
+    for (std::string_view p : {std::string_view("written, "), std::string_view("not yet named")}) {
+      write(p.data(), p.size());
+      if (std::this_thread::get_id() == caller) handed += p.size();
+    }
+  };
+  const BlobPut put = store_.put_stream(producer, [&] {
     ++calls;
     EXPECT_EQ(std::this_thread::get_id(), caller);
-    for (const auto& e : fs::directory_iterator(root_)) {
-      if (e.path().filename().string().find(".tmp-") != std::string::npos)
-        temp_bytes = fs::file_size(e.path());
-    }
+    handed_at_call = handed;
+    temp_files = root_temp_files(root_);
     named = fs::exists(store_.path_of(sha256_hex(whole)));
   });
   EXPECT_EQ(calls, 1);
-  EXPECT_EQ(temp_bytes, whole.size());
+  EXPECT_EQ(handed_at_call, whole.size());
+  EXPECT_EQ(temp_files, 1u);
   EXPECT_FALSE(named);
   EXPECT_EQ(store_.get(put.id), whole);
 
