@@ -226,7 +226,7 @@ BlobPut BlobStore::put_stream(const BlobProducer& produce,
     tmp = write_temp_file(root_, ".put", new_blob_label(root_), [&](FileSink& sink) {
       produce([&](const void* data, size_t n) { sink.write(data, n); });
       out.bytes = sink.bytes_written();
-      if (on_written) on_written();  // the writer's CPU work is done; its tail may be in flight
+      if (on_written) on_written();  // the writer's CPU work is done (the tail goes after)
     }, WriteMode::direct);  // a revision: written once, read back from memory tiers
   } catch (const Error& e) {
     hasher.join();

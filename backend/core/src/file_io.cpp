@@ -140,6 +140,7 @@ constexpr size_t kDirectChunk = size_t(4) << 20;  // one staging buffer
 class StagingPool {
  public:
   static constexpr size_t kKept = 2;
+  StagingPool() { free_.reserve(kKept); }  // give() never allocates (it runs in destructors)
   char* take() {
     {
       std::lock_guard lock(mutex_);
@@ -214,17 +215,23 @@ void FileSink::write_staged(size_t valid, size_t padded) {
   while (done < padded) {
     const ssize_t put = ::pwrite(fd_, buf + done, padded - done, off_t(direct_at_ + done));
     if (put < 0 && errno == EINTR) continue;
-    if (put < 0 && errno == EINVAL && done == 0) {
-      // The filesystem takes O_DIRECT at open but not this write: buffered from here on,
-      // starting with the staged bytes (written_ back to what is on disk; write_buffered
-      // advances it again).
+    if (put < 0 && errno == EINVAL) {
+      // The filesystem takes O_DIRECT at open but not this write (or not after a short one):
+      // buffered from here on, from the first staged byte not yet in the file (written_ back
+      // to what is there; write_buffered advances it again).
+      const size_t kept = std::min(done, valid);
       char* staged = staging_;
       staging_ = nullptr;
       disable_direct();
       staged_ = 0;
-      written_ = direct_at_;
+      written_ = direct_at_ + kept;
       try {
-        write_buffered(staged, valid);
+        if (done > valid && ::ftruncate(fd_, off_t(written_)) != 0) {  // padding is in the file
+          const int err = errno;
+          throw_errno(err, fmt::format("{}: truncating to {} bytes failed: {}", path_.string(),
+                                       written_, errno_text(err)));
+        }
+        write_buffered(staged + kept, valid - kept);
       } catch (...) {
         staging_pool().give(staged);
         throw;
@@ -270,8 +277,10 @@ void FileSink::write_buffered(const char* p, size_t n) {
 
 void FileSink::finish() {
   if (finished_) return;
-  finished_ = true;
-  if (staging_ == nullptr || staged_ == 0) return;
+  if (staging_ == nullptr || staged_ == 0) {
+    finished_ = true;
+    return;
+  }
   const size_t valid = staged_;
   const size_t padded = (valid + kDirectAlign - 1) / kDirectAlign * kDirectAlign;
   std::memset(staging_ + valid, 0, padded - valid);
@@ -281,6 +290,7 @@ void FileSink::finish() {
     throw_errno(err, fmt::format("{}: truncating to {} bytes failed: {}", path_.string(),
                                  written_, errno_text(err)));
   }
+  finished_ = true;
 }
 
 fs::path write_temp_file(const fs::path& dir, std::string_view stem, const fs::path& named,

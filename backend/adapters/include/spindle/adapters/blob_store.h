@@ -99,8 +99,9 @@ class BlobStore {
   // file is removed; on a full disk such content is still a success, as with put(). Stale
   // temp files of a crashed put are gc()'s, as in fan-out directories.
   // on_written (optional, must not throw) is called on the calling thread once every byte is
-  // handed to the temp file (the last staged chunk of the direct write may still be on its way
-  // to the disk), before the fsync and before the hash may be done: a caller's cue
+  // handed to the temp file's sink (the direct write's last staged chunk, up to 4 MiB, is
+  // written after it, so its errors come after the cue), before the fsync and before the hash
+  // may be done: a caller's cue
   // to start work that should not compete with the write for the CPU (save_weights publishes
   // its snapshot into a serving slot then).
   BlobPut put_stream(const BlobProducer& produce,

@@ -143,7 +143,8 @@ struct CommitOptions {
   // any revision until collected; promote_revision makes it durable.
   int64_t expires_ms = 0;
   // Called once (on the committing thread, must not throw) when the revision file's bytes are
-  // written, before they are durable and the row committed: BlobStore::put_stream's on_written.
+  // handed to the writer, before they are all in the file, durable, and the row committed (the
+  // commit may still fail after it): BlobStore::put_stream's on_written.
   std::function<void()> on_written;
 };
 
