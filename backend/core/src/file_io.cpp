@@ -226,11 +226,7 @@ void FileSink::write_staged(size_t valid, size_t padded) {
       staged_ = 0;
       written_ = direct_at_ + kept;
       try {
-        if (done > valid && ::ftruncate(fd_, off_t(written_)) != 0) {  // padding is in the file
-          const int err = errno;
-          throw_errno(err, fmt::format("{}: truncating to {} bytes failed: {}", path_.string(),
-                                       written_, errno_text(err)));
-        }
+        if (done > valid) truncate_to_written();  // padding is in the file
         write_buffered(staged + kept, valid - kept);
       } catch (...) {
         staging_pool().give(staged);
@@ -285,12 +281,16 @@ void FileSink::finish() {
   const size_t padded = (valid + kDirectAlign - 1) / kDirectAlign * kDirectAlign;
   std::memset(staging_ + valid, 0, padded - valid);
   write_staged(valid, padded);
-  if (staging_ != nullptr && padded != valid && ::ftruncate(fd_, off_t(written_)) != 0) {
+  if (staging_ != nullptr && padded != valid) truncate_to_written();
+  finished_ = true;
+}
+
+void FileSink::truncate_to_written() {
+  if (::ftruncate(fd_, off_t(written_)) != 0) {
     const int err = errno;
     throw_errno(err, fmt::format("{}: truncating to {} bytes failed: {}", path_.string(),
                                  written_, errno_text(err)));
   }
-  finished_ = true;
 }
 
 fs::path write_temp_file(const fs::path& dir, std::string_view stem, const fs::path& named,

@@ -83,6 +83,7 @@ class FileSink {
   // of those bytes are data. Falls back to buffered writes of the valid bytes on EINVAL.
   void write_staged(size_t valid, size_t padded);
   void disable_direct();
+  void truncate_to_written();  // drops the direct write's padding past bytes_written()
 
   int fd_;
   const std::filesystem::path& path_;
